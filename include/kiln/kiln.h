@@ -1,0 +1,268 @@
+/* kiln: eager tensors in C, compiled on request. The whole public API.
+ *
+ *   kiln_scope_begin();
+ *   int64_t shape[2] = {2, 3};
+ *   kiln_tensor *x = kiln_randn(2, shape, 42);
+ *   kiln_tensor *y = kiln_keep(kiln_add(kiln_mul(x, x), kiln_exp(x)));
+ *   kiln_scope_end();                  // releases x and the temporaries
+ *   if (!y) fprintf(stderr, "%s\n", kiln_last_error());
+ *   kiln_print(y);
+ *   kiln_release(y);
+ *
+ * Conventions:
+ * - Every function that returns a kiln_tensor * returns a new reference. Inside
+ *   a scope that reference belongs to the scope: kiln_scope_end() releases it
+ *   unless kiln_keep() moved it out. Outside any scope the caller owns it and
+ *   calls kiln_release().
+ * - Failure returns NULL or a negative int and sets a thread-local message,
+ *   read with kiln_last_error(), naming the function, the operands' shapes and
+ *   dtypes and what was wrong. A NULL operand is an error, never a crash; it
+ *   keeps an earlier pending error so a nested expression reports the first
+ *   thing that went wrong.
+ * - Broadcasting follows numpy. Type promotion follows PyTorch: bool < i32 <
+ *   i64 < f32 < f64, and a 0-d tensor only raises the category (an f32 0-d
+ *   tensor times an f64 tensor stays f64; times an i32 tensor gives f32).
+ * - Axes may be negative, counting from the end.
+ */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KILN_BUILDING) && defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+typedef struct kiln_tensor kiln_tensor;
+typedef struct kiln_fn kiln_fn;
+typedef enum { KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL } kiln_dtype;
+typedef enum { KILN_CPU, KILN_CUDA } kiln_device;
+typedef enum {
+    KILN_BACKEND_AUTO,
+    KILN_BACKEND_LLVM,
+    KILN_BACKEND_NVRTC,
+    KILN_BACKEND_INTERP
+} kiln_backend;
+
+#define KILN_ALL INT_MIN  /* axis: reduce (or squeeze) over every axis */
+#define KILN_MAX_DIMS 8   /* the most dimensions a tensor may have */
+
+/* -- Errors and ownership ------------------------------------------------- */
+
+/* The message of the last error on this thread, or "" if there is none. */
+KILN_API const char *kiln_last_error(void);
+/* Forgets this thread's pending error, so the next NULL operand reports itself. */
+KILN_API void kiln_clear_error(void);
+/* Adds a reference to t and returns t (NULL stays NULL). */
+KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
+/* Drops one reference; the tensor is freed with its last one. NULL is ignored. */
+KILN_API void kiln_release(kiln_tensor *t);
+/* Opens a scope: tensors returned until the matching kiln_scope_end belong to it. */
+KILN_API void kiln_scope_begin(void);
+/* Closes the innermost scope, releasing every tensor it owns. */
+KILN_API void kiln_scope_end(void);
+/* Moves t out of the innermost scope to the enclosing one (or to the caller if
+ * none) and returns t. A tensor the scope does not own is returned unchanged. */
+KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
+/* Tensors alive in this process, all threads (for leak checks). */
+KILN_API int64_t kiln_live_tensors(void);
+/* Bytes of tensor storage alive in this process, all threads. */
+KILN_API int64_t kiln_live_bytes(void);
+
+/* -- Creation and data ----------------------------------------------------- */
+
+/* A new contiguous tensor holding a copy of data (row-major, numel elements). */
+KILN_API kiln_tensor *kiln_from_data(kiln_dtype dt, int ndim, const int64_t *shape, const void *data);
+/* A new tensor whose contents are unspecified. */
+KILN_API kiln_tensor *kiln_empty(kiln_dtype dt, int ndim, const int64_t *shape);
+/* A new tensor of zeros. */
+KILN_API kiln_tensor *kiln_zeros(kiln_dtype dt, int ndim, const int64_t *shape);
+/* A new tensor of ones. */
+KILN_API kiln_tensor *kiln_ones(kiln_dtype dt, int ndim, const int64_t *shape);
+/* A new tensor filled with value converted to dt (as kiln_cast converts). */
+KILN_API kiln_tensor *kiln_full(kiln_dtype dt, int ndim, const int64_t *shape, double value);
+/* start, start+step, ... while before stop (numpy.arange); step may be negative, not 0. */
+KILN_API kiln_tensor *kiln_arange(double start, double stop, double step, kiln_dtype dt);
+/* f32 uniform in [0,1), the same values for the same seed on any thread count. */
+KILN_API kiln_tensor *kiln_rand(int ndim, const int64_t *shape, uint64_t seed);
+/* f32 standard normal, the same values for the same seed on any thread count. */
+KILN_API kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed);
+/* A 0-d f32 tensor. */
+KILN_API kiln_tensor *kiln_scalar(double value);
+/* Number of dimensions, or -1 for NULL. */
+KILN_API int kiln_ndim(const kiln_tensor *t);
+/* The shape (kiln_ndim entries), borrowed from t; NULL for NULL. */
+KILN_API const int64_t *kiln_shape(const kiln_tensor *t);
+/* The strides in elements (kiln_ndim entries), borrowed from t; NULL for NULL. */
+KILN_API const int64_t *kiln_strides(const kiln_tensor *t);
+/* Number of elements, or -1 for NULL. */
+KILN_API int64_t kiln_numel(const kiln_tensor *t);
+/* The element type; KILN_F32 for NULL (check kiln_ndim first if unsure). */
+KILN_API kiln_dtype kiln_dtype_of(const kiln_tensor *t);
+/* Bytes per element of dt, or 0 for a value outside kiln_dtype. */
+KILN_API size_t kiln_dtype_size(kiln_dtype dt);
+/* "f32", "f64", "i32", "i64", "bool", or "?" for a value outside kiln_dtype. */
+KILN_API const char *kiln_dtype_name(kiln_dtype dt);
+/* The device holding the data; KILN_CPU for NULL. */
+KILN_API kiln_device kiln_device_of(const kiln_tensor *t);
+/* True when two tensors are views of one storage. */
+KILN_API bool kiln_shares_storage(const kiln_tensor *a, const kiln_tensor *b);
+/* Copies t, row-major and contiguous, into dst; nbytes must be at least
+ * kiln_numel(t) * kiln_dtype_size(dtype). Returns 0 or a negative error. */
+KILN_API int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes);
+/* The value of a one-element tensor as a double; NaN and an error otherwise. */
+KILN_API double kiln_item(const kiln_tensor *t);
+/* t on device d: t itself (a new reference) if already there, else a copy. */
+KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device d);
+/* Prints t to stdout in PyTorch's style, eliding the middle of large tensors. */
+KILN_API int kiln_print(const kiln_tensor *t);
+/* t itself (a new reference) if row-major contiguous, else a contiguous copy. */
+KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
+
+/* -- Elementwise ops ------------------------------------------------------- */
+/* Binary ops broadcast and promote their operands. Arithmetic on two bools:
+ * add is or, mul is and; sub and pow refuse bool. div is true division (ints
+ * give f32). Integer overflow wraps. maximum and minimum propagate NaN. */
+
+KILN_API kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);     /* a + b */
+KILN_API kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);     /* a - b */
+KILN_API kiln_tensor *kiln_mul(kiln_tensor *a, kiln_tensor *b);     /* a * b */
+KILN_API kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);     /* a / b */
+KILN_API kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);     /* a ** b */
+KILN_API kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b); /* max(a, b) */
+KILN_API kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b); /* min(a, b) */
+/* The same ops with a scalar b: floats keep their dtype; integers keep theirs
+ * when b is a whole number and become f32 otherwise. */
+KILN_API kiln_tensor *kiln_add_scalar(kiln_tensor *a, double b);
+KILN_API kiln_tensor *kiln_sub_scalar(kiln_tensor *a, double b);
+KILN_API kiln_tensor *kiln_mul_scalar(kiln_tensor *a, double b);
+KILN_API kiln_tensor *kiln_div_scalar(kiln_tensor *a, double b);
+KILN_API kiln_tensor *kiln_pow_scalar(kiln_tensor *a, double b);
+KILN_API kiln_tensor *kiln_maximum_scalar(kiln_tensor *a, double b);
+KILN_API kiln_tensor *kiln_minimum_scalar(kiln_tensor *a, double b);
+
+/* Comparisons of the promoted operands, giving KILN_BOOL. */
+KILN_API kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_ne(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_lt(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_le(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_gt(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_ge(kiln_tensor *a, kiln_tensor *b);
+/* cond ? a : b elementwise; cond must be KILN_BOOL; all three broadcast. */
+KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
+
+/* Unary ops. neg, abs and relu keep the dtype and refuse bool; the others
+ * compute in floating point (integers and bools give f32). exp, log, tanh,
+ * erf, sigmoid, sin and cos are within 2 ulp of the correctly rounded result. */
+KILN_API kiln_tensor *kiln_neg(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_abs(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_exp(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_log(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_sqrt(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_rsqrt(kiln_tensor *a);   /* 1 / sqrt(a) */
+KILN_API kiln_tensor *kiln_tanh(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_sigmoid(kiln_tensor *a); /* 1 / (1 + exp(-a)) */
+KILN_API kiln_tensor *kiln_relu(kiln_tensor *a);    /* max(a, 0), NaN stays NaN */
+KILN_API kiln_tensor *kiln_sin(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_cos(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_erf(kiln_tensor *a);
+/* a converted to dt: floats to integers truncate toward zero and saturate,
+ * NaN gives 0; anything nonzero becomes true. */
+KILN_API kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt);
+
+/* -- Reductions ------------------------------------------------------------ */
+/* Over one axis, or every axis with KILN_ALL; keepdim keeps reduced axes as 1.
+ * sum of integers or bools gives i64; mean of them gives f32; f32 sums
+ * accumulate in f64. max and min propagate NaN and refuse empty axes. */
+
+KILN_API kiln_tensor *kiln_sum(kiln_tensor *a, int axis, bool keepdim);
+KILN_API kiln_tensor *kiln_mean(kiln_tensor *a, int axis, bool keepdim);
+KILN_API kiln_tensor *kiln_max(kiln_tensor *a, int axis, bool keepdim);
+KILN_API kiln_tensor *kiln_min(kiln_tensor *a, int axis, bool keepdim);
+/* Index (i64) of the first maximum; a NaN counts as the maximum. */
+KILN_API kiln_tensor *kiln_argmax(kiln_tensor *a, int axis, bool keepdim);
+
+/* -- Movement: views where possible, no copy ------------------------------- */
+
+/* A view with the new shape when the strides allow it, else a copy; one entry
+ * may be -1 and is inferred. */
+KILN_API kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *shape);
+/* Axes reordered: output axis i is input axis perm[i]. A view. */
+KILN_API kiln_tensor *kiln_permute(kiln_tensor *a, const int *perm);
+/* Two axes swapped. A view. */
+KILN_API kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1);
+/* Broadcast to shape (numpy's broadcast_to; -1 keeps a size). A view. */
+KILN_API kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *shape);
+/* Python's a[start:stop:step] along axis: negative indices count from the
+ * end, bounds clamp, step may be negative but not 0. A view. */
+KILN_API kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, int64_t step);
+/* The n tensors joined along axis (a copy); dtypes promote. */
+KILN_API kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis);
+/* Removes axis, which must have size 1; KILN_ALL removes every size-1 axis. A view. */
+KILN_API kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis);
+/* Inserts a size-1 axis at position axis (-1 appends). A view. */
+KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis);
+
+/* -- Linear algebra -------------------------------------------------------- */
+
+/* numpy.matmul: 1-d operands are promoted and the added axis removed after;
+ * batch axes broadcast. OpenBLAS for floats, exact loops for integers. */
+KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
+
+/* -- Composites, built from the ops above ---------------------------------- */
+
+KILN_API kiln_tensor *kiln_softmax(kiln_tensor *a, int axis);
+KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis);
+/* Normalizes over the last axis; gamma and beta broadcast against x and may be NULL. */
+KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *beta, double eps);
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+KILN_API kiln_tensor *kiln_gelu(kiln_tensor *a);
+/* x * sigmoid(x) */
+KILN_API kiln_tensor *kiln_silu(kiln_tensor *a);
+
+/* -- In place -------------------------------------------------------------- */
+
+/* Writes src, broadcast to dst's shape and converted to dst's dtype, into dst
+ * (and so into every view of its storage). Returns 0 or a negative error. */
+KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
+
+/* -- Marked functions ------------------------------------------------------ */
+
+typedef int (*kiln_body)(kiln_tensor *const *in, kiln_tensor **out, void *user);
+
+typedef struct {
+    kiln_backend backend; /* default KILN_BACKEND_AUTO */
+    int opt_level;        /* 0..3, default 2 */
+    bool strict;          /* errors instead of eager fallback */
+    bool no_cache;        /* skip the disk cache */
+    int retrace_limit;    /* default 8 */
+} kiln_jit_options;
+
+typedef struct {
+    int64_t traces, compiles, memory_hits, disk_hits, eager_fallbacks;
+    double compile_ms;    /* total spent tracing, optimising and compiling */
+    int kernels;          /* in the last specialization */
+    int64_t peak_bytes;   /* of the last specialization's memory plan */
+} kiln_fn_stats_t;
+
+typedef struct {
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[8];
+    kiln_device device;
+} kiln_spec;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

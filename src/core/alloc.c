@@ -1,0 +1,122 @@
+/* Tensor memory: aligned blocks, with freed large blocks kept in a bounded cache.
+ *
+ * Large blocks come from mmap, and a fresh mapping costs a page fault per 4 KiB
+ * on first touch: for eager ops on big tensors that is as slow as the op
+ * itself. Freed large blocks are therefore kept (up to KILN_CPU_CACHE_BYTES,
+ * default 1 GiB) and handed out again for the same rounded size, as PyTorch's
+ * CUDA caching allocator does for device memory. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/core.h"
+
+enum {
+    ALIGN = 64,
+    SMALL_BLOCK = 1024,
+    LARGE_BLOCK = 1 << 20,
+    LARGE_GRAIN = 2 << 20, /* a huge page: sizes round up to it */
+    CACHE_SLOTS = 64,
+};
+
+static struct {
+    pthread_mutex_t lock;
+    void *ptr[CACHE_SLOTS];
+    size_t size[CACHE_SLOTS];
+    int count;
+    size_t bytes;
+    int64_t limit; /* -1 until read from the environment */
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .limit = -1};
+
+static _Atomic int64_t allocations_left = -1;
+
+void core_alloc_fail_after(int64_t n)
+{
+    atomic_store(&allocations_left, n);
+}
+
+static bool injected_failure(void)
+{
+    int64_t left = atomic_load_explicit(&allocations_left, memory_order_relaxed);
+    if (left < 0)
+        return false;
+    if (left == 0)
+        return true;
+    atomic_fetch_sub(&allocations_left, 1);
+    return false;
+}
+
+static size_t large_size(size_t bytes)
+{
+    return (bytes + LARGE_GRAIN - 1) / LARGE_GRAIN * LARGE_GRAIN;
+}
+
+static void *cache_take(size_t size)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&cache.lock);
+    for (int i = cache.count - 1; i >= 0; i--) {
+        if (cache.size[i] != size)
+            continue;
+        p = cache.ptr[i];
+        cache.bytes -= size;
+        cache.count--;
+        cache.ptr[i] = cache.ptr[cache.count];
+        cache.size[i] = cache.size[cache.count];
+        break;
+    }
+    pthread_mutex_unlock(&cache.lock);
+    return p;
+}
+
+static bool cache_put(void *p, size_t size)
+{
+    bool kept = false;
+    pthread_mutex_lock(&cache.lock);
+    if (cache.limit < 0)
+        cache.limit = core_env_int("KILN_CPU_CACHE_BYTES", (int64_t)1 << 30);
+    if (cache.count < CACHE_SLOTS && (int64_t)(cache.bytes + size) <= cache.limit) {
+        cache.ptr[cache.count] = p;
+        cache.size[cache.count] = size;
+        cache.count++;
+        cache.bytes += size;
+        kept = true;
+    }
+    pthread_mutex_unlock(&cache.lock);
+    return kept;
+}
+
+void *core_alloc(size_t bytes)
+{
+    if (injected_failure())
+        return NULL;
+    /* malloc's per-thread cache makes small blocks cheap; aligned_alloc
+     * bypasses it, so only blocks worth aligning pay for it. */
+    if (bytes <= SMALL_BLOCK)
+        return malloc(bytes ? bytes : 1);
+    if (bytes < LARGE_BLOCK)
+        return aligned_alloc(ALIGN, (bytes + ALIGN - 1) / ALIGN * ALIGN);
+    size_t size = large_size(bytes);
+    void *p = cache_take(size);
+    if (p)
+        return p;
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    madvise(p, size, MADV_HUGEPAGE);
+    return p;
+}
+
+void core_free(void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    if (bytes < LARGE_BLOCK) {
+        free(p);
+        return;
+    }
+    size_t size = large_size(bytes);
+    if (!cache_put(p, size))
+        munmap(p, size);
+}

@@ -1,0 +1,69 @@
+/* Plumbing every module uses: errors, memory, the thread pool, environment options. */
+#ifndef KILN_CORE_H
+#define KILN_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <kiln/kiln.h>
+
+/* Internal invariants, never user input: reports file and line, then aborts. */
+#define KILN_ASSERT(cond)                                                     \
+    do {                                                                      \
+        if (!(cond)) core_assert_failed(__FILE__, __LINE__, #cond);           \
+    } while (0)
+_Noreturn void core_assert_failed(const char *file, int line, const char *cond);
+
+/* -- Errors ---------------------------------------------------------------- */
+
+typedef enum {
+#define STATUS(name, text) CORE_##name,
+#include "core/status.def"
+#undef STATUS
+} core_status;
+
+/* Sets this thread's error to "fn: <printf of fmt>" and returns -status. */
+int core_fail(core_status status, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Reports a NULL operand named what, unless an earlier error is pending (it
+ * most likely produced the NULL). Returns -CORE_NULL_ARG. */
+int core_fail_null(const char *fn, const char *what);
+/* The generic text of a status. */
+const char *core_status_text(core_status status);
+
+/* Writes "[3,4]" (or "[]") into buf; returns buf. */
+#define CORE_SHAPE_STR_MAX (KILN_MAX_DIMS * 21 + 3)
+char *core_shape_str(char buf[CORE_SHAPE_STR_MAX], int ndim, const int64_t *shape);
+
+/* -- Memory ---------------------------------------------------------------- */
+
+/* 64-byte aligned (16 below 1 KiB), or NULL (with no error set) when out of memory. Large blocks
+ * come from a bounded cache of freed ones, sparing the page faults of fresh
+ * mappings. */
+void *core_alloc(size_t bytes);
+/* Frees a block from core_alloc; bytes must be the size it was allocated with. */
+void core_free(void *p, size_t bytes);
+/* Fault injection for tests: after n more successful allocations every
+ * allocation fails; n < 0 turns it off. */
+void core_alloc_fail_after(int64_t n);
+
+/* -- Thread pool ----------------------------------------------------------- */
+
+typedef void (*core_range_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Runs fn over [0, n) in chunks of at least grain, split across the pool's
+ * threads (KILN_THREADS, default the number of cores). Falls back to the
+ * calling thread for small n or when the pool is busy with another caller. */
+void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx);
+/* Threads the pool uses, the caller included. */
+int core_threads(void);
+
+/* -- Environment ----------------------------------------------------------- */
+
+/* An integer environment variable, or fallback when unset or malformed. */
+int64_t core_env_int(const char *name, int64_t fallback);
+
+#endif

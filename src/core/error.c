@@ -1,0 +1,65 @@
+/* Thread-local error messages: the first failure of an expression stays readable. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "core/core.h"
+
+static _Thread_local char message[1024];
+static _Thread_local bool pending;
+
+static const char *const status_texts[] = {
+#define STATUS(name, text) text,
+#include "core/status.def"
+#undef STATUS
+};
+
+const char *core_status_text(core_status status)
+{
+    return status_texts[status];
+}
+
+int core_fail(core_status status, const char *fn, const char *fmt, ...)
+{
+    int used = snprintf(message, sizeof message, "%s: ", fn);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message + used, sizeof message - (size_t)used, fmt, ap);
+    va_end(ap);
+    pending = true;
+    return -(int)status;
+}
+
+int core_fail_null(const char *fn, const char *what)
+{
+    if (pending)
+        return -(int)CORE_NULL_ARG;
+    return core_fail(CORE_NULL_ARG, fn, "%s is NULL", what);
+}
+
+char *core_shape_str(char buf[CORE_SHAPE_STR_MAX], int ndim, const int64_t *shape)
+{
+    char *p = buf;
+    *p++ = '[';
+    for (int i = 0; i < ndim; i++)
+        p += sprintf(p, i ? ",%lld" : "%lld", (long long)shape[i]);
+    *p++ = ']';
+    *p = '\0';
+    return buf;
+}
+
+_Noreturn void core_assert_failed(const char *file, int line, const char *cond)
+{
+    fprintf(stderr, "kiln: internal error at %s:%d: %s\n", file, line, cond);
+    abort();
+}
+
+const char *kiln_last_error(void)
+{
+    return message;
+}
+
+void kiln_clear_error(void)
+{
+    message[0] = '\0';
+    pending = false;
+}

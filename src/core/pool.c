@@ -1,0 +1,135 @@
+/* A fixed pool of worker threads for data-parallel loops.
+ *
+ * One job at a time: the caller publishes (fn, ctx, chunks), wakes the workers
+ * and works on chunks itself; chunks are claimed from an atomic counter. A
+ * caller that finds the pool busy (another user thread is running a job) runs
+ * its loop alone rather than waiting. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+enum { MAX_THREADS = 256 };
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t busy;          /* held by the caller running a job */
+    pthread_mutex_t lock;          /* guards generation, stop and the wait */
+    pthread_cond_t wake, done;
+    int threads;                   /* the caller included */
+    pthread_t workers[MAX_THREADS];
+    uint64_t generation;
+    bool stop;
+    core_range_fn fn;
+    void *ctx;
+    int64_t n, chunk_size, chunks;
+    _Atomic int64_t next_chunk;
+    _Atomic int64_t chunks_left;
+} pool = {
+    .once = PTHREAD_ONCE_INIT,
+    .busy = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake = PTHREAD_COND_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER,
+};
+
+static void run_chunks(void)
+{
+    for (;;) {
+        int64_t c = atomic_fetch_add(&pool.next_chunk, 1);
+        if (c >= pool.chunks)
+            return;
+        int64_t begin = c * pool.chunk_size;
+        int64_t end = begin + pool.chunk_size < pool.n ? begin + pool.chunk_size : pool.n;
+        pool.fn(pool.ctx, begin, end);
+        if (atomic_fetch_sub(&pool.chunks_left, 1) == 1) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&pool.lock);
+        while (pool.generation == seen && !pool.stop)
+            pthread_cond_wait(&pool.wake, &pool.lock);
+        bool stop = pool.stop;
+        seen = pool.generation;
+        pthread_mutex_unlock(&pool.lock);
+        if (stop)
+            return arg;
+        run_chunks();
+    }
+}
+
+static void pool_start(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t want = core_env_int("KILN_THREADS", cores > 0 ? cores : 1);
+    pool.threads = want < 1 ? 1 : want > MAX_THREADS ? MAX_THREADS : (int)want;
+    for (int i = 1; i < pool.threads; i++) {
+        if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0) {
+            pool.threads = i;
+            break;
+        }
+    }
+}
+
+__attribute__((destructor)) static void pool_stop(void)
+{
+    if (pool.threads <= 1)
+        return;
+    pthread_mutex_lock(&pool.lock);
+    pool.stop = true;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (int i = 1; i < pool.threads; i++)
+        pthread_join(pool.workers[i], NULL);
+    pool.threads = 1;
+}
+
+int core_threads(void)
+{
+    pthread_once(&pool.once, pool_start);
+    return pool.threads;
+}
+
+void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    int threads = core_threads();
+    int64_t chunks = n / grain < threads ? n / grain : threads;
+    if (chunks <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.n = n;
+    pool.chunks = chunks;
+    pool.chunk_size = (n + chunks - 1) / chunks;
+    atomic_store(&pool.chunks_left, chunks);
+    atomic_store(&pool.next_chunk, 0); /* last: opens the job to late workers */
+    pthread_mutex_lock(&pool.lock);
+    pool.generation++;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+
+    run_chunks();
+    pthread_mutex_lock(&pool.lock);
+    while (atomic_load(&pool.chunks_left) > 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    /* A worker still looping from this job must not claim a chunk of the next
+     * one before its fields are written. */
+    atomic_store(&pool.next_chunk, INT64_MAX / 2);
+    pthread_mutex_unlock(&pool.busy);
+}

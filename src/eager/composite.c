@@ -1,0 +1,91 @@
+/* Composite ops written with the public ops, so that they trace and fuse. */
+#include <math.h>
+#include <string.h>
+
+#include "eager/internal.h"
+
+/* Opens a scope for a composite's temporaries. */
+static void composite_begin(void)
+{
+    kiln_scope_begin();
+}
+
+/* Closes it, keeping result; an inner failure is reported under fn's name. */
+static kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
+{
+    if (!result) {
+        char inner[1024];
+        snprintf(inner, sizeof inner, "%s", kiln_last_error());
+        kiln_scope_end();
+        core_fail(CORE_VALUE, fn, "%s", inner);
+        return NULL;
+    }
+    kiln_keep(result);
+    kiln_scope_end();
+    return result;
+}
+
+static bool check_operand(const char *fn, const kiln_tensor *a, int axis, bool need_axis)
+{
+    if (!a) {
+        core_fail_null(fn, "operand a");
+        return false;
+    }
+    int resolved;
+    return !need_axis || check_axis(fn, axis, a, 0, &resolved) == 0;
+}
+
+kiln_tensor *kiln_softmax(kiln_tensor *a, int axis)
+{
+    if (!check_operand("kiln_softmax", a, axis, true))
+        return NULL;
+    composite_begin();
+    kiln_tensor *e = kiln_exp(kiln_sub(a, kiln_max(a, axis, true)));
+    return composite_end("kiln_softmax", kiln_div(e, kiln_sum(e, axis, true)));
+}
+
+kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis)
+{
+    if (!check_operand("kiln_log_softmax", a, axis, true))
+        return NULL;
+    composite_begin();
+    kiln_tensor *shifted = kiln_sub(a, kiln_max(a, axis, true));
+    kiln_tensor *log_sum = kiln_log(kiln_sum(kiln_exp(shifted), axis, true));
+    return composite_end("kiln_log_softmax", kiln_sub(shifted, log_sum));
+}
+
+kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *beta, double eps)
+{
+    const char *fn = "kiln_layer_norm";
+    if (!check_operand(fn, x, -1, true))
+        return NULL;
+    composite_begin();
+    kiln_tensor *centered = kiln_sub(x, kiln_mean(x, -1, true));
+    kiln_tensor *var = kiln_mean(kiln_mul(centered, centered), -1, true);
+    kiln_tensor *y = kiln_mul(centered, kiln_rsqrt(kiln_add_scalar(var, eps)));
+    if (gamma)
+        y = kiln_mul(y, gamma);
+    if (beta)
+        y = kiln_add(y, beta);
+    return composite_end(fn, y);
+}
+
+kiln_tensor *kiln_gelu(kiln_tensor *a)
+{
+    if (!check_operand("kiln_gelu", a, 0, false))
+        return NULL;
+    composite_begin();
+    kiln_tensor *cube = kiln_mul(kiln_mul(a, a), a);
+    kiln_tensor *inner = kiln_mul_scalar(kiln_add(a, kiln_mul_scalar(cube, 0.044715)),
+                                         sqrt(2 / M_PI));
+    kiln_tensor *gate = kiln_add_scalar(kiln_tanh(inner), 1);
+    return composite_end("kiln_gelu", kiln_mul(kiln_mul_scalar(a, 0.5), gate));
+}
+
+kiln_tensor *kiln_silu(kiln_tensor *a)
+{
+    if (!check_operand("kiln_silu", a, 0, false))
+        return NULL;
+    composite_begin();
+    return composite_end("kiln_silu", kiln_mul(a, kiln_sigmoid(a)));
+}

@@ -1,0 +1,214 @@
+/* Creating tensors and reading them back: from data, constants, ranges, random. */
+#include <math.h>
+#include <string.h>
+
+#include "eager/internal.h"
+
+kiln_tensor *kiln_empty(kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    return tensor_own(tensor_new("kiln_empty", dt, ndim, shape));
+}
+
+static kiln_tensor *filled(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape, double v)
+{
+    kiln_tensor *t = tensor_new(fn, dt, ndim, shape);
+    if (t)
+        fill_value(t, v);
+    return tensor_own(t);
+}
+
+kiln_tensor *kiln_zeros(kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    return filled("kiln_zeros", dt, ndim, shape, 0);
+}
+
+kiln_tensor *kiln_ones(kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    return filled("kiln_ones", dt, ndim, shape, 1);
+}
+
+kiln_tensor *kiln_full(kiln_dtype dt, int ndim, const int64_t *shape, double value)
+{
+    return filled("kiln_full", dt, ndim, shape, value);
+}
+
+kiln_tensor *kiln_scalar(double value)
+{
+    return filled("kiln_scalar", KILN_F32, 0, NULL, value);
+}
+
+kiln_tensor *kiln_from_data(kiln_dtype dt, int ndim, const int64_t *shape, const void *data)
+{
+    kiln_tensor *t = tensor_new("kiln_from_data", dt, ndim, shape);
+    if (!t)
+        return NULL;
+    if (!data && t->numel > 0) {
+        core_fail_null("kiln_from_data", "data");
+        return tensor_drop(t);
+    }
+    if (t->numel)
+        memcpy(t->storage->data, data, (size_t)t->numel * eager_dtype_size(dt));
+    return tensor_own(t);
+}
+
+/* -- Ranges ---------------------------------------------------------------- */
+
+typedef struct {
+    double start, step;
+    kiln_tensor *out;
+} range_job;
+
+static void range_fill(void *ctx, int64_t begin, int64_t end)
+{
+    const range_job *j = ctx;
+    enum { CHUNK = 256 };
+    double values[CHUNK];
+    size_t size = eager_dtype_size(j->out->dtype);
+    for (int64_t i = begin; i < end; i += CHUNK) {
+        int64_t n = end - i < CHUNK ? end - i : CHUNK;
+        for (int64_t k = 0; k < n; k++)
+            values[k] = j->start + (double)(i + k) * j->step;
+        convert((char *)j->out->storage->data + i * (int64_t)size, j->out->dtype, values, KILN_F64, n, 1);
+    }
+}
+
+kiln_tensor *kiln_arange(double start, double stop, double step, kiln_dtype dt)
+{
+    const char *fn = "kiln_arange";
+    if (check_dtype(fn, dt) < 0)
+        return NULL;
+    if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step)) {
+        core_fail(CORE_VALUE, fn, "start %g, stop %g, step %g: need finite values and a nonzero step",
+                  start, stop, step);
+        return NULL;
+    }
+    double count = ceil((stop - start) / step);
+    if (count > (double)(INT64_C(1) << 40)) {
+        core_fail(CORE_VALUE, fn, "start %g, stop %g, step %g give too many elements", start, stop, step);
+        return NULL;
+    }
+    int64_t n = count > 0 ? (int64_t)count : 0;
+    kiln_tensor *t = tensor_new(fn, dt, 1, &n);
+    if (!t)
+        return NULL;
+    range_job job = {start, step, t};
+    core_parallel_for(n, 64 * 1024, range_fill, &job);
+    return tensor_own(t);
+}
+
+/* -- Random ---------------------------------------------------------------- */
+
+/* Counter-based: element i's value depends on (seed, i) only, so any thread
+ * split gives the same tensor. */
+static uint64_t mix(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (i + 1) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct {
+    uint64_t seed;
+    float *out;
+    int64_t n;
+} random_job;
+
+static void uniform_fill(void *ctx, int64_t begin, int64_t end)
+{
+    const random_job *j = ctx;
+    for (int64_t i = begin; i < end; i++)
+        j->out[i] = (float)(mix(j->seed, (uint64_t)i) >> 40) * 0x1p-24f;
+}
+
+/* Box-Muller over pairs: pair p fills elements 2p and 2p+1. */
+static void normal_fill(void *ctx, int64_t begin, int64_t end)
+{
+    const random_job *j = ctx;
+    for (int64_t p = begin; p < end; p++) {
+        double u1 = (double)((mix(j->seed, 2 * (uint64_t)p) >> 11) + 1) * 0x1p-53;
+        double u2 = (double)(mix(j->seed, 2 * (uint64_t)p + 1) >> 11) * 0x1p-53;
+        double r = sqrt(-2 * log(u1)), theta = 2 * M_PI * u2;
+        j->out[2 * p] = (float)(r * cos(theta));
+        if (2 * p + 1 < j->n)
+            j->out[2 * p + 1] = (float)(r * sin(theta));
+    }
+}
+
+static kiln_tensor *random_tensor(const char *fn, int ndim, const int64_t *shape, uint64_t seed,
+                                  bool normal)
+{
+    kiln_tensor *t = tensor_new(fn, KILN_F32, ndim, shape);
+    if (!t)
+        return NULL;
+    random_job job = {seed, t->storage->data, t->numel};
+    if (normal)
+        core_parallel_for((t->numel + 1) / 2, 16 * 1024, normal_fill, &job);
+    else
+        core_parallel_for(t->numel, 64 * 1024, uniform_fill, &job);
+    return tensor_own(t);
+}
+
+kiln_tensor *kiln_rand(int ndim, const int64_t *shape, uint64_t seed)
+{
+    return random_tensor("kiln_rand", ndim, shape, seed, false);
+}
+
+kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed)
+{
+    return random_tensor("kiln_randn", ndim, shape, seed, true);
+}
+
+/* -- Reading back ---------------------------------------------------------- */
+
+int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes)
+{
+    const char *fn = "kiln_copy_to_host";
+    if (!t)
+        return core_fail_null(fn, "tensor");
+    size_t need = (size_t)t->numel * eager_dtype_size(t->dtype);
+    if (!dst && need)
+        return core_fail_null(fn, "dst");
+    if (nbytes < need) {
+        char d[DESCRIBE_MAX];
+        return core_fail(CORE_VALUE, fn, "%s needs %zu bytes, dst has %zu", describe(d, t), need, nbytes);
+    }
+    if (need)
+        copy_to_memory(dst, t);
+    return 0;
+}
+
+double kiln_item(const kiln_tensor *t)
+{
+    if (!t) {
+        core_fail_null("kiln_item", "tensor");
+        return NAN;
+    }
+    if (t->numel != 1) {
+        char d[DESCRIBE_MAX];
+        core_fail(CORE_SHAPE, "kiln_item", "%s has %lld elements, not 1", describe(d, t),
+                  (long long)t->numel);
+        return NAN;
+    }
+    double value;
+    convert(&value, KILN_F64, eager_data(t), t->dtype, 1, 1);
+    return value;
+}
+
+kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device d)
+{
+    const char *fn = "kiln_to_device";
+    if (!t) {
+        core_fail_null(fn, "tensor");
+        return NULL;
+    }
+    if (d == t->device)
+        return tensor_own(kiln_retain(t));
+    char desc[DESCRIBE_MAX];
+    if (d == KILN_CUDA)
+        core_fail(CORE_DEVICE, fn, "cannot move %s to CUDA: this build of kiln has no CUDA support",
+                  describe(desc, t));
+    else
+        core_fail(CORE_DEVICE, fn, "device %d is not a kiln_device", (int)d);
+    return NULL;
+}

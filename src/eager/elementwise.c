@@ -1,0 +1,450 @@
+/* The elementwise engine: broadcasting, promotion, blocking and threads.
+ *
+ * Every elementwise op is one contiguous kernel (kernels.c) applied to blocks
+ * of the output. An operand that is contiguous in the compute dtype is read in
+ * place; a broadcast single element is expanded into a block once; any other
+ * operand is gathered, converted, into a small buffer that stays in L1. The
+ * output is written in place unless it is a strided view (kiln_assign), which
+ * gets a scatter. Large outputs are split across the thread pool. */
+#include <string.h>
+
+#include "eager/internal.h"
+
+enum {
+    BLOCK = 1024,            /* elements per block: 8 KiB at most per buffer */
+    MAX_OPERANDS = 3,
+    GRAIN = 32 * 1024,       /* elements per thread, cheap ops */
+    GRAIN_COSTLY = 4 * 1024, /* elements per thread, transcendental ops */
+};
+
+typedef struct {
+    ew_kernel kernel; /* NULL: a plain copy into the output's dtype */
+    int n_in;
+    int ndim; /* of the collapsed iteration space */
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t numel;
+    strided in[MAX_OPERANDS];
+    int64_t in_strides[MAX_OPERANDS][KILN_MAX_DIMS];
+    kiln_dtype in_dt[MAX_OPERANDS]; /* the dtype the kernel reads */
+    bool in_direct[MAX_OPERANDS];   /* contiguous in that dtype: read in place */
+    bool in_constant[MAX_OPERANDS]; /* one element broadcast everywhere */
+    strided out;
+    int64_t out_strides[KILN_MAX_DIMS];
+    bool out_direct;
+} ew_plan;
+
+/* -- Planning -------------------------------------------------------------- */
+
+static bool strides_contiguous(int ndim, const int64_t *shape, const int64_t *strides)
+{
+    int64_t step = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        if (strides[i] != step)
+            return false;
+        step *= shape[i];
+    }
+    return true;
+}
+
+static bool strides_zero(int ndim, const int64_t *strides)
+{
+    for (int i = 0; i < ndim; i++)
+        if (strides[i])
+            return false;
+    return true;
+}
+
+/* Drops size-1 axes and merges neighbours that every operand walks as one. */
+static void collapse(ew_plan *p, int ndim, const int64_t *shape)
+{
+    int64_t *all[MAX_OPERANDS + 1];
+    int n = p->n_in + 1;
+    for (int k = 0; k < p->n_in; k++)
+        all[k] = p->in_strides[k];
+    all[p->n_in] = p->out_strides;
+    int out = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1)
+            continue;
+        bool merge = out > 0;
+        for (int k = 0; k < n && merge; k++)
+            merge = all[k][out - 1] == all[k][d] * shape[d];
+        if (merge) {
+            p->shape[out - 1] *= shape[d];
+            for (int k = 0; k < n; k++)
+                all[k][out - 1] = all[k][d];
+            continue;
+        }
+        p->shape[out] = shape[d];
+        for (int k = 0; k < n; k++)
+            all[k][out] = all[k][d];
+        out++;
+    }
+    p->ndim = out;
+}
+
+static void plan_build(ew_plan *p, ew_kernel kernel, int n_in, const kiln_tensor *const *in,
+                       const kiln_dtype *in_dt, kiln_tensor *out)
+{
+    p->kernel = kernel;
+    p->n_in = n_in;
+    p->numel = out->numel;
+    for (int k = 0; k < n_in; k++)
+        broadcast_strides(in[k], out->ndim, out->shape, p->in_strides[k]);
+    memcpy(p->out_strides, out->strides, sizeof out->strides);
+    collapse(p, out->ndim, out->shape);
+    for (int k = 0; k < n_in; k++) {
+        p->in[k] = (strided){eager_data(in[k]), in[k]->dtype, p->ndim, p->shape, p->in_strides[k]};
+        p->in_dt[k] = in_dt[k];
+        p->in_constant[k] = strides_zero(p->ndim, p->in_strides[k]);
+        p->in_direct[k] = in[k]->dtype == in_dt[k] &&
+                          strides_contiguous(p->ndim, p->shape, p->in_strides[k]);
+    }
+    p->out = (strided){eager_data(out), out->dtype, p->ndim, p->shape, p->out_strides};
+    p->out_direct = strides_contiguous(p->ndim, p->shape, p->out_strides);
+}
+
+/* -- Running --------------------------------------------------------------- */
+
+static bool all_direct(const ew_plan *p)
+{
+    for (int k = 0; k < p->n_in; k++)
+        if (!p->in_direct[k])
+            return false;
+    return p->out_direct;
+}
+
+static void run_direct(const ew_plan *p, int64_t begin, int64_t end)
+{
+    const void *ins[MAX_OPERANDS];
+    for (int k = 0; k < p->n_in; k++)
+        ins[k] = p->in[k].base + begin * (int64_t)eager_dtype_size(p->in_dt[k]);
+    char *out = p->out.base + begin * (int64_t)eager_dtype_size(p->out.dtype);
+    if (p->kernel)
+        p->kernel(end - begin, out, ins);
+    else
+        memcpy(out, ins[0], (size_t)(end - begin) * eager_dtype_size(p->out.dtype));
+}
+
+static void run_blocks(void *ctx, int64_t begin, int64_t end)
+{
+    const ew_plan *p = ctx;
+    if (all_direct(p)) {
+        run_direct(p, begin, end);
+        return;
+    }
+    _Alignas(64) char bufs[MAX_OPERANDS][BLOCK * 8];
+    _Alignas(64) char out_buf[BLOCK * 8];
+    const void *ins[MAX_OPERANDS];
+    size_t out_size = eager_dtype_size(p->out.dtype);
+    for (int k = 0; k < p->n_in; k++)
+        if (p->in_constant[k] && !p->in_direct[k])
+            convert(bufs[k], p->in_dt[k], p->in[k].base, p->in[k].dtype, BLOCK, 0);
+
+    for (int64_t start = begin; start < end; start += BLOCK) {
+        int64_t n = end - start < BLOCK ? end - start : BLOCK;
+        char *out = p->out_direct ? p->out.base + start * (int64_t)out_size : out_buf;
+        for (int k = 0; k < p->n_in; k++) {
+            size_t size = eager_dtype_size(p->in_dt[k]);
+            if (p->in_direct[k]) {
+                ins[k] = p->in[k].base + start * (int64_t)size;
+            } else if (p->in_constant[k]) {
+                ins[k] = bufs[k];
+            } else {
+                /* A copy gathers straight into its destination. */
+                void *dst = p->kernel ? (void *)bufs[k] : (void *)out;
+                strided_gather(dst, p->in_dt[k], &p->in[k], start, n);
+                ins[k] = dst;
+            }
+        }
+        if (p->kernel)
+            p->kernel(n, out, ins);
+        else if (ins[0] != out)
+            memcpy(out, ins[0], (size_t)n * out_size);
+        if (!p->out_direct)
+            strided_scatter(&p->out, out_buf, start, n);
+    }
+}
+
+static void run_plan(const ew_plan *p, bool costly)
+{
+    core_parallel_for(p->numel, costly ? GRAIN_COSTLY : GRAIN, run_blocks, (void *)p);
+}
+
+/* Applies kernel to the broadcast operands into out (borrowed, fully written). */
+static void apply_into(ew_kernel kernel, bool costly, int n_in, const kiln_tensor *const *in,
+                       const kiln_dtype *in_dt, kiln_tensor *out)
+{
+    ew_plan plan;
+    plan_build(&plan, kernel, n_in, in, in_dt, out);
+    run_plan(&plan, costly);
+}
+
+static bool same_layout(const kiln_tensor *a, const kiln_tensor *b)
+{
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
+}
+
+/* A new tensor: kernel over the broadcast of n_in operands. Unowned. */
+static kiln_tensor *apply(const char *fn, ew_kernel kernel, bool costly, int n_in,
+                          const kiln_tensor *const *in, const kiln_dtype *in_dt, kiln_dtype out_dt)
+{
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    if (broadcast_shapes(fn, n_in, in, &ndim, shape) < 0)
+        return NULL;
+    kiln_tensor *out = tensor_new(fn, out_dt, ndim, shape);
+    if (!out)
+        return NULL;
+    /* The common small case: contiguous operands of the output's shape. */
+    bool direct = out->numel < GRAIN;
+    for (int k = 0; k < n_in && direct; k++)
+        direct = in[k]->dtype == in_dt[k] && same_layout(in[k], out) && eager_is_contiguous(in[k]);
+    if (direct) {
+        const void *ins[MAX_OPERANDS];
+        for (int k = 0; k < n_in; k++)
+            ins[k] = eager_data(in[k]);
+        kernel(out->numel, out->storage->data, ins);
+        return out;
+    }
+    apply_into(kernel, costly, n_in, in, in_dt, out);
+    return out;
+}
+
+/* -- Copies ---------------------------------------------------------------- */
+
+int copy_into(const char *fn, kiln_tensor *dst, const kiln_tensor *src)
+{
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    const kiln_tensor *pair[2] = {dst, src};
+    if (broadcast_shapes(fn, 2, pair, &ndim, shape) < 0)
+        return -CORE_SHAPE;
+    if (ndim != dst->ndim || memcmp(shape, dst->shape, (size_t)ndim * sizeof *shape)) {
+        char a[CORE_SHAPE_STR_MAX], b[CORE_SHAPE_STR_MAX];
+        return core_fail(CORE_SHAPE, fn, "source shape %s does not broadcast to destination %s",
+                         core_shape_str(a, src->ndim, src->shape),
+                         core_shape_str(b, dst->ndim, dst->shape));
+    }
+    kiln_tensor *staged = NULL;
+    if (src->storage == dst->storage) { /* overlapping views: read everything first */
+        staged = copy_as(fn, src, src->dtype);
+        if (!staged)
+            return -CORE_NOMEM;
+        src = staged;
+    }
+    apply_into(NULL, false, 1, &src, &dst->dtype, dst);
+    kiln_release(staged);
+    return 0;
+}
+
+kiln_tensor *copy_as(const char *fn, const kiln_tensor *src, kiln_dtype dt)
+{
+    kiln_tensor *out = tensor_new(fn, dt, src->ndim, src->shape);
+    if (out)
+        apply_into(NULL, false, 1, &src, &dt, out);
+    return out;
+}
+
+/* -- Public ops ------------------------------------------------------------ */
+
+static kiln_tensor *fail_dtype(const char *fn, int n, const kiln_tensor *const *ts, const char *what)
+{
+    char d[MAX_OPERANDS][DESCRIBE_MAX];
+    if (n == 1)
+        core_fail(CORE_DTYPE, fn, "%s (operand %s)", what, describe(d[0], ts[0]));
+    else
+        core_fail(CORE_DTYPE, fn, "%s (operands %s and %s)", what, describe(d[0], ts[0]),
+                  describe(d[1], ts[1]));
+    return NULL;
+}
+
+static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor *b)
+{
+    if (!a || !b) {
+        core_fail_null(fn, !a ? "operand a" : "operand b");
+        return NULL;
+    }
+    const kiln_tensor *in[2] = {a, b};
+    kiln_dtype promoted = ir_promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
+    int result = ir_result_dtype(ir_ops[op].rule, promoted);
+    if (result < 0)
+        return fail_dtype(fn, 2, in, "bool operands are not supported");
+    kiln_dtype compute = ir_ops[op].rule == RULE_COMPARE ? promoted : (kiln_dtype)result;
+    kiln_dtype in_dt[2] = {compute, compute};
+    return tensor_own(apply(fn, kernel_for(op, compute), ir_ops[op].flags & FLAG_TRANSCENDENTAL, 2,
+                            in, in_dt, (kiln_dtype)result));
+}
+
+static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
+{
+    if (!a) {
+        core_fail_null(fn, "operand a");
+        return NULL;
+    }
+    const kiln_tensor *in[1] = {a};
+    int result = ir_result_dtype(ir_ops[op].rule, a->dtype);
+    if (result < 0)
+        return fail_dtype(fn, 1, in, "bool is not supported");
+    kiln_dtype compute = (kiln_dtype)result;
+    return tensor_own(apply(fn, kernel_for(op, compute), ir_ops[op].flags & FLAG_TRANSCENDENTAL, 1,
+                            in, &compute, compute));
+}
+
+#define OP_BINARY(N, n, flags, rule)                                  \
+    kiln_tensor *kiln_##n(kiln_tensor *a, kiln_tensor *b)             \
+    {                                                                 \
+        return binary(OP_##N, "kiln_" #n, a, b);                      \
+    }
+#define OP_UNARY(N, n, flags, rule)                                   \
+    kiln_tensor *kiln_##n(kiln_tensor *a)                             \
+    {                                                                 \
+        return unary(OP_##N, "kiln_" #n, a);                          \
+    }
+#define OP(N, n, arity, kind, flags, rule)
+#include "ir/ops.def"
+
+/* A 0-d operand on the stack: scalar forms allocate nothing but the result.
+ * Whole numbers act as i64 (keeping an integer tensor's dtype), others as f64
+ * (raising integers to f32), as Python scalars do in PyTorch. */
+typedef struct {
+    kiln_tensor tensor;
+    eager_storage storage;
+    union { double f; int64_t i; } value;
+} stack_scalar;
+
+static kiln_tensor *stack_scalar_init(stack_scalar *s, double value)
+{
+    bool whole = value == (double)(int64_t)value && value > -0x1p63 && value < 0x1p63;
+    memset(&s->tensor, 0, sizeof s->tensor);
+    s->tensor.dtype = whole ? KILN_I64 : KILN_F64;
+    s->tensor.numel = 1;
+    s->tensor.storage = &s->storage;
+    s->storage.data = &s->value;
+    s->storage.nbytes = 8;
+    if (whole)
+        s->value.i = (int64_t)value;
+    else
+        s->value.f = value;
+    return &s->tensor;
+}
+
+/* A float tensor keeps its dtype with any scalar: the scalar is f64 then. */
+static kiln_tensor *scalar_for(stack_scalar *s, const kiln_tensor *a, double value)
+{
+    kiln_tensor *t = stack_scalar_init(s, value);
+    if (a && ir_dtype_is_float(a->dtype) && t->dtype == KILN_I64) {
+        t->dtype = KILN_F64;
+        s->value.f = value;
+    }
+    return t;
+}
+
+#define SCALAR_FORM(n)                                                         \
+    kiln_tensor *kiln_##n##_scalar(kiln_tensor *a, double b)                   \
+    {                                                                          \
+        if (!a) {                                                              \
+            core_fail_null("kiln_" #n "_scalar", "operand a");                 \
+            return NULL;                                                       \
+        }                                                                      \
+        stack_scalar s;                                                        \
+        return binary(OP_##n##_ID, "kiln_" #n "_scalar", a, scalar_for(&s, a, b)); \
+    }
+#define OP_add_ID OP_ADD
+#define OP_sub_ID OP_SUB
+#define OP_mul_ID OP_MUL
+#define OP_div_ID OP_DIV
+#define OP_pow_ID OP_POW
+#define OP_maximum_ID OP_MAXIMUM
+#define OP_minimum_ID OP_MINIMUM
+SCALAR_FORM(add)
+SCALAR_FORM(sub)
+SCALAR_FORM(mul)
+SCALAR_FORM(div)
+SCALAR_FORM(pow)
+SCALAR_FORM(maximum)
+SCALAR_FORM(minimum)
+
+kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
+{
+    const char *fn = "kiln_where";
+    if (!cond || !a || !b) {
+        core_fail_null(fn, !cond ? "cond" : !a ? "operand a" : "operand b");
+        return NULL;
+    }
+    if (cond->dtype != KILN_BOOL) {
+        char d[DESCRIBE_MAX];
+        core_fail(CORE_DTYPE, fn, "cond must be bool, got %s", describe(d, cond));
+        return NULL;
+    }
+    kiln_dtype dt = ir_promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
+    const kiln_tensor *in[3] = {cond, a, b};
+    kiln_dtype in_dt[3] = {KILN_BOOL, dt, dt};
+    return tensor_own(apply(fn, kernel_for(OP_WHERE, dt), false, 3, in, in_dt, dt));
+}
+
+kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt)
+{
+    if (!a) {
+        core_fail_null("kiln_cast", "operand a");
+        return NULL;
+    }
+    if (check_dtype("kiln_cast", dt) < 0)
+        return NULL;
+    if (a->dtype == dt)
+        return tensor_own(kiln_retain(a));
+    return tensor_own(copy_as("kiln_cast", a, dt));
+}
+
+kiln_tensor *kiln_contiguous(kiln_tensor *a)
+{
+    if (!a) {
+        core_fail_null("kiln_contiguous", "operand a");
+        return NULL;
+    }
+    if (eager_is_contiguous(a))
+        return tensor_own(kiln_retain(a));
+    return tensor_own(copy_as("kiln_contiguous", a, a->dtype));
+}
+
+int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
+{
+    if (!dst || !src)
+        return core_fail_null("kiln_assign", !dst ? "dst" : "src");
+    for (int d = 0; d < dst->ndim; d++) {
+        if (dst->strides[d] == 0 && dst->shape[d] > 1) {
+            char buf[DESCRIBE_MAX];
+            return core_fail(CORE_VALUE, "kiln_assign",
+                             "dst %s is a broadcast view: several elements share memory",
+                             describe(buf, dst));
+        }
+    }
+    return copy_into("kiln_assign", dst, src);
+}
+
+/* -- Fills and copies to plain memory -------------------------------------- */
+
+int fill_value(kiln_tensor *dst, double value)
+{
+    stack_scalar s;
+    kiln_tensor *v = stack_scalar_init(&s, value);
+    v->dtype = KILN_F64;
+    s.value.f = value;
+    const kiln_tensor *in = v;
+    apply_into(NULL, false, 1, &in, &dst->dtype, dst);
+    return 0;
+}
+
+void copy_to_memory(void *dst, const kiln_tensor *src)
+{
+    kiln_tensor wrap = *src;
+    eager_storage storage = {.data = dst, .nbytes = (size_t)src->numel * eager_dtype_size(src->dtype)};
+    wrap.storage = &storage;
+    wrap.offset = 0;
+    int64_t step = 1;
+    for (int i = src->ndim - 1; i >= 0; i--) {
+        wrap.strides[i] = step;
+        step *= src->shape[i];
+    }
+    apply_into(NULL, false, 1, &src, &src->dtype, &wrap);
+}

@@ -1,0 +1,74 @@
+/* What the files of src/eager share among themselves. */
+#ifndef KILN_EAGER_INTERNAL_H
+#define KILN_EAGER_INTERNAL_H
+
+#include "eager/eager.h"
+
+/* -- tensor.c: lifetime, scopes, checks ------------------------------------ */
+
+/* A new contiguous tensor with fresh storage, not yet owned by a scope;
+ * NULL with fn's error when the shape is bad or memory runs out. */
+kiln_tensor *tensor_new(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape);
+/* A new view of base's storage (which gains a reference). */
+kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, const int64_t *shape,
+                         const int64_t *strides, int64_t offset);
+/* Hands the new reference t to the innermost scope, if any; returns t. */
+kiln_tensor *tensor_own(kiln_tensor *t);
+/* Releases the reference (NULL-safe) and returns NULL, for error paths. */
+kiln_tensor *tensor_drop(kiln_tensor *t);
+
+/* Checks ndim, shape entries and the element count; stores the count. */
+int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel);
+int check_dtype(const char *fn, kiln_dtype dt);
+/* Resolves a possibly negative axis among t's ndim + extra positions. */
+int check_axis(const char *fn, int axis, const kiln_tensor *t, int extra, int *resolved);
+/* "[3,4] f32" for error messages. */
+#define DESCRIBE_MAX (CORE_SHAPE_STR_MAX + 8)
+char *describe(char buf[DESCRIBE_MAX], const kiln_tensor *t);
+
+/* -- convert.c: dtype conversion and strided walks --------------------------- */
+
+/* Converts n elements of src_dt read every src_stride elements into dst (contiguous). */
+void convert(void *dst, kiln_dtype dst_dt, const void *src, kiln_dtype src_dt, int64_t n,
+             int64_t src_stride);
+
+/* A strided N-d view of memory: shape and strides (elements) over base. */
+typedef struct {
+    char *base;
+    kiln_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    const int64_t *strides;
+} strided;
+
+/* Reads the row-major elements [begin, begin+count) of src into dst, converted. */
+void strided_gather(void *dst, kiln_dtype dst_dt, const strided *src, int64_t begin, int64_t count);
+/* Writes count contiguous elements of src's dtype into dst's elements [begin, begin+count). */
+void strided_scatter(const strided *dst, const void *src, int64_t begin, int64_t count);
+
+/* -- broadcast.c ----------------------------------------------------------- */
+
+/* The broadcast shape of n tensors, or an error naming fn and every shape. */
+int broadcast_shapes(const char *fn, int n, const kiln_tensor *const *ts, int *ndim, int64_t *shape);
+/* t's strides seen as a tensor of shape (ndim, shape): 0 along broadcast axes. */
+void broadcast_strides(const kiln_tensor *t, int ndim, const int64_t *shape, int64_t *strides);
+
+/* -- kernels.c: contiguous loops per op and dtype -------------------------- */
+
+/* out[i] = op(in[0][i], in[1][i], ...) for i < n; all of the compute dtype
+ * except comparisons, which write bool. */
+typedef void (*ew_kernel)(int64_t n, void *out, const void *const *in);
+ew_kernel kernel_for(ir_op op, kiln_dtype compute);
+
+/* -- elementwise.c --------------------------------------------------------- */
+
+/* Writes src, broadcast to dst's shape and converted to its dtype, into dst. */
+int copy_into(const char *fn, kiln_tensor *dst, const kiln_tensor *src);
+/* A new contiguous tensor holding src converted to dt (unowned). */
+kiln_tensor *copy_as(const char *fn, const kiln_tensor *src, kiln_dtype dt);
+/* Sets every element of dst (any layout) to value converted to its dtype. */
+int fill_value(kiln_tensor *dst, double value);
+/* Copies src row-major and contiguous into plain memory of its dtype. */
+void copy_to_memory(void *dst, const kiln_tensor *src);
+
+#endif

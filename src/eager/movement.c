@@ -1,0 +1,339 @@
+/* Movement ops: views that share storage (reshape when the strides allow,
+ * permute, transpose, expand, slice, squeeze, unsqueeze) and concat. */
+#include <string.h>
+
+#include "eager/internal.h"
+
+static kiln_tensor *fail_null(const char *fn, const char *what)
+{
+    core_fail_null(fn, what);
+    return NULL;
+}
+
+/* -- Reshape --------------------------------------------------------------- */
+
+/* Strides that let shape view a's memory, if any: walks a's dimensions from
+ * the innermost, grouping the ones that are contiguous with each other, and
+ * requires each group to be split or merged exactly by the new shape. */
+static bool view_strides(const kiln_tensor *a, int ndim, const int64_t *shape, int64_t *strides)
+{
+    if (a->numel == 0 || a->ndim == 0) {
+        int64_t step = 1;
+        for (int i = ndim - 1; i >= 0; i--) {
+            strides[i] = step;
+            step *= shape[i] > 1 ? shape[i] : 1;
+        }
+        return true;
+    }
+    int view_d = ndim - 1;
+    int64_t base_stride = a->strides[a->ndim - 1], group = 1, viewed = 1;
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        group *= a->shape[d];
+        bool group_ends = d == 0 || (a->shape[d - 1] != 1 && a->strides[d - 1] != group * base_stride);
+        if (!group_ends)
+            continue;
+        while (view_d >= 0 && (viewed < group || shape[view_d] == 1)) {
+            strides[view_d] = viewed * base_stride;
+            viewed *= shape[view_d];
+            view_d--;
+        }
+        if (viewed != group)
+            return false;
+        if (d > 0) {
+            base_stride = a->strides[d - 1];
+            group = viewed = 1;
+        }
+    }
+    return view_d == -1;
+}
+
+/* Fills in the one -1 of shape; errors name the shapes. */
+static int infer_shape(const char *fn, const kiln_tensor *a, int ndim, const int64_t *req, int64_t *shape)
+{
+    char from[CORE_SHAPE_STR_MAX], to[CORE_SHAPE_STR_MAX];
+    core_shape_str(from, a->ndim, a->shape);
+    core_shape_str(to, ndim, req);
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        shape[i] = req[i];
+        if (req[i] == -1 && infer < 0) {
+            infer = i;
+            continue;
+        }
+        if (req[i] < 0)
+            return core_fail(CORE_SHAPE, fn, "cannot reshape %s to %s: bad size %lld", from, to,
+                             (long long)req[i]);
+        known *= req[i];
+    }
+    if (infer >= 0) {
+        if (known == 0 || a->numel % known)
+            return core_fail(CORE_SHAPE, fn, "cannot reshape %s (%lld elements) to %s", from,
+                             (long long)a->numel, to);
+        shape[infer] = a->numel / known;
+        known *= shape[infer];
+    }
+    if (known != a->numel)
+        return core_fail(CORE_SHAPE, fn, "cannot reshape %s (%lld elements) to %s", from,
+                         (long long)a->numel, to);
+    return 0;
+}
+
+kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
+{
+    const char *fn = "kiln_reshape";
+    if (!a)
+        return fail_null(fn, "operand a");
+    if (ndim < 0 || ndim > KILN_MAX_DIMS) {
+        core_fail(CORE_SHAPE, fn, "ndim %d is outside 0..%d", ndim, KILN_MAX_DIMS);
+        return NULL;
+    }
+    if (ndim > 0 && !req)
+        return fail_null(fn, "shape");
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    if (infer_shape(fn, a, ndim, req, shape) < 0)
+        return NULL;
+    if (view_strides(a, ndim, shape, strides))
+        return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
+    kiln_tensor *copy = copy_as(fn, a, a->dtype);
+    if (!copy)
+        return NULL;
+    view_strides(copy, ndim, shape, strides); /* always fits a contiguous copy */
+    kiln_tensor *out = tensor_view(fn, copy, ndim, shape, strides, 0);
+    kiln_release(copy);
+    return tensor_own(out);
+}
+
+/* -- Axis permutations ----------------------------------------------------- */
+
+kiln_tensor *kiln_permute(kiln_tensor *a, const int *perm)
+{
+    const char *fn = "kiln_permute";
+    if (!a)
+        return fail_null(fn, "operand a");
+    if (!perm && a->ndim > 0)
+        return fail_null(fn, "perm");
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    bool used[KILN_MAX_DIMS] = {false};
+    for (int i = 0; i < a->ndim; i++) {
+        int axis;
+        if (check_axis(fn, perm[i], a, 0, &axis) < 0)
+            return NULL;
+        if (used[axis]) {
+            char d[DESCRIBE_MAX];
+            core_fail(CORE_AXIS, fn, "axis %d appears twice in the permutation of %s", perm[i],
+                      describe(d, a));
+            return NULL;
+        }
+        used[axis] = true;
+        shape[i] = a->shape[axis];
+        strides[i] = a->strides[axis];
+    }
+    return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
+}
+
+kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1)
+{
+    const char *fn = "kiln_transpose";
+    if (!a)
+        return fail_null(fn, "operand a");
+    int i, j;
+    if (check_axis(fn, axis0, a, 0, &i) < 0 || check_axis(fn, axis1, a, 0, &j) < 0)
+        return NULL;
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    memcpy(strides, a->strides, sizeof strides);
+    shape[i] = a->shape[j], shape[j] = a->shape[i];
+    strides[i] = a->strides[j], strides[j] = a->strides[i];
+    return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
+}
+
+/* -- Broadcast, slice, squeeze --------------------------------------------- */
+
+kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
+{
+    const char *fn = "kiln_expand";
+    if (!a)
+        return fail_null(fn, "operand a");
+    if (ndim > 0 && !req)
+        return fail_null(fn, "shape");
+    char from[CORE_SHAPE_STR_MAX], to[CORE_SHAPE_STR_MAX];
+    core_shape_str(from, a->ndim, a->shape);
+    if (ndim < 0) {
+        core_fail(CORE_SHAPE, fn, "cannot expand %s to ndim %d", from, ndim);
+        return NULL;
+    }
+    if (ndim > KILN_MAX_DIMS) {
+        core_fail(CORE_SHAPE, fn, "cannot expand %s to %d dimensions (at most %d)", from, ndim,
+                  KILN_MAX_DIMS);
+        return NULL;
+    }
+    if (ndim < a->ndim) {
+        core_fail(CORE_SHAPE, fn, "cannot expand %s to %s: fewer dimensions", from,
+                  core_shape_str(to, ndim, req));
+        return NULL;
+    }
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    int lead = ndim - a->ndim;
+    for (int d = 0; d < ndim; d++) {
+        int64_t old = d < lead ? 1 : a->shape[d - lead];
+        int64_t want = req[d] == -1 && d >= lead ? old : req[d];
+        if (want < 0 || (old != 1 && old != want)) {
+            core_fail(CORE_SHAPE, fn, "shape %s does not broadcast to %s", from,
+                      core_shape_str(to, ndim, req));
+            return NULL;
+        }
+        shape[d] = want;
+        strides[d] = old == want && d >= lead ? a->strides[d - lead] : 0;
+    }
+    return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
+}
+
+/* Python's clamping of slice bounds for a size-n axis. */
+static int64_t slice_bound(int64_t i, int64_t n, bool forward)
+{
+    if (i < 0)
+        i = i < -n ? -1 : i + n;
+    if (forward)
+        return i < 0 ? 0 : i > n ? n : i;
+    return i > n - 1 ? n - 1 : i;
+}
+
+kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, int64_t step)
+{
+    const char *fn = "kiln_slice";
+    if (!a)
+        return fail_null(fn, "operand a");
+    if (check_axis(fn, axis, a, 0, &axis) < 0)
+        return NULL;
+    if (step == 0 || step == INT64_MIN) {
+        core_fail(CORE_VALUE, fn, "step must be nonzero (axis %d)", axis);
+        return NULL;
+    }
+    int64_t n = a->shape[axis];
+    start = slice_bound(start, n, step > 0);
+    stop = slice_bound(stop, n, step > 0);
+    int64_t len = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                           : (start > stop ? (start - stop - step - 1) / -step : 0);
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    memcpy(strides, a->strides, sizeof strides);
+    shape[axis] = len;
+    strides[axis] = a->strides[axis] * step;
+    int64_t offset = a->offset + (len ? start * a->strides[axis] : 0);
+    return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, offset));
+}
+
+kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis)
+{
+    const char *fn = "kiln_squeeze";
+    if (!a)
+        return fail_null(fn, "operand a");
+    if (axis != KILN_ALL) {
+        if (check_axis(fn, axis, a, 0, &axis) < 0)
+            return NULL;
+        if (a->shape[axis] != 1) {
+            char d[DESCRIBE_MAX];
+            core_fail(CORE_SHAPE, fn, "axis %d of %s has size %lld, not 1", axis, describe(d, a),
+                      (long long)a->shape[axis]);
+            return NULL;
+        }
+    }
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->shape[d] == 1 && (axis == KILN_ALL || d == axis))
+            continue;
+        shape[n] = a->shape[d];
+        strides[n++] = a->strides[d];
+    }
+    return tensor_own(tensor_view(fn, a, n, shape, strides, a->offset));
+}
+
+kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis)
+{
+    const char *fn = "kiln_unsqueeze";
+    if (!a)
+        return fail_null(fn, "operand a");
+    if (check_axis(fn, axis, a, 1, &axis) < 0)
+        return NULL;
+    if (a->ndim == KILN_MAX_DIMS) {
+        char d[DESCRIBE_MAX];
+        core_fail(CORE_SHAPE, fn, "%s already has %d dimensions", describe(d, a), KILN_MAX_DIMS);
+        return NULL;
+    }
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    for (int d = 0, k = 0; d <= a->ndim; d++) {
+        if (d == axis) {
+            shape[d] = 1;
+            strides[d] = k < a->ndim ? a->strides[k] * a->shape[k] : 1;
+            continue;
+        }
+        shape[d] = a->shape[k];
+        strides[d] = a->strides[k++];
+    }
+    return tensor_own(tensor_view(fn, a, a->ndim + 1, shape, strides, a->offset));
+}
+
+/* -- Concat ---------------------------------------------------------------- */
+
+static int check_concat(const char *fn, kiln_tensor *const *ts, int n, int axis, int *resolved,
+                        kiln_dtype *dt)
+{
+    if (!ts)
+        return core_fail_null(fn, "ts");
+    if (n < 1)
+        return core_fail(CORE_VALUE, fn, "needs at least one tensor, got %d", n);
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) {
+            char what[32];
+            snprintf(what, sizeof what, "ts[%d]", i);
+            return core_fail_null(fn, what);
+        }
+    }
+    if (check_axis(fn, axis, ts[0], 0, resolved) < 0)
+        return -CORE_AXIS;
+    *dt = ts[0]->dtype;
+    for (int i = 1; i < n; i++) {
+        bool fits = ts[i]->ndim == ts[0]->ndim;
+        for (int d = 0; fits && d < ts[0]->ndim; d++)
+            fits = d == *resolved || ts[i]->shape[d] == ts[0]->shape[d];
+        if (!fits) {
+            char a[DESCRIBE_MAX], b[DESCRIBE_MAX];
+            return core_fail(CORE_SHAPE, fn, "ts[0] %s and ts[%d] %s differ off axis %d",
+                             describe(a, ts[0]), i, describe(b, ts[i]), *resolved);
+        }
+        *dt = ir_promote(*dt, false, ts[i]->dtype, false);
+    }
+    return 0;
+}
+
+kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis)
+{
+    const char *fn = "kiln_concat";
+    kiln_dtype dt = KILN_F32;
+    if (check_concat(fn, ts, n, axis, &axis, &dt) < 0)
+        return NULL;
+    int64_t shape[KILN_MAX_DIMS];
+    memcpy(shape, ts[0]->shape, sizeof shape);
+    shape[axis] = 0;
+    for (int i = 0; i < n; i++)
+        shape[axis] += ts[i]->shape[axis];
+    kiln_tensor *out = tensor_new(fn, dt, ts[0]->ndim, shape);
+    if (!out)
+        return NULL;
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t part_shape[KILN_MAX_DIMS];
+        memcpy(part_shape, shape, sizeof part_shape);
+        part_shape[axis] = ts[i]->shape[axis];
+        kiln_tensor *part = tensor_view(fn, out, out->ndim, part_shape, out->strides,
+                                        at * out->strides[axis]);
+        int status = part ? copy_into(fn, part, ts[i]) : -CORE_NOMEM;
+        kiln_release(part);
+        if (status < 0)
+            return tensor_drop(out);
+        at += ts[i]->shape[axis];
+    }
+    return tensor_own(out);
+}

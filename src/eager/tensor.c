@@ -1,0 +1,397 @@
+/* Tensor lifetime: storage, reference counts, scopes, accessors and checks. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "eager/internal.h"
+
+static _Atomic int64_t live_tensors, live_bytes;
+
+/* -- Storage --------------------------------------------------------------- */
+
+/* Small storages share one block with their header: one allocation per tensor. */
+enum { HEADER = 64, INLINE_LIMIT = 1 << 20 };
+
+static eager_storage *storage_new(size_t nbytes)
+{
+    eager_storage *s;
+    if (nbytes + HEADER < INLINE_LIMIT) {
+        s = core_alloc(HEADER + nbytes);
+        if (!s)
+            return NULL;
+        s->data = (char *)s + HEADER;
+    } else {
+        s = malloc(sizeof *s);
+        if (!s)
+            return NULL;
+        s->data = core_alloc(nbytes);
+        if (!s->data) {
+            free(s);
+            return NULL;
+        }
+    }
+    atomic_init(&s->refs, 1);
+    s->device = KILN_CPU;
+    s->nbytes = nbytes;
+    atomic_fetch_add_explicit(&live_bytes, (int64_t)nbytes, memory_order_relaxed);
+    return s;
+}
+
+static void storage_release(eager_storage *s)
+{
+    if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    atomic_fetch_sub_explicit(&live_bytes, (int64_t)s->nbytes, memory_order_relaxed);
+    if (s->nbytes + HEADER < INLINE_LIMIT) {
+        core_free(s, HEADER + s->nbytes);
+        return;
+    }
+    core_free(s->data, s->nbytes);
+    free(s);
+}
+
+/* -- Tensors --------------------------------------------------------------- */
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t step = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = step;
+        step *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
+
+static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, int64_t numel)
+{
+    kiln_tensor *t = malloc(sizeof *t);
+    if (!t)
+        return NULL;
+    atomic_init(&t->refs, 1);
+    t->dtype = dt;
+    t->device = KILN_CPU;
+    t->ndim = ndim;
+    t->numel = numel;
+    t->offset = 0;
+    if (ndim)
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->storage = NULL;
+    t->scope_depth = 0;
+    t->scope_slot = 0;
+    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    return t;
+}
+
+kiln_tensor *tensor_new(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    int64_t numel;
+    if (check_dtype(fn, dt) < 0 || check_shape(fn, ndim, shape, &numel) < 0)
+        return NULL;
+    kiln_tensor *t = tensor_alloc(dt, ndim, shape, numel);
+    if (!t)
+        goto nomem;
+    contiguous_strides(ndim, shape, t->strides);
+    t->storage = storage_new((size_t)numel * eager_dtype_size(dt));
+    if (!t->storage)
+        goto nomem;
+    return t;
+nomem:
+    tensor_drop(t);
+    char buf[CORE_SHAPE_STR_MAX];
+    core_fail(CORE_NOMEM, fn, "out of memory allocating %s %s", core_shape_str(buf, ndim, shape),
+              kiln_dtype_name(dt));
+    return NULL;
+}
+
+kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, const int64_t *shape,
+                         const int64_t *strides, int64_t offset)
+{
+    int64_t numel;
+    if (check_shape(fn, ndim, shape, &numel) < 0)
+        return NULL;
+    kiln_tensor *t = tensor_alloc(base->dtype, ndim, shape, numel);
+    if (!t) {
+        core_fail(CORE_NOMEM, fn, "out of memory");
+        return NULL;
+    }
+    t->device = base->device;
+    if (ndim)
+        memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
+    t->offset = offset;
+    t->storage = base->storage;
+    atomic_fetch_add_explicit(&t->storage->refs, 1, memory_order_relaxed);
+    return t;
+}
+
+kiln_tensor *tensor_drop(kiln_tensor *t)
+{
+    kiln_release(t);
+    return NULL;
+}
+
+kiln_tensor *kiln_retain(kiln_tensor *t)
+{
+    if (t)
+        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    return t;
+}
+
+void kiln_release(kiln_tensor *t)
+{
+    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (t->storage)
+        storage_release(t->storage);
+    atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    free(t);
+}
+
+int64_t kiln_live_tensors(void)
+{
+    return atomic_load(&live_tensors);
+}
+
+int64_t kiln_live_bytes(void)
+{
+    return atomic_load(&live_bytes);
+}
+
+bool eager_is_contiguous(const kiln_tensor *t)
+{
+    int64_t step = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != step)
+            return false;
+        step *= t->shape[i];
+    }
+    return true;
+}
+
+/* -- Scopes ---------------------------------------------------------------- */
+
+typedef struct {
+    kiln_tensor **items;
+    int count, cap;
+} scope;
+
+/* This thread's open scopes; freed with the thread by a key destructor. */
+typedef struct {
+    scope *levels;
+    int depth, cap;
+} scope_stack;
+
+static _Thread_local scope_stack *stack;
+static pthread_key_t stack_key;
+static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
+
+static void stack_free(void *p)
+{
+    scope_stack *s = p;
+    for (int i = 0; i < s->cap; i++)
+        free(s->levels[i].items);
+    free(s->levels);
+    free(s);
+}
+
+static void stack_key_create(void)
+{
+    pthread_key_create(&stack_key, stack_free);
+}
+
+static scope_stack *stack_get(void)
+{
+    if (stack)
+        return stack;
+    pthread_once(&stack_key_once, stack_key_create);
+    stack = calloc(1, sizeof *stack);
+    if (stack)
+        pthread_setspecific(stack_key, stack);
+    return stack;
+}
+
+static bool scope_push(scope *sc, kiln_tensor *t)
+{
+    if (sc->count == sc->cap) {
+        int cap = sc->cap ? 2 * sc->cap : 64;
+        kiln_tensor **items = realloc(sc->items, (size_t)cap * sizeof *items);
+        if (!items)
+            return false;
+        sc->items = items;
+        sc->cap = cap;
+    }
+    sc->items[sc->count] = t;
+    t->scope_slot = sc->count++;
+    return true;
+}
+
+kiln_tensor *tensor_own(kiln_tensor *t)
+{
+    if (!t || !stack || stack->depth == 0)
+        return t;
+    scope *sc = &stack->levels[stack->depth - 1];
+    if (!scope_push(sc, t)) {
+        kiln_release(t);
+        core_fail(CORE_NOMEM, "kiln_scope", "out of memory recording a tensor in a scope");
+        return NULL;
+    }
+    t->scope_depth = stack->depth;
+    return t;
+}
+
+void kiln_scope_begin(void)
+{
+    scope_stack *s = stack_get();
+    if (!s) {
+        core_fail(CORE_NOMEM, "kiln_scope_begin", "out of memory");
+        return;
+    }
+    if (s->depth == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 8;
+        scope *levels = realloc(s->levels, (size_t)cap * sizeof *levels);
+        if (!levels) {
+            core_fail(CORE_NOMEM, "kiln_scope_begin", "out of memory");
+            return;
+        }
+        memset(levels + s->cap, 0, (size_t)(cap - s->cap) * sizeof *levels);
+        s->levels = levels;
+        s->cap = cap;
+    }
+    s->levels[s->depth++].count = 0;
+}
+
+void kiln_scope_end(void)
+{
+    if (!stack || stack->depth == 0) {
+        core_fail(CORE_STATE, "kiln_scope_end", "no scope is open");
+        return;
+    }
+    scope *sc = &stack->levels[--stack->depth];
+    for (int i = sc->count - 1; i >= 0; i--)
+        kiln_release(sc->items[i]);
+    sc->count = 0;
+}
+
+/* Finds t among the innermost scope's references: its recorded slot first. */
+static int scope_find(const scope *sc, const kiln_tensor *t)
+{
+    if (t->scope_slot < sc->count && sc->items[t->scope_slot] == t)
+        return t->scope_slot;
+    for (int i = sc->count - 1; i >= 0; i--)
+        if (sc->items[i] == t)
+            return i;
+    return -1;
+}
+
+kiln_tensor *kiln_keep(kiln_tensor *t)
+{
+    if (!t || !stack || stack->depth == 0)
+        return t;
+    scope *sc = &stack->levels[stack->depth - 1];
+    int slot = scope_find(sc, t);
+    if (slot < 0)
+        return t;
+    sc->items[slot] = NULL;
+    t->scope_depth = 0;
+    if (stack->depth >= 2 && scope_push(&stack->levels[stack->depth - 2], t))
+        t->scope_depth = stack->depth - 1;
+    return t;
+}
+
+/* -- Checks and accessors -------------------------------------------------- */
+
+int check_dtype(const char *fn, kiln_dtype dt)
+{
+    if ((unsigned)dt > KILN_BOOL)
+        return core_fail(CORE_DTYPE, fn, "dtype %d is not a kiln_dtype", (int)dt);
+    return 0;
+}
+
+int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel)
+{
+    if (ndim < 0 || ndim > KILN_MAX_DIMS)
+        return core_fail(CORE_SHAPE, fn, "ndim %d is outside 0..%d", ndim, KILN_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return core_fail_null(fn, "shape");
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            char buf[CORE_SHAPE_STR_MAX];
+            return core_fail(CORE_SHAPE, fn, "shape %s has a negative size",
+                             core_shape_str(buf, ndim, shape));
+        }
+        if (shape[i] && n > (INT64_C(1) << 59) / shape[i]) {
+            char buf[CORE_SHAPE_STR_MAX];
+            return core_fail(CORE_SHAPE, fn, "shape %s has too many elements",
+                             core_shape_str(buf, ndim, shape));
+        }
+        n *= shape[i];
+    }
+    *numel = n;
+    return 0;
+}
+
+int check_axis(const char *fn, int axis, const kiln_tensor *t, int extra, int *resolved)
+{
+    char d[DESCRIBE_MAX];
+    int ndim = t->ndim + extra;
+    if (axis == KILN_ALL)
+        return core_fail(CORE_AXIS, fn, "axis KILN_ALL is not accepted here (operand %s)",
+                         describe(d, t));
+    if (axis < -ndim || axis >= ndim)
+        return core_fail(CORE_AXIS, fn, "axis %d is out of range for %s", axis, describe(d, t));
+    *resolved = axis < 0 ? axis + ndim : axis;
+    return 0;
+}
+
+char *describe(char buf[DESCRIBE_MAX], const kiln_tensor *t)
+{
+    core_shape_str(buf, t->ndim, t->shape);
+    strcat(buf, " ");
+    strcat(buf, kiln_dtype_name(t->dtype));
+    return buf;
+}
+
+size_t kiln_dtype_size(kiln_dtype dt)
+{
+    return (unsigned)dt > KILN_BOOL ? 0 : eager_dtype_size(dt);
+}
+
+const char *kiln_dtype_name(kiln_dtype dt)
+{
+    static const char *const names[] = {"f32", "f64", "i32", "i64", "bool"};
+    return (unsigned)dt > KILN_BOOL ? "?" : names[dt];
+}
+
+int kiln_ndim(const kiln_tensor *t)
+{
+    return t ? t->ndim : -1;
+}
+
+const int64_t *kiln_shape(const kiln_tensor *t)
+{
+    return t ? t->shape : NULL;
+}
+
+const int64_t *kiln_strides(const kiln_tensor *t)
+{
+    return t ? t->strides : NULL;
+}
+
+int64_t kiln_numel(const kiln_tensor *t)
+{
+    return t ? t->numel : -1;
+}
+
+kiln_dtype kiln_dtype_of(const kiln_tensor *t)
+{
+    return t ? t->dtype : KILN_F32;
+}
+
+kiln_device kiln_device_of(const kiln_tensor *t)
+{
+    return t ? t->device : KILN_CPU;
+}
+
+bool kiln_shares_storage(const kiln_tensor *a, const kiln_tensor *b)
+{
+    return a && b && a->storage == b->storage;
+}

@@ -1,0 +1,55 @@
+/* Shared helpers for kiln's Check suites: suite runner, tensor builders, comparisons. */
+#ifndef KILN_TEST_COMMON_H
+#define KILN_TEST_COMMON_H
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kiln/kiln.h>
+
+/* main() for a test program made of one suite. */
+#define KILN_TEST_MAIN(make_suite)                                   \
+    int main(void)                                                   \
+    {                                                                \
+        SRunner *runner = srunner_create(make_suite());              \
+        srunner_run_all(runner, CK_NORMAL);                          \
+        int failed = srunner_ntests_failed(runner);                  \
+        srunner_free(runner);                                        \
+        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;            \
+    }
+
+/* Asserts that a kiln call failed with a message containing each needle. */
+#define ck_assert_kiln_error(...)                                          \
+    do {                                                                   \
+        const char *needles_[] = {__VA_ARGS__};                            \
+        const char *msg_ = kiln_last_error();                              \
+        for (size_t i_ = 0; i_ < sizeof needles_ / sizeof *needles_; i_++) \
+            ck_assert_msg(strstr(msg_, needles_[i_]) != NULL,              \
+                          "error \"%s\" lacks \"%s\"", msg_, needles_[i_]); \
+    } while (0)
+
+/* A contiguous tensor copied out as doubles; the caller frees the array. */
+static inline double *test_values(const kiln_tensor *t)
+{
+    int64_t n = kiln_numel(t);
+    size_t size = kiln_dtype_size(kiln_dtype_of(t));
+    void *raw = malloc((size_t)(n ? n : 1) * size);
+    double *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    ck_assert_int_eq(kiln_copy_to_host(t, raw, (size_t)n * size), 0);
+    for (int64_t i = 0; i < n; i++) {
+        switch (kiln_dtype_of(t)) {
+        case KILN_F32: out[i] = ((float *)raw)[i]; break;
+        case KILN_F64: out[i] = ((double *)raw)[i]; break;
+        case KILN_I32: out[i] = ((int32_t *)raw)[i]; break;
+        case KILN_I64: out[i] = (double)((int64_t *)raw)[i]; break;
+        case KILN_BOOL: out[i] = ((uint8_t *)raw)[i]; break;
+        }
+    }
+    free(raw);
+    return out;
+}
+
+#endif
