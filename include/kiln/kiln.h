@@ -161,8 +161,9 @@ KILN_API kiln_tensor *kiln_ge(kiln_tensor *a, kiln_tensor *b);
 KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
 
 /* Unary ops. neg, abs and relu keep the dtype and refuse bool; the others
- * compute in floating point (integers and bools give f32). exp, log, tanh,
- * erf, sigmoid, sin and cos are within 2 ulp of the correctly rounded result. */
+ * compute in floating point (integers and bools give f32). exp, log, erf, sin
+ * and cos are within 1 ulp of the correctly rounded result, sigmoid within 3,
+ * tanh within 3.5 (SLEEF's vector functions). */
 KILN_API kiln_tensor *kiln_neg(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_abs(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_exp(kiln_tensor *a);

@@ -23,7 +23,8 @@ static struct {
     bool stop;
     core_range_fn fn;
     void *ctx;
-    int64_t n, chunk_size, chunks;
+    int64_t n, chunk_size;
+    _Atomic int64_t chunks; /* atomic: a straggler from the last job reads it */
     _Atomic int64_t next_chunk;
     _Atomic int64_t chunks_left;
 } pool = {
@@ -38,7 +39,7 @@ static void run_chunks(void)
 {
     for (;;) {
         int64_t c = atomic_fetch_add(&pool.next_chunk, 1);
-        if (c >= pool.chunks)
+        if (c >= atomic_load_explicit(&pool.chunks, memory_order_relaxed))
             return;
         int64_t begin = c * pool.chunk_size;
         int64_t end = begin + pool.chunk_size < pool.n ? begin + pool.chunk_size : pool.n;
@@ -114,7 +115,7 @@ void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx)
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
-    pool.chunks = chunks;
+    atomic_store_explicit(&pool.chunks, chunks, memory_order_relaxed);
     pool.chunk_size = (n + chunks - 1) / chunks;
     atomic_store(&pool.chunks_left, chunks);
     atomic_store(&pool.next_chunk, 0); /* last: opens the job to late workers */

@@ -112,10 +112,11 @@ int kiln_print(const kiln_tensor *t)
         return core_fail_null("kiln_print", "tensor");
     printer p = {t, t->numel > SUMMARY_THRESHOLD, false, true, 0, 0, INFINITY};
     int64_t index[KILN_MAX_DIMS] = {0};
-    char shape[CORE_SHAPE_STR_MAX];
     if (t->numel == 0) {
-        printf("tensor([], size=%s, dtype=%s)\n", core_shape_str(shape, t->ndim, t->shape),
-               kiln_dtype_name(t->dtype));
+        printf("tensor([], size=(");
+        for (int d = 0; d < t->ndim; d++)
+            printf(d ? ", %lld" : "%lld", (long long)t->shape[d]);
+        printf("%s), dtype=%s)\n", t->ndim == 1 ? "," : "", kiln_dtype_name(t->dtype));
         return 0;
     }
     if (ir_dtype_is_float(t->dtype)) {
@@ -126,7 +127,8 @@ int kiln_print(const kiln_tensor *t)
     each_shown(&p, 0, index, measure_width);
     printf("tensor(");
     print_rec(&p, 0, index, (int)strlen("tensor("));
-    if (t->dtype != KILN_F32 && t->dtype != KILN_I64) /* PyTorch's defaults go unsaid */
+    /* As in PyTorch, dtypes that the values already imply go unsaid. */
+    if (t->dtype == KILN_F64 || t->dtype == KILN_I32)
         printf(", dtype=%s", kiln_dtype_name(t->dtype));
     printf(")\n");
     return fflush(stdout) == 0 ? 0 : core_fail(CORE_VALUE, "kiln_print", "cannot write to stdout");
