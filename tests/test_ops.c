@@ -431,6 +431,12 @@ static void operand_init(operand *op, kiln_dtype dt, layout lay, int ndim, const
     ck_assert_msg(op->t != NULL, "building %s: %s", op->desc, kiln_last_error());
 }
 
+/* The value of op that broadcasting puts at index idx of an out_ndim-d result. */
+static double at(const operand *op, int out_ndim, const int64_t *idx)
+{
+    return op->v[broadcast_ravel(out_ndim, idx, op->ndim, op->shape)];
+}
+
 /* -- Fixture ----------------------------------------------------------------- */
 /* Each test runs in a scope, so it frees what it makes; the live-tensor count
  * must come back to where it started. */
@@ -537,6 +543,19 @@ static const struct {
     {2, {2, 1}, 2, {2, 4}},
 };
 
+/* Each dtype pair is tried with every shape pair in every pair of layouts. */
+#define N_BINARY_CASES (COUNT(BINARY_SHAPES) * N_LAYOUTS * N_LAYOUTS)
+
+/* Builds case k of N_BINARY_CASES: operands a and b of dtypes da and db. */
+static void binary_case(int k, operand *a, kiln_dtype da, domain doma, operand *b, kiln_dtype db,
+                        domain domb, uint64_t seed)
+{
+    int s = k / (N_LAYOUTS * N_LAYOUTS);
+    layout la = (layout)(k / N_LAYOUTS % N_LAYOUTS), lb = (layout)(k % N_LAYOUTS);
+    operand_init(a, da, la, BINARY_SHAPES[s].na, BINARY_SHAPES[s].a, doma, seed);
+    operand_init(b, db, lb, BINARY_SHAPES[s].nb, BINARY_SHAPES[s].b, domb, seed + 1);
+}
+
 static void check_binary(const binary_op *op, const operand *a, const operand *b)
 {
     kiln_dtype res = binary_result(op, a->dt, b->dt);
@@ -545,8 +564,7 @@ static void check_binary(const binary_op *op, const operand *a, const operand *b
     double ref[MAX_ELEMS];
     for (int64_t i = 0; i < numel_of(ndim, shape); i++) {
         unravel(i, ndim, shape, idx);
-        ref[i] = binary_ref(op, res, a->v[broadcast_ravel(ndim, idx, a->ndim, a->shape)],
-                            b->v[broadcast_ravel(ndim, idx, b->ndim, b->shape)]);
+        ref[i] = binary_ref(op, res, at(a, ndim, idx), at(b, ndim, idx));
     }
     char what[320];
     snprintf(what, sizeof what, "%s(%s, %s)", op->name, a->desc, b->desc);
@@ -565,19 +583,13 @@ START_TEST(test_binary)
             if (!op->bool_ok && (da == KILN_BOOL || db == KILN_BOOL))
                 continue;
             bool float_res = is_float(binary_result(op, da, db));
-            for (int s = 0; s < COUNT(BINARY_SHAPES); s++) {
-                for (int la = 0; la < N_LAYOUTS; la++) {
-                    for (int lb = 0; lb < N_LAYOUTS; lb++) {
-                        kiln_scope_begin();
-                        operand a, b;
-                        operand_init(&a, da, (layout)la, BINARY_SHAPES[s].na, BINARY_SHAPES[s].a,
-                                     float_res ? op->a : op->ai, seed++);
-                        operand_init(&b, db, (layout)lb, BINARY_SHAPES[s].nb, BINARY_SHAPES[s].b,
-                                     float_res ? op->b : op->bi, seed++);
-                        check_binary(op, &a, &b);
-                        kiln_scope_end();
-                    }
-                }
+            for (int k = 0; k < N_BINARY_CASES; k++) {
+                kiln_scope_begin();
+                operand a, b;
+                binary_case(k, &a, da, float_res ? op->a : op->ai, &b, db,
+                            float_res ? op->b : op->bi, seed += 2);
+                check_binary(op, &a, &b);
+                kiln_scope_end();
             }
         }
     }
@@ -652,8 +664,9 @@ START_TEST(test_zero_dim_promotion)
     const binary_op *add = &BINARY_OPS[0], *mul = &BINARY_OPS[2];
     for (int c = 0; c < COUNT(CASES); c++) {
         operand a, b;
-        operand_init(&a, CASES[c].a, CONTIG, CASES[c].a_ndim, SHAPE, span(-10, 10), 7 * (uint64_t)c);
-        operand_init(&b, CASES[c].b, CONTIG, CASES[c].b_ndim, SHAPE, span(-10, 10), 7 * (uint64_t)c + 1);
+        uint64_t seed = 7 * (uint64_t)c;
+        operand_init(&a, CASES[c].a, CONTIG, CASES[c].a_ndim, SHAPE, span(-10, 10), seed);
+        operand_init(&b, CASES[c].b, CONTIG, CASES[c].b_ndim, SHAPE, span(-10, 10), seed + 1);
         const binary_op *ops[] = {add, mul};
         for (int k = 0; k < 2; k++) {
             int64_t shape[KILN_MAX_DIMS], idx[KILN_MAX_DIMS];
@@ -661,9 +674,7 @@ START_TEST(test_zero_dim_promotion)
             double ref[MAX_ELEMS];
             for (int64_t i = 0; i < numel_of(ndim, shape); i++) {
                 unravel(i, ndim, shape, idx);
-                ref[i] = binary_ref(ops[k], CASES[c].want,
-                                    a.v[broadcast_ravel(ndim, idx, a.ndim, a.shape)],
-                                    b.v[broadcast_ravel(ndim, idx, b.ndim, b.shape)]);
+                ref[i] = binary_ref(ops[k], CASES[c].want, at(&a, ndim, idx), at(&b, ndim, idx));
             }
             char what[320];
             snprintf(what, sizeof what, "%s(%s %dd, %s %dd)", ops[k]->name, dt_name(CASES[c].a),
@@ -779,34 +790,32 @@ static const struct {
  * every dtype, so comparing the promoted values is comparing these doubles. */
 static const domain COMPARE_DOMAIN = {-2, 2, 0.5, false};
 
+static void check_compare(int which, const operand *a, const operand *b)
+{
+    int64_t shape[KILN_MAX_DIMS], idx[KILN_MAX_DIMS];
+    int ndim = broadcast_shapes(a->ndim, a->shape, b->ndim, b->shape, shape);
+    double ref[MAX_ELEMS];
+    for (int64_t e = 0; e < numel_of(ndim, shape); e++) {
+        unravel(e, ndim, shape, idx);
+        ref[e] = COMPARE_OPS[which].ref(at(a, ndim, idx), at(b, ndim, idx));
+    }
+    char what[320];
+    snprintf(what, sizeof what, "%s(%s, %s)", COMPARE_OPS[which].name, a->desc, b->desc);
+    expect_exact(COMPARE_OPS[which].fn(a->t, b->t), KILN_BOOL, ndim, shape, ref, what);
+}
+
 START_TEST(test_compare)
 {
     uint64_t seed = 20000 + 1000 * (uint64_t)_i;
     for (int i = 0; i < COUNT(DTYPES); i++) {
         for (int j = 0; j < COUNT(DTYPES); j++) {
-            for (int s = 0; s < COUNT(BINARY_SHAPES); s++) {
-                for (int la = 0; la < N_LAYOUTS; la++) {
-                    for (int lb = 0; lb < N_LAYOUTS; lb++) {
-                        kiln_scope_begin();
-                        operand a, b;
-                        operand_init(&a, DTYPES[i], (layout)la, BINARY_SHAPES[s].na,
-                                     BINARY_SHAPES[s].a, COMPARE_DOMAIN, seed++);
-                        operand_init(&b, DTYPES[j], (layout)lb, BINARY_SHAPES[s].nb,
-                                     BINARY_SHAPES[s].b, COMPARE_DOMAIN, seed++);
-                        int64_t shape[KILN_MAX_DIMS], idx[KILN_MAX_DIMS];
-                        int ndim = broadcast_shapes(a.ndim, a.shape, b.ndim, b.shape, shape);
-                        double ref[MAX_ELEMS];
-                        for (int64_t e = 0; e < numel_of(ndim, shape); e++) {
-                            unravel(e, ndim, shape, idx);
-                            ref[e] = COMPARE_OPS[_i].ref(a.v[broadcast_ravel(ndim, idx, a.ndim, a.shape)],
-                                                         b.v[broadcast_ravel(ndim, idx, b.ndim, b.shape)]);
-                        }
-                        char what[320];
-                        snprintf(what, sizeof what, "%s(%s, %s)", COMPARE_OPS[_i].name, a.desc, b.desc);
-                        expect_exact(COMPARE_OPS[_i].fn(a.t, b.t), KILN_BOOL, ndim, shape, ref, what);
-                        kiln_scope_end();
-                    }
-                }
+            for (int k = 0; k < N_BINARY_CASES; k++) {
+                kiln_scope_begin();
+                operand a, b;
+                binary_case(k, &a, DTYPES[i], COMPARE_DOMAIN, &b, DTYPES[j], COMPARE_DOMAIN,
+                            seed += 2);
+                check_compare(_i, &a, &b);
+                kiln_scope_end();
             }
         }
     }
@@ -832,46 +841,46 @@ START_TEST(test_compare_nan)
 }
 END_TEST
 
+static void check_where(const operand *c, const operand *a, const operand *b)
+{
+    kiln_dtype res = promote(a->dt, b->dt);
+    int64_t ab[KILN_MAX_DIMS], shape[KILN_MAX_DIMS], idx[KILN_MAX_DIMS];
+    int nab = broadcast_shapes(a->ndim, a->shape, b->ndim, b->shape, ab);
+    int ndim = broadcast_shapes(c->ndim, c->shape, nab, ab, shape);
+    double ref[MAX_ELEMS];
+    for (int64_t e = 0; e < numel_of(ndim, shape); e++) {
+        unravel(e, ndim, shape, idx);
+        ref[e] = round_to(res, at(c, ndim, idx) != 0 ? at(a, ndim, idx) : at(b, ndim, idx));
+    }
+    char what[400];
+    snprintf(what, sizeof what, "where(%s, %s, %s)", c->desc, a->desc, b->desc);
+    expect_exact(kiln_where(c->t, a->t, b->t), res, ndim, shape, ref, what);
+}
+
+/* Every dtype pair for a and b, with the layouts of cond, a and b varied together. */
 START_TEST(test_where)
 {
     static const struct {
-        int64_t c[3], a[3], b[3];
         int nc, na, nb;
+        int64_t c[3], a[3], b[3];
     } SHAPES[] = {
-        {{4, 1, 3}, {5, 1}, {3}, 3, 2, 1}, /* all three broadcast to [4,5,3] */
-        {{2, 3}, {2, 3}, {2, 3}, 2, 2, 2},
+        {3, 2, 1, {4, 1, 3}, {5, 1}, {3}}, /* all three broadcast to [4,5,3] */
+        {2, 2, 2, {2, 3}, {2, 3}, {2, 3}},
     };
     uint64_t seed = 40000;
     for (int i = 0; i < COUNT(DTYPES); i++) {
         for (int j = 0; j < COUNT(DTYPES); j++) {
             for (int s = 0; s < COUNT(SHAPES); s++) {
-                for (int lc = 0; lc < N_LAYOUTS; lc++) {
-                    for (int la = 0; la < N_LAYOUTS; la++) {
-                        kiln_scope_begin();
-                        layout lb = (layout)((lc + la) % N_LAYOUTS);
-                        operand c, a, b;
-                        operand_init(&c, KILN_BOOL, (layout)lc, SHAPES[s].nc, SHAPES[s].c,
-                                     span(0, 1), seed++);
-                        operand_init(&a, DTYPES[i], (layout)la, SHAPES[s].na, SHAPES[s].a,
-                                     span(-10, 10), seed++);
-                        operand_init(&b, DTYPES[j], lb, SHAPES[s].nb, SHAPES[s].b, span(-10, 10),
-                                     seed++);
-                        kiln_dtype res = promote(DTYPES[i], DTYPES[j]);
-                        int64_t ab[KILN_MAX_DIMS], shape[KILN_MAX_DIMS], idx[KILN_MAX_DIMS];
-                        int nab = broadcast_shapes(a.ndim, a.shape, b.ndim, b.shape, ab);
-                        int ndim = broadcast_shapes(c.ndim, c.shape, nab, ab, shape);
-                        double ref[MAX_ELEMS];
-                        for (int64_t e = 0; e < numel_of(ndim, shape); e++) {
-                            unravel(e, ndim, shape, idx);
-                            bool pick_a = c.v[broadcast_ravel(ndim, idx, c.ndim, c.shape)] != 0;
-                            ref[e] = round_to(res, pick_a ? a.v[broadcast_ravel(ndim, idx, a.ndim, a.shape)]
-                                                          : b.v[broadcast_ravel(ndim, idx, b.ndim, b.shape)]);
-                        }
-                        char what[400];
-                        snprintf(what, sizeof what, "where(%s, %s, %s)", c.desc, a.desc, b.desc);
-                        expect_exact(kiln_where(c.t, a.t, b.t), res, ndim, shape, ref, what);
-                        kiln_scope_end();
-                    }
+                for (int k = 0; k < N_LAYOUTS * N_LAYOUTS; k++) {
+                    kiln_scope_begin();
+                    layout lc = (layout)(k / N_LAYOUTS), la = (layout)(k % N_LAYOUTS);
+                    layout lb = (layout)((lc + la) % N_LAYOUTS);
+                    operand c, a, b;
+                    operand_init(&c, KILN_BOOL, lc, SHAPES[s].nc, SHAPES[s].c, span(0, 1), seed++);
+                    operand_init(&a, DTYPES[i], la, SHAPES[s].na, SHAPES[s].a, span(-10, 10), seed++);
+                    operand_init(&b, DTYPES[j], lb, SHAPES[s].nb, SHAPES[s].b, span(-10, 10), seed++);
+                    check_where(&c, &a, &b);
+                    kiln_scope_end();
                 }
             }
         }

@@ -21,12 +21,12 @@ static eager_storage *storage_new(size_t nbytes)
             return NULL;
         s->data = (char *)s + HEADER;
     } else {
-        s = malloc(sizeof *s);
+        s = core_alloc(sizeof *s);
         if (!s)
             return NULL;
         s->data = core_alloc(nbytes);
         if (!s->data) {
-            free(s);
+            core_free(s, sizeof *s);
             return NULL;
         }
     }
@@ -47,7 +47,7 @@ static void storage_release(eager_storage *s)
         return;
     }
     core_free(s->data, s->nbytes);
-    free(s);
+    core_free(s, sizeof *s);
 }
 
 /* -- Tensors --------------------------------------------------------------- */
@@ -63,7 +63,7 @@ static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
 
 static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, int64_t numel)
 {
-    kiln_tensor *t = malloc(sizeof *t);
+    kiln_tensor *t = core_alloc(sizeof *t);
     if (!t)
         return NULL;
     atomic_init(&t->refs, 1);
@@ -142,7 +142,7 @@ void kiln_release(kiln_tensor *t)
     if (t->storage)
         storage_release(t->storage);
     atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
-    free(t);
+    core_free(t, sizeof *t);
 }
 
 int64_t kiln_live_tensors(void)

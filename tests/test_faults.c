@@ -1,0 +1,67 @@
+/* Out-of-memory paths: every allocation of an expression fails in turn.
+ *
+ * Links kiln's modules statically to reach core_alloc_fail_after, the
+ * failing-allocator hook (SQLite's and Lua's way of testing these paths). */
+#include "test_common.h"
+
+#include "core/core.h"
+
+/* Work touching every kind of op: creation, broadcasting, reductions,
+ * movement, matmul, composites, concat and scopes. */
+static kiln_tensor *workload(void)
+{
+    int64_t shape[2] = {8, 16}, wshape[2] = {16, 4}, big = 1 << 20;
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_randn(2, shape, 1);
+    kiln_tensor *w = kiln_rand(2, wshape, 2);
+    kiln_tensor *h = kiln_gelu(kiln_matmul(x, w));
+    kiln_tensor *s = kiln_softmax(kiln_transpose(h, 0, 1), -1);
+    kiln_tensor *parts[2] = {s, kiln_layer_norm(s, NULL, NULL, 1e-5)};
+    kiln_tensor *joined = kiln_concat(parts, 2, 0);
+    kiln_tensor *large = kiln_sum(kiln_exp(kiln_full(KILN_F32, 1, &big, 0.5)), KILN_ALL, false);
+    kiln_tensor *out = kiln_keep(kiln_add(kiln_sum(joined, KILN_ALL, false), large));
+    kiln_scope_end();
+    return out;
+}
+
+START_TEST(test_every_allocation_failure_is_reported_and_leaks_nothing)
+{
+    kiln_tensor *reference = workload();
+    ck_assert_ptr_nonnull(reference);
+    double expected = kiln_item(reference);
+    kiln_release(reference);
+    int64_t tensors = kiln_live_tensors(), bytes = kiln_live_bytes();
+
+    int failures = 0;
+    for (int64_t n = 0;; n++) {
+        kiln_clear_error();
+        core_alloc_fail_after(n);
+        kiln_tensor *out = workload();
+        core_alloc_fail_after(-1);
+        ck_assert_msg(kiln_live_tensors() == tensors + (out != NULL), "leak after %lld allocations",
+                      (long long)n);
+        ck_assert_int_eq(kiln_live_bytes(), bytes + (out ? 4 : 0));
+        if (out) { /* n allocations were enough: the run succeeded */
+            ck_assert_double_eq_tol(kiln_item(out), expected, 1e-3 * fabs(expected));
+            kiln_release(out);
+            break;
+        }
+        ck_assert_msg(strstr(kiln_last_error(), "out of memory"), "after %lld allocations: \"%s\"",
+                      (long long)n, kiln_last_error());
+        failures++;
+    }
+    ck_assert_int_gt(failures, 50);
+}
+END_TEST
+
+static Suite *faults_suite(void)
+{
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("out of memory");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_every_allocation_failure_is_reported_and_leaks_nothing);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KILN_TEST_MAIN(faults_suite)
