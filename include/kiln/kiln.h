@@ -20,8 +20,9 @@
  *   keeps an earlier pending error so a nested expression reports the first
  *   thing that went wrong.
  * - Broadcasting follows numpy. Type promotion follows PyTorch: bool < i32 <
- *   i64 < f32 < f64, and a 0-d tensor only raises the category (an f32 0-d
- *   tensor times an f64 tensor stays f64; times an i32 tensor gives f32).
+ *   i64 < f32 < f64, and a 0-d tensor counts only when it raises the category
+ *   (an f32 0-d tensor times an f64 tensor stays f64; times an i32 tensor
+ *   gives f32). Scalars act as Python numbers do in PyTorch (see *_scalar).
  * - Axes may be negative, counting from the end.
  */
 #ifndef KILN_KILN_H
@@ -141,7 +142,8 @@ KILN_API kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);     /* a ** b */
 KILN_API kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b); /* max(a, b) */
 KILN_API kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b); /* min(a, b) */
 /* The same ops with a scalar b: floats keep their dtype; integers keep theirs
- * when b is a whole number and become f32 otherwise. */
+ * when b is a whole number and become f32 otherwise; bools become i64 with a
+ * whole number. */
 KILN_API kiln_tensor *kiln_add_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_sub_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_mul_scalar(kiln_tensor *a, double b);

@@ -1,10 +1,12 @@
 /* Tensor memory: aligned blocks, with freed large blocks kept in a bounded cache.
  *
- * Large blocks come from mmap, and a fresh mapping costs a page fault per 4 KiB
- * on first touch: for eager ops on big tensors that is as slow as the op
- * itself. Freed large blocks are therefore kept (up to KILN_CPU_CACHE_BYTES,
- * default 1 GiB) and handed out again for the same rounded size, as PyTorch's
- * CUDA caching allocator does for device memory. */
+ * A fresh mapping costs a page fault per 4 KiB on first touch: for eager ops
+ * that is as slow as the op itself. glibc maps blocks above its mmap threshold
+ * afresh each time, and hands the top of its heap back when a scope frees a
+ * batch of medium blocks, so kiln maps blocks of 64 KiB and more itself and
+ * keeps freed ones (up to KILN_CPU_CACHE_BYTES, default 1 GiB) to hand out
+ * again for the same rounded size, as PyTorch's CUDA caching allocator does
+ * for device memory. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -15,9 +17,10 @@
 enum {
     ALIGN = 64,
     SMALL_BLOCK = 1024,
-    LARGE_BLOCK = 1 << 20,
-    LARGE_GRAIN = 2 << 20, /* a huge page: sizes round up to it */
-    CACHE_SLOTS = 64,
+    LARGE_BLOCK = 64 << 10,
+    SMALL_GRAIN = 64 << 10, /* large blocks round up to it below a huge page */
+    HUGE_PAGE = 2 << 20,    /* and to a multiple of it above */
+    CACHE_SLOTS = 256,
 };
 
 static struct {
@@ -49,7 +52,8 @@ static bool injected_failure(void)
 
 static size_t large_size(size_t bytes)
 {
-    return (bytes + LARGE_GRAIN - 1) / LARGE_GRAIN * LARGE_GRAIN;
+    size_t grain = bytes < HUGE_PAGE ? SMALL_GRAIN : HUGE_PAGE;
+    return (bytes + grain - 1) / grain * grain;
 }
 
 static void *cache_take(size_t size)
@@ -104,7 +108,8 @@ void *core_alloc(size_t bytes)
     p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
-    madvise(p, size, MADV_HUGEPAGE);
+    if (size >= HUGE_PAGE)
+        madvise(p, size, MADV_HUGEPAGE);
     return p;
 }
 

@@ -305,39 +305,37 @@ static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
 #include "ir/ops.def"
 
 /* A 0-d operand on the stack: scalar forms allocate nothing but the result.
- * Whole numbers act as i64 (keeping an integer tensor's dtype), others as f64
- * (raising integers to f32), as Python scalars do in PyTorch. */
+ * As with Python numbers in PyTorch, a float tensor keeps its dtype (the
+ * scalar is an f64), a whole number is an i64 (keeping an integer tensor's
+ * dtype), and any other number makes an integer tensor f32. */
 typedef struct {
     kiln_tensor tensor;
     eager_storage storage;
-    union { double f; int64_t i; } value;
+    union { double f64; float f32; int64_t i64; } value;
 } stack_scalar;
 
-static kiln_tensor *stack_scalar_init(stack_scalar *s, double value)
+static kiln_tensor *stack_scalar_init(stack_scalar *s, kiln_dtype dt, double value)
 {
-    bool whole = value == (double)(int64_t)value && value > -0x1p63 && value < 0x1p63;
     memset(&s->tensor, 0, sizeof s->tensor);
-    s->tensor.dtype = whole ? KILN_I64 : KILN_F64;
+    s->tensor.dtype = dt;
     s->tensor.numel = 1;
     s->tensor.storage = &s->storage;
     s->storage.data = &s->value;
-    s->storage.nbytes = 8;
-    if (whole)
-        s->value.i = (int64_t)value;
+    s->storage.nbytes = sizeof s->value;
+    if (dt == KILN_I64)
+        s->value.i64 = (int64_t)value;
+    else if (dt == KILN_F32)
+        s->value.f32 = (float)value;
     else
-        s->value.f = value;
+        s->value.f64 = value;
     return &s->tensor;
 }
 
-/* A float tensor keeps its dtype with any scalar: the scalar is f64 then. */
 static kiln_tensor *scalar_for(stack_scalar *s, const kiln_tensor *a, double value)
 {
-    kiln_tensor *t = stack_scalar_init(s, value);
-    if (a && ir_dtype_is_float(a->dtype) && t->dtype == KILN_I64) {
-        t->dtype = KILN_F64;
-        s->value.f = value;
-    }
-    return t;
+    bool whole = value == (double)(int64_t)value && value > -0x1p63 && value < 0x1p63;
+    kiln_dtype dt = ir_dtype_is_float(a->dtype) ? KILN_F64 : whole ? KILN_I64 : KILN_F32;
+    return stack_scalar_init(s, dt, value);
 }
 
 #define SCALAR_FORM(n)                                                         \
@@ -427,10 +425,7 @@ int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
 int fill_value(kiln_tensor *dst, double value)
 {
     stack_scalar s;
-    kiln_tensor *v = stack_scalar_init(&s, value);
-    v->dtype = KILN_F64;
-    s.value.f = value;
-    const kiln_tensor *in = v;
+    const kiln_tensor *in = stack_scalar_init(&s, KILN_F64, value);
     apply_into(NULL, false, 1, &in, &dst->dtype, dst);
     return 0;
 }

@@ -58,8 +58,9 @@ static inline bool ir_dtype_is_float(kiln_dtype dt)
     return dt == KILN_F32 || dt == KILN_F64;
 }
 
-/* The dtype two operands compute in: the higher category wins, and a 0-d
- * operand only raises the category (at its default width), as in PyTorch. */
+/* The dtype two operands compute in: the higher category (bool, integer,
+ * float) wins, and a 0-d operand only matters when it raises the category, as
+ * in PyTorch. */
 kiln_dtype ir_promote(kiln_dtype a, bool a_is_0d, kiln_dtype b, bool b_is_0d);
 
 /* The result dtype of rule applied to the promoted operand dtype, or -1 when

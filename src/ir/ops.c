@@ -19,16 +19,11 @@ static int rank(kiln_dtype dt)
     return ranks[dt];
 }
 
-static kiln_dtype category_default(int cat)
-{
-    return cat == 2 ? KILN_F32 : cat == 1 ? KILN_I64 : KILN_BOOL;
-}
-
 kiln_dtype ir_promote(kiln_dtype a, bool a_is_0d, kiln_dtype b, bool b_is_0d)
 {
     if (a_is_0d != b_is_0d) {
         kiln_dtype dim = a_is_0d ? b : a, zero = a_is_0d ? a : b;
-        return category(zero) > category(dim) ? category_default(category(zero)) : dim;
+        return category(zero) > category(dim) ? zero : dim;
     }
     return rank(a) >= rank(b) ? a : b;
 }
