@@ -11,6 +11,7 @@ typedef enum {
 } ir_op;
 
 typedef enum {
+    KIND_SOURCE,
     KIND_ELEMENTWISE,
     KIND_REDUCTION,
     KIND_MOVEMENT,
@@ -66,5 +67,108 @@ kiln_dtype ir_promote(kiln_dtype a, bool a_is_0d, kiln_dtype b, bool b_is_0d);
 /* The result dtype of rule applied to the promoted operand dtype, or -1 when
  * the rule refuses it. */
 int ir_result_dtype(ir_dtype_rule rule, kiln_dtype promoted);
+
+/* -- Graphs ---------------------------------------------------------------- */
+
+/* A node's index in its graph. Operands always precede their users. */
+typedef uint32_t ir_ref;
+#define IR_NONE UINT32_MAX
+
+/* The parameters an op needs beyond its operands, zeroed where unused so that
+ * nodes compare with memcmp. */
+typedef struct {
+    int64_t index;  /* input, capture: which one */
+    double value;   /* const */
+    int64_t start;  /* slice: first index taken */
+    int64_t step;   /* slice */
+    int32_t axis;   /* reductions, slice, concat; KILN_ALL for every axis */
+    int32_t keepdim;
+    int32_t perm[KILN_MAX_DIMS];
+} ir_params;
+
+typedef struct {
+    ir_op op;
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    uint32_t first_operand, n_operands; /* into ir_graph.operands */
+    ir_params params;
+    uint32_t hash_next; /* chains nodes of one hash bucket, IR_NONE ends */
+} ir_node;
+
+typedef struct {
+    int64_t capture; /* which capture receives the value */
+    ir_ref value;
+} ir_writeback;
+
+/* A traced function: nodes in one array in topological order, hash-consed at
+ * emit time so that equal nodes are one node. */
+typedef struct {
+    ir_node *nodes;
+    uint32_t count, cap;
+    ir_ref *operands;
+    uint32_t n_operands, operands_cap;
+    uint32_t *buckets; /* power of two; node refs, IR_NONE when empty */
+    uint32_t n_buckets;
+    ir_ref *outputs;
+    int n_outputs, outputs_cap;
+    ir_writeback *writebacks;
+    int n_writebacks, writebacks_cap;
+    int n_inputs, n_captures;
+} ir_graph;
+
+/* A new empty graph, or NULL when out of memory. */
+ir_graph *ir_graph_new(void);
+void ir_graph_free(ir_graph *g);
+/* The node (op, dtype, shape, operands, params), reusing an equal node when
+ * there is one; IR_NONE when out of memory. params may be NULL (all zero). */
+ir_ref ir_emit(ir_graph *g, ir_op op, kiln_dtype dt, int ndim, const int64_t *shape,
+               int n_operands, const ir_ref *operands, const ir_params *params);
+int ir_add_output(ir_graph *g, ir_ref r);
+int ir_add_writeback(ir_graph *g, int64_t capture, ir_ref value);
+static inline const ir_ref *ir_operands(const ir_graph *g, const ir_node *n)
+{
+    return g->operands + n->first_operand;
+}
+int64_t ir_node_numel(const ir_node *n);
+/* Nodes that launch a kernel when run: not sources, not views. */
+bool ir_node_computes(const ir_node *n);
+
+/* -- Text and pictures ----------------------------------------------------- */
+
+/* The canonical text of g (the cache hashes it), malloc'd; NULL when out of memory. */
+char *ir_to_text(const ir_graph *g);
+/* Parses canonical text; on failure returns NULL and writes why (with the
+ * line number) into err. */
+ir_graph *ir_parse(const char *text, char *err, size_t err_size);
+/* Graphviz dot of g, malloc'd. */
+char *ir_to_dot(const ir_graph *g, const char *name);
+
+/* -- Checks and passes ----------------------------------------------------- */
+
+/* 0 when g is well formed (order, arity, dtypes and shapes agree with the op
+ * table's rules), else -1 with the reason in err. */
+int ir_verify(const ir_graph *g, char *err, size_t err_size);
+
+/* Computes op on constant operands for folding: 0 and the result in *out, or
+ * -1 when it cannot (the node then stays). */
+typedef int (*ir_eval_fn)(const ir_node *node, const double *operands,
+                          const kiln_dtype *operand_dtypes, double *out);
+
+typedef struct {
+    ir_eval_fn eval;   /* NULL: no constant folding */
+    bool fast_math;    /* allow rewrites that are not exact in IEEE arithmetic */
+    bool verify;       /* run ir_verify after every pass */
+} ir_pass_options;
+
+/* Constant folding, algebraic simplification, common subexpressions and dead
+ * code, repeated until nothing changes. Replaces *g; 0 or -1 (out of memory,
+ * or a verifier failure described in err). */
+int ir_optimize(ir_graph **g, const ir_pass_options *opt, char *err, size_t err_size);
+/* The single passes, for tests: each replaces *g and returns the number of
+ * rewrites it made, or -1 when out of memory. */
+int ir_pass_fold(ir_graph **g, ir_eval_fn eval);
+int ir_pass_simplify(ir_graph **g, bool fast_math);
+int ir_pass_dce(ir_graph **g);
 
 #endif

@@ -1,0 +1,460 @@
+/* The canonical text of a graph, its parser, and Graphviz output.
+ *
+ *   kiln-graph 1
+ *   %0 = input 0 : f32[4,8]
+ *   %1 = const 0.5 : f64[]
+ *   %2 = mul %0 %1 : f32[4,8]
+ *   %3 = sum %2 axis=1 keepdim=0 : f32[4]
+ *   output %3
+ *   writeback 0 %2
+ *
+ * Printing is deterministic (the cache hashes it) and parsing what was printed
+ * gives a graph that prints the same text again. Constants print with 17
+ * significant digits, which strtod reads back exactly. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+/* -- A growing string ------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...)
+{
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if (t->data && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap <= t->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(t->data, cap);
+        if (!p) {
+            t->failed = true;
+            return;
+        }
+        t->data = p;
+        t->cap = cap;
+    }
+}
+
+static char *finish(text *t)
+{
+    if (t->failed || !t->data) {
+        free(t->data);
+        return NULL;
+    }
+    return t->data;
+}
+
+/* -- Printing -------------------------------------------------------------- */
+
+static const char *dtype_names[] = {"f32", "f64", "i32", "i64", "bool"};
+
+static void put_type(text *t, const ir_node *n)
+{
+    put(t, "%s[", dtype_names[n->dtype]);
+    for (int d = 0; d < n->ndim; d++)
+        put(t, d ? ",%lld" : "%lld", (long long)n->shape[d]);
+    put(t, "]");
+}
+
+static void put_axis(text *t, int axis)
+{
+    if (axis == KILN_ALL)
+        put(t, " axis=all");
+    else
+        put(t, " axis=%d", axis);
+}
+
+static void put_params(text *t, const ir_node *n)
+{
+    const ir_params *p = &n->params;
+    switch (ir_ops[n->op].kind) {
+    case KIND_SOURCE:
+        if (n->op == OP_CONST)
+            put(t, " %.17g", p->value);
+        else
+            put(t, " %lld", (long long)p->index);
+        return;
+    case KIND_REDUCTION:
+        put_axis(t, p->axis);
+        put(t, " keepdim=%d", p->keepdim);
+        return;
+    default:
+        break;
+    }
+    if (n->op == OP_SLICE) {
+        put_axis(t, p->axis);
+        put(t, " start=%lld step=%lld", (long long)p->start, (long long)p->step);
+    } else if (n->op == OP_CONCAT) {
+        put_axis(t, p->axis);
+    } else if (n->op == OP_PERMUTE) {
+        put(t, " perm=");
+        for (int d = 0; d < n->ndim; d++)
+            put(t, d ? ",%d" : "%d", p->perm[d]);
+    }
+}
+
+char *ir_to_text(const ir_graph *g)
+{
+    text t = {0};
+    put(&t, "kiln-graph 1\n");
+    for (ir_ref r = 0; r < g->count; r++) {
+        const ir_node *n = &g->nodes[r];
+        put(&t, "%%%u = %s", r, ir_ops[n->op].name);
+        for (uint32_t i = 0; i < n->n_operands; i++)
+            put(&t, " %%%u", ir_operands(g, n)[i]);
+        put_params(&t, n);
+        put(&t, " : ");
+        put_type(&t, n);
+        put(&t, "\n");
+    }
+    put(&t, "output");
+    for (int i = 0; i < g->n_outputs; i++)
+        put(&t, " %%%u", g->outputs[i]);
+    put(&t, "\n");
+    for (int i = 0; i < g->n_writebacks; i++)
+        put(&t, "writeback %lld %%%u\n", (long long)g->writebacks[i].capture, g->writebacks[i].value);
+    return finish(&t);
+}
+
+char *ir_to_dot(const ir_graph *g, const char *name)
+{
+    text t = {0};
+    put(&t, "digraph \"%s\" {\n  node [shape=box, fontname=monospace];\n", name ? name : "kiln");
+    for (ir_ref r = 0; r < g->count; r++) {
+        const ir_node *n = &g->nodes[r];
+        put(&t, "  n%u [label=\"%%%u %s", r, r, ir_ops[n->op].name);
+        put_params(&t, n);
+        put(&t, "\\n");
+        put_type(&t, n);
+        put(&t, "\"%s];\n", ir_ops[n->op].kind == KIND_SOURCE ? ", style=rounded" : "");
+        for (uint32_t i = 0; i < n->n_operands; i++)
+            put(&t, "  n%u -> n%u;\n", ir_operands(g, n)[i], r);
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        put(&t, "  out%d [label=\"output %d\", shape=plaintext];\n  n%u -> out%d;\n", i, i,
+            g->outputs[i], i);
+    for (int i = 0; i < g->n_writebacks; i++)
+        put(&t, "  wb%d [label=\"writeback capture %lld\", shape=plaintext];\n  n%u -> wb%d;\n", i,
+            (long long)g->writebacks[i].capture, g->writebacks[i].value, i);
+    put(&t, "}\n");
+    return finish(&t);
+}
+
+/* -- Parsing --------------------------------------------------------------- */
+
+typedef struct {
+    const char *p;   /* the rest of the current line */
+    int line;
+    char *err;
+    size_t err_size;
+} parser;
+
+static int fail(parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(parser *ps, const char *fmt, ...)
+{
+    int n = snprintf(ps->err, ps->err_size, "line %d: ", ps->line);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < ps->err_size)
+        vsnprintf(ps->err + n, ps->err_size - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The next space-separated word of the line into buf; false at the line's end. */
+static bool word(parser *ps, char *buf, size_t size)
+{
+    while (*ps->p == ' ')
+        ps->p++;
+    size_t n = 0;
+    while (*ps->p && *ps->p != ' ' && *ps->p != '\n') {
+        if (n + 1 < size)
+            buf[n++] = *ps->p;
+        ps->p++;
+    }
+    buf[n] = '\0';
+    return n > 0;
+}
+
+static bool parse_int(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_ref(const char *s, ir_ref limit, ir_ref *out)
+{
+    int64_t v;
+    if (s[0] != '%' || !isdigit((unsigned char)s[1]) || !parse_int(s + 1, &v) || v < 0 ||
+        v >= (int64_t)limit)
+        return false;
+    *out = (ir_ref)v;
+    return true;
+}
+
+static int parse_type(parser *ps, const char *s, ir_node *n)
+{
+    const char *open = strchr(s, '[');
+    size_t len = open ? (size_t)(open - s) : 0;
+    n->dtype = (kiln_dtype)-1;
+    for (int d = 0; d < 5; d++)
+        if (len == strlen(dtype_names[d]) && !strncmp(s, dtype_names[d], len))
+            n->dtype = (kiln_dtype)d;
+    if ((int)n->dtype < 0)
+        return fail(ps, "bad type \"%s\"", s);
+    const char *p = open + 1;
+    n->ndim = 0;
+    while (*p != ']') {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v < 0 || n->ndim == KILN_MAX_DIMS || (*end != ',' && *end != ']'))
+            return fail(ps, "bad shape in \"%s\"", s);
+        n->shape[n->ndim++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (p[1])
+        return fail(ps, "text after the shape in \"%s\"", s);
+    return 0;
+}
+
+static int parse_axis(parser *ps, const char *v, ir_params *p)
+{
+    int64_t axis;
+    if (!strcmp(v, "all")) {
+        p->axis = KILN_ALL;
+        return 0;
+    }
+    if (!parse_int(v, &axis) || axis < -KILN_MAX_DIMS || axis >= KILN_MAX_DIMS)
+        return fail(ps, "bad axis \"%s\"", v);
+    p->axis = (int32_t)axis;
+    return 0;
+}
+
+static int parse_perm(parser *ps, const char *v, ir_params *p)
+{
+    int d = 0;
+    for (const char *s = v; *s; d++) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || d == KILN_MAX_DIMS || x < 0 || x >= KILN_MAX_DIMS || (*end && *end != ','))
+            return fail(ps, "bad perm \"%s\"", v);
+        p->perm[d] = (int32_t)x;
+        s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+static int parse_param(parser *ps, const char *w, ir_params *p)
+{
+    const char *eq = strchr(w, '=');
+    if (!eq)
+        return fail(ps, "expected key=value, got \"%s\"", w);
+    size_t klen = (size_t)(eq - w);
+    const char *v = eq + 1;
+    int64_t x;
+    if (klen == 4 && !strncmp(w, "axis", 4))
+        return parse_axis(ps, v, p);
+    if (klen == 4 && !strncmp(w, "perm", 4))
+        return parse_perm(ps, v, p);
+    if (!parse_int(v, &x))
+        return fail(ps, "bad value in \"%s\"", w);
+    if (klen == 7 && !strncmp(w, "keepdim", 7) && (x == 0 || x == 1))
+        p->keepdim = (int32_t)x;
+    else if (klen == 5 && !strncmp(w, "start", 5))
+        p->start = x;
+    else if (klen == 4 && !strncmp(w, "step", 4))
+        p->step = x;
+    else
+        return fail(ps, "unknown parameter \"%s\"", w);
+    return 0;
+}
+
+static int parse_source_param(parser *ps, ir_op op, const char *w, ir_params *p)
+{
+    if (op == OP_CONST) {
+        char *end;
+        p->value = strtod(w, &end);
+        return end != w && !*end ? 0 : fail(ps, "bad constant \"%s\"", w);
+    }
+    if (!parse_int(w, &p->index) || p->index < 0 || p->index > INT32_MAX)
+        return fail(ps, "bad %s number \"%s\"", ir_ops[op].name, w);
+    return 0;
+}
+
+static int find_op(const char *name)
+{
+    for (int op = 0; op < OP__COUNT; op++)
+        if (!strcmp(ir_ops[op].name, name) && ir_ops[op].kind != KIND_ASSIGN)
+            return op;
+    return -1;
+}
+
+enum { WORD = 256, MAX_OPERANDS = 1024 };
+
+static int parse_node(parser *ps, ir_graph *g, const char *first)
+{
+    char w[WORD];
+    ir_ref expect;
+    if (!parse_ref(first, g->count + 1, &expect) || expect != g->count)
+        return fail(ps, "expected node %%%u, got \"%s\"", g->count, first);
+    if (!word(ps, w, sizeof w) || strcmp(w, "="))
+        return fail(ps, "expected \"=\"");
+    if (!word(ps, w, sizeof w))
+        return fail(ps, "expected an op");
+    int op = find_op(w);
+    if (op < 0)
+        return fail(ps, "unknown op \"%s\"", w);
+    ir_node n = {0};
+    ir_ref operands[MAX_OPERANDS];
+    int count = 0;
+    bool typed = false;
+    while (word(ps, w, sizeof w)) {
+        if (!strcmp(w, ":")) {
+            if (!word(ps, w, sizeof w) || parse_type(ps, w, &n) < 0)
+                return ps->err[0] ? -1 : fail(ps, "expected a type after \":\"");
+            typed = true;
+            break;
+        }
+        if (w[0] == '%') {
+            if (count == MAX_OPERANDS || !parse_ref(w, g->count, &operands[count]))
+                return fail(ps, "bad operand \"%s\" (operands must name earlier nodes)", w);
+            count++;
+        } else if (ir_ops[op].kind == KIND_SOURCE) {
+            if (parse_source_param(ps, (ir_op)op, w, &n.params) < 0)
+                return -1;
+        } else if (parse_param(ps, w, &n.params) < 0) {
+            return -1;
+        }
+    }
+    if (!typed)
+        return fail(ps, "missing \": type\"");
+    if (word(ps, w, sizeof w))
+        return fail(ps, "text after the type: \"%s\"", w);
+    ir_ref r = ir_emit(g, (ir_op)op, n.dtype, n.ndim, n.shape, count, operands, &n.params);
+    if (r == IR_NONE)
+        return fail(ps, "out of memory");
+    if (r != expect)
+        return fail(ps, "node %%%u repeats node %%%u", expect, r);
+    return 0;
+}
+
+static int parse_outputs(parser *ps, ir_graph *g)
+{
+    char w[WORD];
+    while (word(ps, w, sizeof w)) {
+        ir_ref r;
+        if (!parse_ref(w, g->count, &r))
+            return fail(ps, "bad output \"%s\"", w);
+        if (ir_add_output(g, r) < 0)
+            return fail(ps, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_writeback(parser *ps, ir_graph *g)
+{
+    char w[WORD];
+    int64_t capture;
+    ir_ref r;
+    if (!word(ps, w, sizeof w) || !parse_int(w, &capture) || capture < 0)
+        return fail(ps, "bad writeback capture \"%s\"", w);
+    if (!word(ps, w, sizeof w) || !parse_ref(w, g->count, &r))
+        return fail(ps, "bad writeback value \"%s\"", w);
+    if (word(ps, w, sizeof w))
+        return fail(ps, "text after the writeback: \"%s\"", w);
+    return ir_add_writeback(g, capture, r) < 0 ? fail(ps, "out of memory") : 0;
+}
+
+static int parse_line(parser *ps, ir_graph *g, bool *outputs_seen)
+{
+    char w[WORD];
+    if (!word(ps, w, sizeof w))
+        return fail(ps, "empty line");
+    if (w[0] == '%') {
+        if (*outputs_seen)
+            return fail(ps, "node after the output line");
+        return parse_node(ps, g, w);
+    }
+    if (!strcmp(w, "output")) {
+        if (*outputs_seen)
+            return fail(ps, "second output line");
+        *outputs_seen = true;
+        return parse_outputs(ps, g);
+    }
+    if (!strcmp(w, "writeback") && *outputs_seen)
+        return parse_writeback(ps, g);
+    return fail(ps, "unexpected \"%s\"", w);
+}
+
+ir_graph *ir_parse(const char *src, char *err, size_t err_size)
+{
+    parser ps = {src, 1, err, err_size};
+    err[0] = '\0';
+    if (!src || strncmp(src, "kiln-graph 1\n", 13)) {
+        fail(&ps, "expected the header \"kiln-graph 1\"");
+        return NULL;
+    }
+    ir_graph *g = ir_graph_new();
+    if (!g) {
+        fail(&ps, "out of memory");
+        return NULL;
+    }
+    bool outputs_seen = false;
+    const char *line = src + 13;
+    while (*line) {
+        ps.line++;
+        ps.p = line;
+        if (parse_line(&ps, g, &outputs_seen) < 0)
+            goto fail;
+        const char *end = strchr(line, '\n');
+        if (!end) {
+            fail(&ps, "the last line has no newline (truncated text?)");
+            goto fail;
+        }
+        if (ps.p != end) {
+            fail(&ps, "unexpected text at the end of the line");
+            goto fail;
+        }
+        line = end + 1;
+    }
+    if (!outputs_seen) {
+        fail(&ps, "no output line (truncated text?)");
+        goto fail;
+    }
+    if (ir_verify(g, err, err_size) < 0)
+        goto fail;
+    return g;
+fail:
+    ir_graph_free(g);
+    return NULL;
+}
