@@ -238,16 +238,27 @@ KILN_API kiln_tensor *kiln_silu(kiln_tensor *a);
  * (and so into every view of its storage). Returns 0 or a negative error. */
 KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
 
-/* -- Marked functions ------------------------------------------------------ */
+/* -- Marked functions ------------------------------------------------------ *
+ * kiln_jit marks a body for compilation; kiln_call traces it once per input
+ * signature (dtype, shape and device of each input) into a graph, optimises
+ * the graph and runs it. Inside the body, ops on the inputs record instead of
+ * computing; eager tensors the body uses without receiving them are captured
+ * by reference (a later kiln_assign to them is seen), and kiln_assign to a
+ * captured tensor is written back on every call. Reading a traced value
+ * (kiln_item, kiln_copy_to_host) is an error: use kiln_where instead of
+ * branching on data. Every call returns fresh output tensors. */
 
+/* Computes out[0..n_out) from in[0..n_in); returns 0, or nonzero on failure.
+ * Outputs are any tensors the body made or received. */
 typedef int (*kiln_body)(kiln_tensor *const *in, kiln_tensor **out, void *user);
 
 typedef struct {
     kiln_backend backend; /* default KILN_BACKEND_AUTO */
-    int opt_level;        /* 0..3, default 2 */
+    int opt_level;        /* 0 runs no graph passes; 1..3 run them; default 2 */
     bool strict;          /* errors instead of eager fallback */
     bool no_cache;        /* skip the disk cache */
-    int retrace_limit;    /* default 8 */
+    int retrace_limit;    /* signatures traced before falling back; 0: default 8 */
+    bool fast_math;       /* allow rewrites that are not exact in IEEE arithmetic */
 } kiln_jit_options;
 
 typedef struct {
@@ -263,6 +274,51 @@ typedef struct {
     int64_t shape[8];
     kiln_device device;
 } kiln_spec;
+
+/* The default options: AUTO backend, opt_level 2, retrace_limit 8. */
+KILN_API kiln_jit_options kiln_jit_defaults(void);
+/* Marks body (n_in inputs, n_out outputs, user passed through) for
+ * compilation; opts NULL means defaults. Free with kiln_fn_free. */
+KILN_API kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *user,
+                           const kiln_jit_options *opts);
+/* Runs f on in, writing n_out new references to out. Returns 0 or a negative
+ * error; on error out is left NULL. */
+KILN_API int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out);
+KILN_API void kiln_fn_free(kiln_fn *f);
+/* Copies f's counters into s. */
+KILN_API int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s);
+/* Traces and prepares f for the input signature in (n_in specs) without
+ * running it. target: "host" ("cpu:<name>" and "cuda:sm_XX" arrive with the
+ * LLVM and CUDA backends). */
+KILN_API int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target);
+/* The canonical text of the optimised graph of f's last specialization,
+ * malloc'd (free it), or NULL when f has none. */
+KILN_API char *kiln_fn_graph_text(const kiln_fn *f);
+
+/* For one-line marking, kiln_jit_call runs fn (a C function of n tensors,
+ * n <= 4, returning a new tensor) as a marked function kept in *slot. */
+typedef void (*kiln_generic_fn)(void);
+KILN_API kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_generic_fn fn, int n,
+                                    kiln_tensor *const *in);
+
+/* KILN_COMPILE(gelu_fast, gelu, 1) defines kiln_tensor *gelu_fast(kiln_tensor *)
+ * that runs gelu(x) compiled: traced once per input signature. The marked
+ * function lives as long as the process. */
+#define KILN_COMPILE(name, fn, n)                                                   \
+    kiln_tensor *name(KILN_PARAMS_##n)                                              \
+    {                                                                               \
+        static kiln_fn *slot_;                                                      \
+        kiln_tensor *in_[] = {KILN_ARGS_##n};                                       \
+        return kiln_jit_call(&slot_, #fn, (kiln_generic_fn)(fn), n, in_);           \
+    }
+#define KILN_PARAMS_1 kiln_tensor *a0_
+#define KILN_PARAMS_2 KILN_PARAMS_1, kiln_tensor *a1_
+#define KILN_PARAMS_3 KILN_PARAMS_2, kiln_tensor *a2_
+#define KILN_PARAMS_4 KILN_PARAMS_3, kiln_tensor *a3_
+#define KILN_ARGS_1 a0_
+#define KILN_ARGS_2 KILN_ARGS_1, a1_
+#define KILN_ARGS_3 KILN_ARGS_2, a2_
+#define KILN_ARGS_4 KILN_ARGS_3, a3_
 
 #ifdef __cplusplus
 }

@@ -166,6 +166,8 @@ int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes)
     const char *fn = "kiln_copy_to_host";
     if (!t)
         return core_fail_null(fn, "tensor");
+    if (t->trace)
+        return fail_read_tracer(fn, t);
     size_t need = (size_t)t->numel * eager_dtype_size(t->dtype);
     if (!dst && need)
         return core_fail_null(fn, "dst");
@@ -184,6 +186,10 @@ double kiln_item(const kiln_tensor *t)
         core_fail_null("kiln_item", "tensor");
         return NAN;
     }
+    if (t->trace) {
+        fail_read_tracer("kiln_item", t);
+        return NAN;
+    }
     if (t->numel != 1) {
         char d[DESCRIBE_MAX];
         core_fail(CORE_SHAPE, "kiln_item", "%s has %lld elements, not 1", describe(d, t),
@@ -198,10 +204,8 @@ double kiln_item(const kiln_tensor *t)
 kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device d)
 {
     const char *fn = "kiln_to_device";
-    if (!t) {
-        core_fail_null(fn, "tensor");
+    if (check_operands(fn, 1, &t, (const char *const[]){"tensor"}) < 0)
         return NULL;
-    }
     if (d == t->device)
         return tensor_own(kiln_retain(t));
     char desc[DESCRIBE_MAX];

@@ -15,6 +15,8 @@ typedef struct {
     void *data;
 } eager_storage;
 
+typedef struct eager_trace eager_trace;
+
 struct kiln_tensor {
     _Atomic int refs;
     kiln_dtype dtype;
@@ -24,9 +26,12 @@ struct kiln_tensor {
     int64_t offset; /* in elements, into storage */
     int64_t shape[KILN_MAX_DIMS];
     int64_t strides[KILN_MAX_DIMS]; /* in elements; 0 along broadcast axes */
-    eager_storage *storage;
+    eager_storage *storage; /* NULL for a tracer */
     int scope_depth; /* the scope owning this reference, 0 if none */
     int scope_slot;
+    bool literal;         /* a scalar operand on the stack: traced as a constant */
+    eager_trace *trace;   /* a tracer's trace (it holds a reference), else NULL */
+    ir_ref node;          /* a tracer's node in that trace's graph */
 };
 
 /* Bytes per element. */
@@ -42,5 +47,49 @@ static inline char *eager_data(const kiln_tensor *t)
 }
 
 bool eager_is_contiguous(const kiln_tensor *t);
+
+/* Checks that none of the n operands is NULL or a tracer of another or a
+ * finished trace; names[i] names operand i in fn's error. */
+int eager_check_operands(const char *fn, int n, kiln_tensor *const *in, const char *const *names);
+
+/* A new unowned contiguous copy of t, or NULL with fn's error. */
+kiln_tensor *eager_copy(const char *fn, const kiln_tensor *t);
+
+/* Hands the new reference t to this thread's innermost scope, if any; returns t. */
+kiln_tensor *eager_own(kiln_tensor *t);
+/* Removes t from the scope that owns it, if any: the caller owns it now. */
+void eager_disown(kiln_tensor *t);
+
+/* -- Tracing hooks --------------------------------------------------------- *
+ * While a trace is active on a thread, every op called on that thread checks
+ * its operands as usual, works out its result's dtype and shape, and then asks
+ * the trace to record it instead of computing: the result is a tracer, a
+ * tensor with a dtype and a shape but no data. */
+
+struct eager_trace {
+    _Atomic int refs;  /* the tracer tensors and the trace's owner */
+    bool finished;     /* the body returned: its tracers are dead */
+    char name[64];     /* the marked function's, for messages */
+    /* Returns a new, unowned tracer for op on operands (tracers or eager
+     * tensors), or NULL with an error set. */
+    kiln_tensor *(*record)(eager_trace *trace, ir_op op, int n_in, kiln_tensor *const *in,
+                           const ir_params *params, kiln_dtype dt, int ndim, const int64_t *shape);
+    /* kiln_assign(dst, src) inside the body; 0 or a negative error. */
+    int (*record_assign)(eager_trace *trace, kiln_tensor *dst, kiln_tensor *src);
+    /* Something tried to read a tracer's values: the trace must fail. */
+    void (*read_values)(eager_trace *trace, const char *fn);
+    void (*destroy)(eager_trace *trace);
+};
+
+/* Makes trace the active one on this thread (NULL: none). */
+void eager_trace_activate(eager_trace *trace);
+eager_trace *eager_active_trace(void);
+void eager_trace_release(eager_trace *trace);
+/* A new unowned tracer of trace (which gains a reference) for node. */
+kiln_tensor *eager_tracer_new(eager_trace *trace, ir_ref node, kiln_dtype dt, int ndim,
+                              const int64_t *shape);
+/* Runs one graph node with the eager ops on its operands' tensors: a new
+ * unowned tensor, or NULL with an error set. */
+kiln_tensor *eager_dispatch(const ir_node *node, kiln_tensor *const *operands);
 
 #endif

@@ -213,7 +213,7 @@ static kiln_tensor *apply(const char *fn, ew_kernel kernel, bool costly, int n_i
 
 /* -- Copies ---------------------------------------------------------------- */
 
-int copy_into(const char *fn, kiln_tensor *dst, const kiln_tensor *src)
+int check_broadcasts_to(const char *fn, const kiln_tensor *src, const kiln_tensor *dst)
 {
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
@@ -226,6 +226,14 @@ int copy_into(const char *fn, kiln_tensor *dst, const kiln_tensor *src)
                          core_shape_str(a, src->ndim, src->shape),
                          core_shape_str(b, dst->ndim, dst->shape));
     }
+    return 0;
+}
+
+int copy_into(const char *fn, kiln_tensor *dst, const kiln_tensor *src)
+{
+    int status = check_broadcasts_to(fn, src, dst);
+    if (status < 0)
+        return status;
     kiln_tensor *staged = NULL;
     if (src->storage == dst->storage) { /* overlapping views: read everything first */
         staged = copy_as(fn, src, src->dtype);
@@ -246,6 +254,11 @@ kiln_tensor *copy_as(const char *fn, const kiln_tensor *src, kiln_dtype dt)
     return out;
 }
 
+kiln_tensor *eager_copy(const char *fn, const kiln_tensor *t)
+{
+    return copy_as(fn, t, t->dtype);
+}
+
 /* -- Public ops ------------------------------------------------------------ */
 
 static kiln_tensor *fail_dtype(const char *fn, int n, const kiln_tensor *const *ts, const char *what)
@@ -259,17 +272,31 @@ static kiln_tensor *fail_dtype(const char *fn, int n, const kiln_tensor *const *
     return NULL;
 }
 
+static const char *const operand_names[] = {"operand a", "operand b", "operand c"};
+
+/* Records an elementwise op of n operands with result dtype dt. */
+static kiln_tensor *record_elementwise(const char *fn, ir_op op, int n, kiln_tensor *const *in,
+                                       kiln_dtype dt)
+{
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    if (broadcast_shapes(fn, n, (const kiln_tensor *const *)in, &ndim, shape) < 0)
+        return NULL;
+    return record_op(op, n, in, NULL, dt, ndim, shape);
+}
+
 static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor *b)
 {
-    if (!a || !b) {
-        core_fail_null(fn, !a ? "operand a" : "operand b");
+    kiln_tensor *operands[2] = {a, b};
+    if (check_operands(fn, 2, operands, operand_names) < 0)
         return NULL;
-    }
     const kiln_tensor *in[2] = {a, b};
     kiln_dtype promoted = ir_promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
     int result = ir_result_dtype(ir_ops[op].rule, promoted);
     if (result < 0)
         return fail_dtype(fn, 2, in, "bool operands are not supported");
+    if (recording())
+        return record_elementwise(fn, op, 2, operands, (kiln_dtype)result);
     kiln_dtype compute = ir_ops[op].rule == RULE_COMPARE ? promoted : (kiln_dtype)result;
     kiln_dtype in_dt[2] = {compute, compute};
     return tensor_own(apply(fn, kernel_for(op, compute), ir_ops[op].flags & FLAG_TRANSCENDENTAL, 2,
@@ -278,14 +305,14 @@ static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor
 
 static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
 {
-    if (!a) {
-        core_fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_names) < 0)
         return NULL;
-    }
     const kiln_tensor *in[1] = {a};
     int result = ir_result_dtype(ir_ops[op].rule, a->dtype);
     if (result < 0)
         return fail_dtype(fn, 1, in, "bool is not supported");
+    if (recording())
+        return record_op(op, 1, &a, NULL, (kiln_dtype)result, a->ndim, a->shape);
     kiln_dtype compute = (kiln_dtype)result;
     return tensor_own(apply(fn, kernel_for(op, compute), ir_ops[op].flags & FLAG_TRANSCENDENTAL, 1,
                             in, &compute, compute));
@@ -317,6 +344,7 @@ typedef struct {
 static kiln_tensor *stack_scalar_init(stack_scalar *s, kiln_dtype dt, double value)
 {
     memset(&s->tensor, 0, sizeof s->tensor);
+    s->tensor.literal = true;
     s->tensor.dtype = dt;
     s->tensor.numel = 1;
     s->tensor.storage = &s->storage;
@@ -366,16 +394,17 @@ SCALAR_FORM(minimum)
 kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
 {
     const char *fn = "kiln_where";
-    if (!cond || !a || !b) {
-        core_fail_null(fn, !cond ? "cond" : !a ? "operand a" : "operand b");
+    kiln_tensor *operands[3] = {cond, a, b};
+    if (check_operands(fn, 3, operands, (const char *const[]){"cond", "operand a", "operand b"}) < 0)
         return NULL;
-    }
     if (cond->dtype != KILN_BOOL) {
         char d[DESCRIBE_MAX];
         core_fail(CORE_DTYPE, fn, "cond must be bool, got %s", describe(d, cond));
         return NULL;
     }
     kiln_dtype dt = ir_promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
+    if (recording())
+        return record_elementwise(fn, OP_WHERE, 3, operands, dt);
     const kiln_tensor *in[3] = {cond, a, b};
     kiln_dtype in_dt[3] = {KILN_BOOL, dt, dt};
     return tensor_own(apply(fn, kernel_for(OP_WHERE, dt), false, 3, in, in_dt, dt));
@@ -383,32 +412,30 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
 
 kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt)
 {
-    if (!a) {
-        core_fail_null("kiln_cast", "operand a");
-        return NULL;
-    }
-    if (check_dtype("kiln_cast", dt) < 0)
+    if (check_operands("kiln_cast", 1, &a, operand_names) < 0 || check_dtype("kiln_cast", dt) < 0)
         return NULL;
     if (a->dtype == dt)
         return tensor_own(kiln_retain(a));
+    if (recording())
+        return record_op(OP_CAST, 1, &a, NULL, dt, a->ndim, a->shape);
     return tensor_own(copy_as("kiln_cast", a, dt));
 }
 
 kiln_tensor *kiln_contiguous(kiln_tensor *a)
 {
-    if (!a) {
-        core_fail_null("kiln_contiguous", "operand a");
+    if (check_operands("kiln_contiguous", 1, &a, operand_names) < 0)
         return NULL;
-    }
-    if (eager_is_contiguous(a))
+    if (recording() || eager_is_contiguous(a)) /* traced values have no layout */
         return tensor_own(kiln_retain(a));
     return tensor_own(copy_as("kiln_contiguous", a, a->dtype));
 }
 
 int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
 {
-    if (!dst || !src)
-        return core_fail_null("kiln_assign", !dst ? "dst" : "src");
+    kiln_tensor *operands[2] = {dst, src};
+    int status = check_operands("kiln_assign", 2, operands, (const char *const[]){"dst", "src"});
+    if (status < 0)
+        return status;
     for (int d = 0; d < dst->ndim; d++) {
         if (dst->strides[d] == 0 && dst->shape[d] > 1) {
             char buf[DESCRIBE_MAX];
@@ -417,6 +444,10 @@ int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
                              describe(buf, dst));
         }
     }
+    if ((status = check_broadcasts_to("kiln_assign", src, dst)) < 0)
+        return status;
+    if (recording())
+        return eager_active_trace()->record_assign(eager_active_trace(), dst, src);
     return copy_into("kiln_assign", dst, src);
 }
 

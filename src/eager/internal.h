@@ -9,6 +9,8 @@
 /* A new contiguous tensor with fresh storage, not yet owned by a scope;
  * NULL with fn's error when the shape is bad or memory runs out. */
 kiln_tensor *tensor_new(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape);
+/* A new tensor with no storage (for tracers): shape already checked. */
+kiln_tensor *tensor_new_meta(kiln_dtype dt, int ndim, const int64_t *shape);
 /* A new view of base's storage (which gains a reference). */
 kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, const int64_t *shape,
                          const int64_t *strides, int64_t offset);
@@ -16,6 +18,17 @@ kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, cons
 kiln_tensor *tensor_own(kiln_tensor *t);
 /* Releases the reference (NULL-safe) and returns NULL, for error paths. */
 kiln_tensor *tensor_drop(kiln_tensor *t);
+
+/* Checks that none of the n operands is NULL or a tracer of another or a
+ * finished trace; names[i] names operand i in the message. */
+int check_operands(const char *fn, int n, kiln_tensor *const *in, const char *const *names);
+/* True while a trace records this thread's ops. */
+bool recording(void);
+/* Records op through the active trace; the result is owned like any op's. */
+kiln_tensor *record_op(ir_op op, int n_in, kiln_tensor *const *in, const ir_params *params,
+                       kiln_dtype dt, int ndim, const int64_t *shape);
+/* The error for reading a tracer's values in fn (reported to its trace). */
+int fail_read_tracer(const char *fn, const kiln_tensor *t);
 
 /* Checks ndim, shape entries and the element count; stores the count. */
 int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel);
@@ -62,6 +75,8 @@ ew_kernel kernel_for(ir_op op, kiln_dtype compute);
 
 /* -- elementwise.c --------------------------------------------------------- */
 
+/* 0 when src broadcasts to exactly dst's shape, else fn's error. */
+int check_broadcasts_to(const char *fn, const kiln_tensor *src, const kiln_tensor *dst);
 /* Writes src, broadcast to dst's shape and converted to its dtype, into dst. */
 int copy_into(const char *fn, kiln_tensor *dst, const kiln_tensor *src);
 /* A new contiguous tensor holding src converted to dt (unowned). */

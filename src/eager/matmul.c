@@ -248,10 +248,9 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
 kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
 {
     const char *fn = "kiln_matmul";
-    if (!a || !b) {
-        core_fail_null(fn, !a ? "operand a" : "operand b");
+    kiln_tensor *operands[2] = {a, b};
+    if (check_operands(fn, 2, operands, (const char *const[]){"operand a", "operand b"}) < 0)
         return NULL;
-    }
     if (a->ndim == 0 || b->ndim == 0)
         return fail_shapes(fn, a, b, "operands need at least one dimension");
     kiln_dtype dt = ir_promote(a->dtype, false, b->dtype, false);
@@ -273,6 +272,8 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
     int ndim = out_shape(a, b, &s, shape);
     if (ndim > KILN_MAX_DIMS)
         return fail_shapes(fn, a, b, "too many dimensions");
+    if (recording())
+        return record_op(OP_MATMUL, 2, operands, NULL, dt, ndim, shape);
 
     kiln_tensor *pa = prepared(fn, a, dt, true), *pb = prepared(fn, b, dt, false);
     kiln_tensor *out = pa && pb ? tensor_new(fn, dt, ndim, shape) : NULL;

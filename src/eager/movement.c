@@ -4,6 +4,8 @@
 
 #include "eager/internal.h"
 
+static const char *const operand_a[] = {"operand a"};
+
 static kiln_tensor *fail_null(const char *fn, const char *what)
 {
     core_fail_null(fn, what);
@@ -82,8 +84,8 @@ static int infer_shape(const char *fn, const kiln_tensor *a, int ndim, const int
 kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
 {
     const char *fn = "kiln_reshape";
-    if (!a)
-        return fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_a) < 0)
+        return NULL;
     if (ndim < 0 || ndim > KILN_MAX_DIMS) {
         core_fail(CORE_SHAPE, fn, "ndim %d is outside 0..%d", ndim, KILN_MAX_DIMS);
         return NULL;
@@ -93,6 +95,8 @@ kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     if (infer_shape(fn, a, ndim, req, shape) < 0)
         return NULL;
+    if (recording())
+        return record_op(OP_RESHAPE, 1, &a, NULL, a->dtype, ndim, shape);
     if (view_strides(a, ndim, shape, strides))
         return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
     kiln_tensor *copy = copy_as(fn, a, a->dtype);
@@ -109,12 +113,13 @@ kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
 kiln_tensor *kiln_permute(kiln_tensor *a, const int *perm)
 {
     const char *fn = "kiln_permute";
-    if (!a)
-        return fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_a) < 0)
+        return NULL;
     if (!perm && a->ndim > 0)
         return fail_null(fn, "perm");
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     bool used[KILN_MAX_DIMS] = {false};
+    ir_params params = {0};
     for (int i = 0; i < a->ndim; i++) {
         int axis;
         if (check_axis(fn, perm[i], a, 0, &axis) < 0)
@@ -128,15 +133,18 @@ kiln_tensor *kiln_permute(kiln_tensor *a, const int *perm)
         used[axis] = true;
         shape[i] = a->shape[axis];
         strides[i] = a->strides[axis];
+        params.perm[i] = axis;
     }
+    if (recording())
+        return record_op(OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
     return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
 }
 
 kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1)
 {
     const char *fn = "kiln_transpose";
-    if (!a)
-        return fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_a) < 0)
+        return NULL;
     int i, j;
     if (check_axis(fn, axis0, a, 0, &i) < 0 || check_axis(fn, axis1, a, 0, &j) < 0)
         return NULL;
@@ -145,6 +153,12 @@ kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1)
     memcpy(strides, a->strides, sizeof strides);
     shape[i] = a->shape[j], shape[j] = a->shape[i];
     strides[i] = a->strides[j], strides[j] = a->strides[i];
+    if (recording()) {
+        ir_params params = {0};
+        for (int d = 0; d < a->ndim; d++)
+            params.perm[d] = d == i ? j : d == j ? i : d;
+        return record_op(OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
+    }
     return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
 }
 
@@ -153,8 +167,8 @@ kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1)
 kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
 {
     const char *fn = "kiln_expand";
-    if (!a)
-        return fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_a) < 0)
+        return NULL;
     if (ndim > 0 && !req)
         return fail_null(fn, "shape");
     char from[CORE_SHAPE_STR_MAX], to[CORE_SHAPE_STR_MAX];
@@ -186,6 +200,8 @@ kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
         shape[d] = want;
         strides[d] = old == want && d >= lead ? a->strides[d - lead] : 0;
     }
+    if (recording())
+        return record_op(OP_EXPAND, 1, &a, NULL, a->dtype, ndim, shape);
     return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
 }
 
@@ -202,8 +218,8 @@ static int64_t slice_bound(int64_t i, int64_t n, bool forward)
 kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, int64_t step)
 {
     const char *fn = "kiln_slice";
-    if (!a)
-        return fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_a) < 0)
+        return NULL;
     if (check_axis(fn, axis, a, 0, &axis) < 0)
         return NULL;
     if (step == 0 || step == INT64_MIN) {
@@ -221,14 +237,18 @@ kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, i
     shape[axis] = len;
     strides[axis] = a->strides[axis] * step;
     int64_t offset = a->offset + (len ? start * a->strides[axis] : 0);
+    if (recording()) {
+        ir_params params = {.axis = axis, .start = len ? start : 0, .step = step};
+        return record_op(OP_SLICE, 1, &a, &params, a->dtype, a->ndim, shape);
+    }
     return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, offset));
 }
 
 kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis)
 {
     const char *fn = "kiln_squeeze";
-    if (!a)
-        return fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_a) < 0)
+        return NULL;
     if (axis != KILN_ALL) {
         if (check_axis(fn, axis, a, 0, &axis) < 0)
             return NULL;
@@ -247,14 +267,16 @@ kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis)
         shape[n] = a->shape[d];
         strides[n++] = a->strides[d];
     }
+    if (recording())
+        return record_op(OP_RESHAPE, 1, &a, NULL, a->dtype, n, shape);
     return tensor_own(tensor_view(fn, a, n, shape, strides, a->offset));
 }
 
 kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis)
 {
     const char *fn = "kiln_unsqueeze";
-    if (!a)
-        return fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, operand_a) < 0)
+        return NULL;
     if (check_axis(fn, axis, a, 1, &axis) < 0)
         return NULL;
     if (a->ndim == KILN_MAX_DIMS) {
@@ -272,6 +294,8 @@ kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis)
         shape[d] = a->shape[k];
         strides[d] = a->strides[k++];
     }
+    if (recording())
+        return record_op(OP_RESHAPE, 1, &a, NULL, a->dtype, a->ndim + 1, shape);
     return tensor_own(tensor_view(fn, a, a->ndim + 1, shape, strides, a->offset));
 }
 
@@ -285,11 +309,10 @@ static int check_concat(const char *fn, kiln_tensor *const *ts, int n, int axis,
     if (n < 1)
         return core_fail(CORE_VALUE, fn, "needs at least one tensor, got %d", n);
     for (int i = 0; i < n; i++) {
-        if (!ts[i]) {
-            char what[32];
-            snprintf(what, sizeof what, "ts[%d]", i);
-            return core_fail_null(fn, what);
-        }
+        char what[32];
+        snprintf(what, sizeof what, "ts[%d]", i);
+        if (check_operands(fn, 1, &ts[i], (const char *const[]){what}) < 0)
+            return -1;
     }
     if (check_axis(fn, axis, ts[0], 0, resolved) < 0)
         return -CORE_AXIS;
@@ -319,6 +342,10 @@ kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis)
     shape[axis] = 0;
     for (int i = 0; i < n; i++)
         shape[axis] += ts[i]->shape[axis];
+    if (recording()) {
+        ir_params params = {.axis = axis};
+        return record_op(OP_CONCAT, n, ts, &params, dt, ts[0]->ndim, shape);
+    }
     kiln_tensor *out = tensor_new(fn, dt, ts[0]->ndim, shape);
     if (!out)
         return NULL;

@@ -110,6 +110,11 @@ int kiln_print(const kiln_tensor *t)
 {
     if (!t)
         return core_fail_null("kiln_print", "tensor");
+    if (t->trace) { /* as jax prints its tracers: no values to show */
+        char d[DESCRIBE_MAX];
+        printf("tracer(%s, traced in '%s')\n", describe(d, t), t->trace->name);
+        return 0;
+    }
     printer p = {t, t->numel > SUMMARY_THRESHOLD, false, true, 0, 0, INFINITY};
     int64_t index[KILN_MAX_DIMS] = {0};
     if (t->numel == 0) {

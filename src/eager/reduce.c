@@ -246,10 +246,8 @@ static void sums_to_means(char *acc, kiln_dtype acc_dt, int64_t n, int64_t count
 
 static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
 {
-    if (!a) {
-        core_fail_null(fn, "operand a");
+    if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0)
         return NULL;
-    }
     if (axis != KILN_ALL && a->ndim == 0 && (axis == 0 || axis == -1))
         axis = KILN_ALL;
     if (axis != KILN_ALL && check_axis(fn, axis, a, 0, &axis) < 0)
@@ -264,6 +262,10 @@ static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, b
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
     output_shape(a, axis, keepdim, &ndim, shape);
+    if (recording()) {
+        ir_params params = {.axis = axis, .keepdim = keepdim};
+        return record_op(op, 1, &a, &params, result, ndim, shape);
+    }
 
     kiln_dtype work = ir_dtype_is_float(a->dtype) ? a->dtype : KILN_I64;
     kiln_dtype acc_dt = acc_dtype(op, work);

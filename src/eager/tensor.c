@@ -77,6 +77,9 @@ static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, 
     t->storage = NULL;
     t->scope_depth = 0;
     t->scope_slot = 0;
+    t->literal = false;
+    t->trace = NULL;
+    t->node = 0;
     atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
     return t;
 }
@@ -100,6 +103,17 @@ nomem:
     core_fail(CORE_NOMEM, fn, "out of memory allocating %s %s", core_shape_str(buf, ndim, shape),
               kiln_dtype_name(dt));
     return NULL;
+}
+
+kiln_tensor *tensor_new_meta(kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++)
+        numel *= shape[d];
+    kiln_tensor *t = tensor_alloc(dt, ndim, shape, numel);
+    if (t)
+        contiguous_strides(ndim, shape, t->strides);
+    return t;
 }
 
 kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, const int64_t *shape,
@@ -141,6 +155,8 @@ void kiln_release(kiln_tensor *t)
         return;
     if (t->storage)
         storage_release(t->storage);
+    if (t->trace)
+        eager_trace_release(t->trace);
     atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
     core_free(t, sizeof *t);
 }
@@ -281,6 +297,21 @@ static int scope_find(const scope *sc, const kiln_tensor *t)
     return -1;
 }
 
+kiln_tensor *eager_own(kiln_tensor *t)
+{
+    return tensor_own(t);
+}
+
+void eager_disown(kiln_tensor *t)
+{
+    if (!t || !stack || stack->depth == 0)
+        return;
+    scope *sc = &stack->levels[stack->depth - 1];
+    int slot = scope_find(sc, t);
+    if (slot >= 0)
+        sc->items[slot] = NULL;
+}
+
 kiln_tensor *kiln_keep(kiln_tensor *t)
 {
     if (!t || !stack || stack->depth == 0)
@@ -393,5 +424,5 @@ kiln_device kiln_device_of(const kiln_tensor *t)
 
 bool kiln_shares_storage(const kiln_tensor *a, const kiln_tensor *b)
 {
-    return a && b && a->storage == b->storage;
+    return a && b && a->storage && a->storage == b->storage;
 }

@@ -1,0 +1,591 @@
+/* Marked functions: signatures, specializations, tracing, eager fallback and
+ * the counters of kiln_fn_stats. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "trace/trace.h"
+
+typedef struct {
+    kiln_spec *inputs; /* the signature */
+    interp_plan *plan;
+} specialization;
+
+struct kiln_fn {
+    char name[64];
+    kiln_body body;
+    int n_in, n_out;
+    void *user;
+    kiln_jit_options opts;
+    bool jit_off, log, dump_graph; /* KILN_JIT=0, KILN_LOG=1, KILN_DUMP has graph */
+    pthread_mutex_t lock;          /* guards everything below */
+    specialization *specs;         /* retrace_limit of them at most */
+    int n_specs, last;
+    kiln_fn_stats_t stats;
+    int trace_failures;
+    bool eager_only, warned;
+};
+
+enum {
+    FAILED_TRACES_BEFORE_EAGER = 3,
+    SPEC_STR_MAX = CORE_SHAPE_STR_MAX + 8,
+    STACK_INPUTS = 16,
+};
+
+static void jit_log(const kiln_fn *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jit_log(const kiln_fn *f, const char *fmt, ...)
+{
+    if (!f->log)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kiln: '%s': ", f->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* -- Signatures ------------------------------------------------------------ */
+
+static kiln_spec spec_of(const kiln_tensor *t)
+{
+    kiln_spec s = {.dtype = t->dtype, .ndim = t->ndim, .device = t->device};
+    memcpy(s.shape, t->shape, (size_t)t->ndim * sizeof *s.shape);
+    return s;
+}
+
+static bool spec_equal(const kiln_spec *a, const kiln_spec *b)
+{
+    return a->dtype == b->dtype && a->ndim == b->ndim && a->device == b->device &&
+           !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
+}
+
+static char *spec_str(char buf[SPEC_STR_MAX], const kiln_spec *s)
+{
+    char shape[CORE_SHAPE_STR_MAX];
+    snprintf(buf, SPEC_STR_MAX, "%s%s", kiln_dtype_name(s->dtype), core_shape_str(shape, s->ndim, s->shape));
+    return buf;
+}
+
+static int find_spec(const kiln_fn *f, const kiln_spec *sig)
+{
+    for (int k = 0; k < f->n_specs; k++) {
+        int i = (f->last + k) % f->n_specs; /* the last one used first */
+        bool same = true;
+        for (int j = 0; j < f->n_in && same; j++)
+            same = spec_equal(&f->specs[i].inputs[j], &sig[j]);
+        if (same)
+            return i;
+    }
+    return -1;
+}
+
+/* "input 1 changed shape f32[4,8] -> f32[5,8]" against the last signature. */
+static void describe_change(const kiln_fn *f, const kiln_spec *sig, char *buf, size_t size)
+{
+    snprintf(buf, size, "a new signature");
+    if (f->n_specs == 0)
+        return;
+    const kiln_spec *old = f->specs[f->last].inputs;
+    for (int i = 0; i < f->n_in; i++) {
+        if (spec_equal(&old[i], &sig[i]))
+            continue;
+        char a[SPEC_STR_MAX], b[SPEC_STR_MAX];
+        snprintf(buf, size, "input %d changed %s %s -> %s", i,
+                 old[i].dtype != sig[i].dtype ? "dtype" : old[i].device != sig[i].device ? "device" : "shape",
+                 spec_str(a, &old[i]), spec_str(b, &sig[i]));
+        return;
+    }
+}
+
+/* -- Dumps ----------------------------------------------------------------- */
+
+static void dump_file(const kiln_fn *f, int spec, const char *stage, const char *ext, const char *text)
+{
+    const char *dir = getenv("KILN_DUMP_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.%d.%s.%s", dir && *dir ? dir : ".", f->name, spec, stage, ext);
+    for (char *p = path + strlen(dir && *dir ? dir : ".") + 1; *p; p++)
+        if (*p == '/' || *p == ' ')
+            *p = '_';
+    FILE *out = text ? fopen(path, "w") : NULL;
+    if (out) {
+        fputs(text, out);
+        fclose(out);
+    }
+    if (!out)
+        fprintf(stderr, "kiln: '%s': cannot write the dump %s\n", f->name, path);
+}
+
+static void dump_graph(const kiln_fn *f, int spec, const char *stage, const ir_graph *g)
+{
+    if (!f->dump_graph)
+        return;
+    char *text = ir_to_text(g), *dot = ir_to_dot(g, f->name);
+    char name[32];
+    snprintf(name, sizeof name, "graph-%s", stage);
+    dump_file(f, spec, name, "txt", text);
+    dump_file(f, spec, name, "dot", dot);
+    free(text);
+    free(dot);
+}
+
+/* -- Tracing --------------------------------------------------------------- */
+
+/* Checks what the body left in out (n_out slots and a guard slot after). */
+static int check_body(const kiln_fn *f, const recorder *rec, int rc, kiln_tensor *const *out,
+                      char *why, size_t size)
+{
+    const char *failure = recorder_failure(rec);
+    if (failure) {
+        snprintf(why, size, "%s", failure);
+        return -1;
+    }
+    if (rc != 0) {
+        snprintf(why, size, "the body returned %d: %s", rc,
+                 kiln_last_error()[0] ? kiln_last_error() : "it set no error");
+        return -1;
+    }
+    if (out[f->n_out]) {
+        snprintf(why, size, "the body wrote out[%d], past its %d outputs", f->n_out, f->n_out);
+        return -1;
+    }
+    for (int i = 0; i < f->n_out; i++) {
+        if (!out[i]) {
+            snprintf(why, size, "the body left out[%d] NULL%s%s", i, kiln_last_error()[0] ? ": " : "",
+                     kiln_last_error());
+            return -1;
+        }
+        if (out[i]->trace && out[i]->trace != eager_active_trace()) {
+            snprintf(why, size, "out[%d] is a tracer of another trace ('%s')", i, out[i]->trace->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Runs the body on tracers of sig; the graph and its captures on success. */
+static ir_graph *trace_body(kiln_fn *f, const kiln_spec *sig, kiln_tensor ***captures, int *n_captures)
+{
+    recorder *rec = recorder_new(f->name);
+    kiln_tensor **tracers = calloc((size_t)f->n_in + 1, sizeof *tracers);
+    kiln_tensor **out = calloc((size_t)f->n_out + 1, sizeof *out);
+    int made = 0;
+    for (; rec && tracers && made < f->n_in; made++)
+        if (!(tracers[made] = recorder_input(rec, made, &sig[made])))
+            break;
+    if (!rec || !tracers || !out || made < f->n_in) {
+        for (int i = 0; tracers && i < made; i++)
+            kiln_release(tracers[i]);
+        if (rec)
+            recorder_release(rec);
+        free(tracers);
+        free(out);
+        core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", f->name);
+        return NULL;
+    }
+    kiln_clear_error();
+    recorder_activate(rec);
+    kiln_scope_begin();
+    int rc = f->body(tracers, out, f->user);
+    char why[1024];
+    int status = check_body(f, rec, rc, out, why, sizeof why);
+    for (int i = 0; i < f->n_out && status == 0; i++)
+        status = recorder_output(rec, out[i]);
+    kiln_scope_end();
+    recorder_finish(rec);
+    for (int i = 0; i < f->n_in; i++)
+        kiln_release(tracers[i]);
+    free(tracers);
+    free(out);
+    ir_graph *g = status == 0 ? recorder_take_graph(rec, captures, n_captures) : NULL;
+    recorder_release(rec);
+    if (status < 0 && why[0])
+        core_fail(CORE_STATE, "kiln_call", "tracing '%s' failed: %s", f->name, why);
+    else if (!g && status == 0)
+        core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", f->name);
+    return g;
+}
+
+static int optimise(const kiln_fn *f, ir_graph **g)
+{
+    if (f->opts.opt_level == 0)
+        return 0;
+    char err[512] = "";
+    ir_pass_options opt = {.eval = interp_eval_const, .fast_math = f->opts.fast_math};
+#ifndef NDEBUG
+    opt.verify = true;
+#endif
+    if (ir_optimize(g, &opt, err, sizeof err) < 0)
+        return core_fail(CORE_STATE, "kiln_call", "optimising '%s' failed: %s", f->name, err);
+    return 0;
+}
+
+/* Traces and plans a new specialization for sig; its index, or a negative error. */
+static int specialize(kiln_fn *f, const kiln_spec *sig)
+{
+    double start = now_ms();
+    char change[512], sig_text[512] = "";
+    describe_change(f, sig, change, sizeof change);
+    for (int i = 0; i < f->n_in; i++) {
+        char buf[SPEC_STR_MAX];
+        snprintf(sig_text + strlen(sig_text), sizeof sig_text - strlen(sig_text), "%s%s", i ? ", " : "",
+                 spec_str(buf, &sig[i]));
+    }
+    jit_log(f, "tracing for (%s): %s", sig_text, f->n_specs ? change : "first call");
+    f->stats.traces++;
+    kiln_tensor **captures = NULL;
+    int n_captures = 0;
+    ir_graph *g = trace_body(f, sig, &captures, &n_captures);
+    if (!g) {
+        if (++f->trace_failures >= FAILED_TRACES_BEFORE_EAGER && !f->opts.strict) {
+            f->eager_only = true;
+            fprintf(stderr, "kiln: '%s' failed to trace %d times; running it eagerly from now on\n",
+                    f->name, f->trace_failures);
+        }
+        return -CORE_STATE;
+    }
+    uint32_t traced_nodes = g->count;
+    dump_graph(f, f->n_specs, "before", g);
+    int status = optimise(f, &g);
+    if (status < 0) {
+        ir_graph_free(g);
+        for (int i = 0; i < n_captures; i++)
+            kiln_release(captures[i]);
+        free(captures);
+        return status;
+    }
+    dump_graph(f, f->n_specs, "after", g);
+    kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
+    interp_plan *plan = inputs ? interp_plan_new(g, captures, n_captures) : NULL;
+    if (!plan) {
+        free(inputs);
+        return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
+    }
+    memcpy(inputs, sig, (size_t)f->n_in * sizeof *inputs);
+    int k = f->n_specs++;
+    f->specs[k] = (specialization){inputs, plan};
+    f->stats.compiles++;
+    f->stats.kernels = interp_kernels(plan);
+    f->stats.peak_bytes = interp_peak_bytes(plan);
+    double ms = now_ms() - start;
+    f->stats.compile_ms += ms;
+    jit_log(f, "traced %u nodes, %u after passes, %d kernels, in %.3f ms", traced_nodes,
+            interp_graph(plan)->count, interp_kernels(plan), ms);
+    return k;
+}
+
+/* -- Running --------------------------------------------------------------- */
+
+static bool shares_input(const kiln_fn *f, kiln_tensor *const *in, const kiln_tensor *t)
+{
+    for (int i = 0; i < f->n_in; i++)
+        if (kiln_shares_storage(in[i], t))
+            return true;
+    return false;
+}
+
+/* The body run eagerly on in; outputs fresh and owned as any op's result. */
+static int run_eagerly(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
+{
+    kiln_tensor **body_out = calloc((size_t)f->n_out + 1, sizeof *body_out);
+    if (!body_out)
+        return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
+    kiln_scope_begin();
+    int rc = f->body(in, body_out, f->user);
+    int status = rc == 0 ? 0 : core_fail(CORE_STATE, "kiln_call", "'%s' returned %d: %s", f->name, rc,
+                                         kiln_last_error());
+    for (int i = 0; i < f->n_out && status == 0; i++) {
+        if (!body_out[i])
+            status = core_fail(CORE_STATE, "kiln_call", "'%s' left out[%d] NULL", f->name, i);
+        else if (!(out[i] = shares_input(f, in, body_out[i]) && !eager_active_trace()
+                                ? eager_copy("kiln_call", body_out[i])
+                                : kiln_retain(body_out[i])))
+            status = -CORE_NOMEM;
+    }
+    kiln_scope_end();
+    for (int i = 0; i < f->n_out; i++) {
+        if (status < 0)
+            out[i] = (kiln_release(out[i]), NULL);
+        else
+            eager_own(out[i]);
+    }
+    free(body_out);
+    return status;
+}
+
+static int run_spec(kiln_fn *f, const specialization *s, kiln_tensor *const *in, kiln_tensor **out)
+{
+    int status = interp_run(s->plan, in, out);
+    for (int i = 0; i < f->n_out && status == 0; i++)
+        eager_own(out[i]);
+    return status;
+}
+
+static int check_call(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
+{
+    if (!f)
+        return core_fail_null("kiln_call", "f");
+    if (!in && f->n_in > 0)
+        return core_fail_null("kiln_call", "in");
+    if (!out && f->n_out > 0)
+        return core_fail_null("kiln_call", "out");
+    for (int i = 0; i < f->n_out; i++)
+        out[i] = NULL;
+    for (int i = 0; i < f->n_in; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "in[%d]", i);
+        if (eager_check_operands("kiln_call", 1, &in[i], (const char *const[]){what}) < 0)
+            return -CORE_NULL_ARG;
+    }
+    return 0;
+}
+
+/* The specialization for sig, traced if new; -1 when the call must run eagerly. */
+static int lookup(kiln_fn *f, const kiln_spec *sig, int *status)
+{
+    *status = 0;
+    int k = find_spec(f, sig);
+    if (k >= 0) {
+        f->stats.memory_hits++;
+        return k;
+    }
+    int limit = f->opts.retrace_limit;
+    if (f->n_specs < limit)
+        return (*status = specialize(f, sig)) < 0 ? -1 : *status;
+    char change[512];
+    describe_change(f, sig, change, sizeof change);
+    if (f->opts.strict) {
+        *status = core_fail(CORE_STATE, "kiln_call",
+                            "'%s' reached its retrace limit of %d signatures (%s); strict mode "
+                            "does not run it eagerly",
+                            f->name, limit, change);
+        return -1;
+    }
+    if (!f->warned)
+        fprintf(stderr, "kiln: warning: '%s' reached its retrace limit of %d signatures (%s); new "
+                        "signatures run eagerly\n", f->name, limit, change);
+    f->warned = true;
+    f->stats.eager_fallbacks++;
+    return -1;
+}
+
+int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
+{
+    int status = check_call(f, in, out);
+    if (status < 0)
+        return status;
+    if (eager_active_trace()) /* called from a body being traced: inline it */
+        return run_eagerly(f, in, out);
+    if (f->jit_off)
+        return run_eagerly(f, in, out);
+    kiln_spec stack_sig[STACK_INPUTS];
+    kiln_spec *sig = f->n_in <= STACK_INPUTS ? stack_sig : malloc((size_t)f->n_in * sizeof *sig);
+    if (!sig)
+        return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
+    for (int i = 0; i < f->n_in; i++)
+        sig[i] = spec_of(in[i]);
+    pthread_mutex_lock(&f->lock);
+    int k = -1;
+    if (f->eager_only)
+        f->stats.eager_fallbacks++;
+    else if ((k = lookup(f, sig, &status)) >= 0)
+        f->last = k;
+    specialization spec = k >= 0 ? f->specs[k] : (specialization){0};
+    pthread_mutex_unlock(&f->lock);
+    if (sig != stack_sig)
+        free(sig);
+    if (k >= 0)
+        return run_spec(f, &spec, in, out);
+    return status < 0 ? status : run_eagerly(f, in, out);
+}
+
+/* -- Life of a marked function --------------------------------------------- */
+
+kiln_jit_options kiln_jit_defaults(void)
+{
+    return (kiln_jit_options){.backend = KILN_BACKEND_AUTO, .opt_level = 2, .retrace_limit = 8};
+}
+
+static int check_options(const kiln_jit_options *o)
+{
+    if (o->backend == KILN_BACKEND_LLVM || o->backend == KILN_BACKEND_NVRTC)
+        return core_fail(CORE_DEVICE, "kiln_jit", "the %s backend is not in this build of kiln",
+                         o->backend == KILN_BACKEND_LLVM ? "LLVM" : "NVRTC");
+    if ((unsigned)o->backend > KILN_BACKEND_INTERP || o->opt_level < 0 || o->opt_level > 3 ||
+        o->retrace_limit < 0)
+        return core_fail(CORE_VALUE, "kiln_jit", "bad options: backend %d, opt_level %d, retrace_limit %d",
+                         (int)o->backend, o->opt_level, o->retrace_limit);
+    return 0;
+}
+
+kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *user,
+                  const kiln_jit_options *opts)
+{
+    kiln_jit_options o = opts ? *opts : kiln_jit_defaults();
+    if (!body) {
+        core_fail_null("kiln_jit", "body");
+        return NULL;
+    }
+    if (n_in < 0 || n_out < 0 || n_in > 1024 || n_out > 1024) {
+        core_fail(CORE_VALUE, "kiln_jit", "'%s': %d inputs and %d outputs (0..1024 each)",
+                  name ? name : "?", n_in, n_out);
+        return NULL;
+    }
+    if (check_options(&o) < 0)
+        return NULL;
+    if (o.retrace_limit == 0)
+        o.retrace_limit = 8;
+    kiln_fn *f = calloc(1, sizeof *f);
+    if (f)
+        f->specs = calloc((size_t)o.retrace_limit, sizeof *f->specs);
+    if (!f || !f->specs) {
+        free(f);
+        core_fail(CORE_NOMEM, "kiln_jit", "out of memory");
+        return NULL;
+    }
+    snprintf(f->name, sizeof f->name, "%s", name && *name ? name : "anonymous");
+    f->body = body;
+    f->n_in = n_in;
+    f->n_out = n_out;
+    f->user = user;
+    f->opts = o;
+    f->jit_off = core_env_int("KILN_JIT", 1) == 0;
+    f->log = core_env_int("KILN_LOG", 0) != 0;
+    const char *dump = getenv("KILN_DUMP");
+    f->dump_graph = dump && strstr(dump, "graph");
+    pthread_mutex_init(&f->lock, NULL);
+    return f;
+}
+
+void kiln_fn_free(kiln_fn *f)
+{
+    if (!f)
+        return;
+    for (int i = 0; i < f->n_specs; i++) {
+        interp_plan_free(f->specs[i].plan);
+        free(f->specs[i].inputs);
+    }
+    free(f->specs);
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+}
+
+int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s)
+{
+    if (!f || !s)
+        return core_fail_null("kiln_fn_stats", !f ? "f" : "s");
+    pthread_mutex_lock((pthread_mutex_t *)&f->lock);
+    *s = f->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
+    return 0;
+}
+
+char *kiln_fn_graph_text(const kiln_fn *f)
+{
+    if (!f) {
+        core_fail_null("kiln_fn_graph_text", "f");
+        return NULL;
+    }
+    pthread_mutex_lock((pthread_mutex_t *)&f->lock);
+    char *text = f->n_specs ? ir_to_text(interp_graph(f->specs[f->last].plan)) : NULL;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
+    return text;
+}
+
+static int check_spec(const kiln_spec *s, int i)
+{
+    if ((unsigned)s->dtype > KILN_BOOL || s->ndim < 0 || s->ndim > KILN_MAX_DIMS ||
+        s->device != KILN_CPU)
+        return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d: dtype %d, ndim %d, device %d",
+                         i, (int)s->dtype, s->ndim, (int)s->device);
+    for (int d = 0; d < s->ndim; d++)
+        if (s->shape[d] < 0)
+            return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d has a negative size", i);
+    return 0;
+}
+
+int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
+{
+    if (!f || (!in && f->n_in > 0) || !target)
+        return core_fail_null("kiln_fn_precompile", !f ? "f" : !target ? "target" : "in");
+    if (strcmp(target, "host") != 0)
+        return core_fail(CORE_DEVICE, "kiln_fn_precompile",
+                         "target \"%s\" needs a code generator this build lacks (only \"host\")", target);
+    for (int i = 0; i < f->n_in; i++)
+        if (check_spec(&in[i], i) < 0)
+            return -CORE_VALUE;
+    pthread_mutex_lock(&f->lock);
+    int status = 0;
+    if (find_spec(f, in) < 0)
+        lookup(f, in, &status);
+    pthread_mutex_unlock(&f->lock);
+    return status < 0 ? status : 0;
+}
+
+/* -- One-line marking ------------------------------------------------------ */
+
+typedef struct {
+    kiln_generic_fn fn;
+    int n;
+} generic_body;
+
+static int run_generic(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const generic_body *g = user;
+    switch (g->n) {
+    case 1: out[0] = ((kiln_tensor * (*)(kiln_tensor *)) g->fn)(in[0]); break;
+    case 2: out[0] = ((kiln_tensor * (*)(kiln_tensor *, kiln_tensor *)) g->fn)(in[0], in[1]); break;
+    case 3:
+        out[0] = ((kiln_tensor * (*)(kiln_tensor *, kiln_tensor *, kiln_tensor *)) g->fn)(in[0], in[1], in[2]);
+        break;
+    default:
+        out[0] = ((kiln_tensor * (*)(kiln_tensor *, kiln_tensor *, kiln_tensor *, kiln_tensor *)) g->fn)(
+            in[0], in[1], in[2], in[3]);
+        break;
+    }
+    return out[0] ? 0 : -1;
+}
+
+kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_generic_fn fn, int n,
+                           kiln_tensor *const *in)
+{
+    if (!slot || !fn) {
+        core_fail_null("kiln_jit_call", !slot ? "slot" : "fn");
+        return NULL;
+    }
+    if (n < 1 || n > 4) {
+        core_fail(CORE_VALUE, "kiln_jit_call", "'%s' takes %d tensors; 1 to 4 are supported",
+                  name ? name : "?", n);
+        return NULL;
+    }
+    kiln_fn *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (!f) {
+        generic_body *g = malloc(sizeof *g);
+        kiln_fn *made = g ? kiln_jit(name, run_generic, n, 1, g, NULL) : NULL;
+        if (!made) {
+            free(g);
+            return NULL;
+        }
+        *g = (generic_body){fn, n};
+        kiln_fn *expected = NULL;
+        if (__atomic_compare_exchange_n(slot, &expected, made, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            f = made;
+        } else {
+            kiln_fn_free(made);
+            free(g);
+            f = expected;
+        }
+    }
+    kiln_tensor *out = NULL;
+    return kiln_call(f, in, &out) == 0 ? out : NULL;
+}

@@ -1,0 +1,46 @@
+/* Tracing marked functions into graphs, and running graphs: what other modules
+ * may use of src/trace. */
+#ifndef KILN_TRACE_H
+#define KILN_TRACE_H
+
+#include "eager/eager.h"
+
+/* -- record.c: the recorder behind an active trace ------------------------- */
+
+typedef struct recorder recorder;
+
+/* A new recorder for the body of fn_name with n_in inputs; NULL when out of memory. */
+recorder *recorder_new(const char *fn_name);
+/* A new unowned tracer for input i of the given signature. */
+kiln_tensor *recorder_input(recorder *rec, int i, const kiln_spec *spec);
+/* Makes the recorder the active trace of this thread, or stops it. */
+void recorder_activate(recorder *rec);
+void recorder_finish(recorder *rec);
+/* Records t (a tracer of this trace or any eager tensor) as output i. */
+int recorder_output(recorder *rec, kiln_tensor *t);
+/* Why the trace cannot be used (a tracer's values were read), or NULL. */
+const char *recorder_failure(const recorder *rec);
+/* Takes the graph and the captured tensors (new references) out of rec. */
+ir_graph *recorder_take_graph(recorder *rec, kiln_tensor ***captures, int *n_captures);
+/* Drops the owner's reference; tracers still alive keep the rest alive. */
+void recorder_release(recorder *rec);
+
+/* -- interp.c: graphs run node by node with the eager kernels --------------- */
+
+typedef struct interp_plan interp_plan;
+
+/* A plan to run g (taking ownership of it and of captures). NULL when out of
+ * memory; captures are released then. */
+interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures);
+void interp_plan_free(interp_plan *p);
+/* Runs the plan: n_out new unowned references in out; 0 or a negative error. */
+int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out);
+const ir_graph *interp_graph(const interp_plan *p);
+int interp_kernels(const interp_plan *p);
+int64_t interp_peak_bytes(const interp_plan *p);
+
+/* Constant folding's evaluator: the eager ops on 0-d tensors. */
+int interp_eval_const(const ir_node *node, const double *values, const kiln_dtype *dtypes,
+                      double *out);
+
+#endif
