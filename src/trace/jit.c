@@ -20,6 +20,7 @@ struct kiln_fn {
     void *user;
     kiln_jit_options opts;
     bool jit_off, log, dump_graph; /* KILN_JIT=0, KILN_LOG=1, KILN_DUMP has graph */
+    char dump_dir[512];            /* KILN_DUMP_DIR, default "." */
     pthread_mutex_t lock;          /* guards everything below */
     specialization *specs;         /* retrace_limit of them at most */
     int n_specs, last;
@@ -111,10 +112,9 @@ static void describe_change(const kiln_fn *f, const kiln_spec *sig, char *buf, s
 
 static void dump_file(const kiln_fn *f, int spec, const char *stage, const char *ext, const char *text)
 {
-    const char *dir = getenv("KILN_DUMP_DIR");
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s.%d.%s.%s", dir && *dir ? dir : ".", f->name, spec, stage, ext);
-    for (char *p = path + strlen(dir && *dir ? dir : ".") + 1; *p; p++)
+    snprintf(path, sizeof path, "%s/%s.%d.%s.%s", f->dump_dir, f->name, spec, stage, ext);
+    for (char *p = path + strlen(f->dump_dir) + 1; *p; p++)
         if (*p == '/' || *p == ' ')
             *p = '_';
     FILE *out = text ? fopen(path, "w") : NULL;
@@ -463,6 +463,8 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     f->log = core_env_int("KILN_LOG", 0) != 0;
     const char *dump = getenv("KILN_DUMP");
     f->dump_graph = dump && strstr(dump, "graph");
+    const char *dir = getenv("KILN_DUMP_DIR");
+    snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir && *dir ? dir : ".");
     pthread_mutex_init(&f->lock, NULL);
     return f;
 }

@@ -1,0 +1,720 @@
+/* Marked functions: traced (INTERP) against eager, specializations, captures,
+ * writebacks, fresh outputs, and every error of tracing. */
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "test_common.h"
+
+static int64_t live_at_start;
+
+static void setup(void)
+{
+    kiln_clear_error();
+    live_at_start = kiln_live_tensors();
+    kiln_scope_begin();
+}
+
+static void teardown(void)
+{
+    kiln_scope_end();
+    ck_assert_int_eq(kiln_live_tensors(), live_at_start);
+}
+
+static kiln_jit_options interp(void)
+{
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = KILN_BACKEND_INTERP;
+    return o;
+}
+
+static kiln_tensor *tensor(kiln_dtype dt, int ndim, const int64_t *shape, uint64_t seed)
+{
+    kiln_tensor *t = kiln_mul_scalar(kiln_randn(ndim, shape, seed), 3);
+    return kiln_cast(t, dt);
+}
+
+/* Bitwise equality: same dtype, shape and bytes. */
+static void assert_same(kiln_tensor *got, kiln_tensor *want, const char *what)
+{
+    ck_assert_msg(got && want, "%s: missing result (%s)", what, kiln_last_error());
+    ck_assert_msg(kiln_dtype_of(got) == kiln_dtype_of(want), "%s: dtype %s, eager %s", what,
+                  kiln_dtype_name(kiln_dtype_of(got)), kiln_dtype_name(kiln_dtype_of(want)));
+    ck_assert_int_eq(kiln_ndim(got), kiln_ndim(want));
+    for (int d = 0; d < kiln_ndim(got); d++)
+        ck_assert_int_eq(kiln_shape(got)[d], kiln_shape(want)[d]);
+    size_t n = (size_t)kiln_numel(got) * kiln_dtype_size(kiln_dtype_of(got));
+    char *a = malloc(n + 1), *b = malloc(n + 1);
+    ck_assert_int_eq(kiln_copy_to_host(got, a, n), 0);
+    ck_assert_int_eq(kiln_copy_to_host(want, b, n), 0);
+    ck_assert_msg(memcmp(a, b, n) == 0, "%s: traced differs from eager", what);
+    free(a);
+    free(b);
+}
+
+static int64_t count(const kiln_fn *f, int which)
+{
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    int64_t values[] = {s.traces, s.compiles, s.memory_hits, s.disk_hits, s.eager_fallbacks};
+    return values[which];
+}
+enum { TRACES, COMPILES, MEMORY_HITS, DISK_HITS, EAGER_FALLBACKS };
+
+/* -- Every op, traced and eager -------------------------------------------- */
+
+typedef kiln_tensor *(*op_case)(kiln_tensor *a, kiln_tensor *b);
+
+#define CASE(name, expr) \
+    static kiln_tensor *name(kiln_tensor *a, kiln_tensor *b) { (void)a; (void)b; return expr; }
+CASE(c_add, kiln_add(a, b))
+CASE(c_sub, kiln_sub(a, b))
+CASE(c_mul, kiln_mul(a, b))
+CASE(c_div, kiln_div(a, b))
+CASE(c_pow, kiln_pow(kiln_abs(a), kiln_cast(b, KILN_F32)))
+CASE(c_maximum, kiln_maximum(a, b))
+CASE(c_minimum, kiln_minimum(a, b))
+CASE(c_add_s, kiln_add_scalar(a, 2.5))
+CASE(c_sub_s, kiln_sub_scalar(a, 3))
+CASE(c_mul_s, kiln_mul_scalar(a, -1.5))
+CASE(c_div_s, kiln_div_scalar(a, 7))
+CASE(c_pow_s, kiln_pow_scalar(a, 2))
+CASE(c_max_s, kiln_maximum_scalar(a, 0.25))
+CASE(c_min_s, kiln_minimum_scalar(a, -0.25))
+CASE(c_eq, kiln_eq(a, b))
+CASE(c_ne, kiln_ne(a, b))
+CASE(c_lt, kiln_lt(a, b))
+CASE(c_le, kiln_le(a, b))
+CASE(c_gt, kiln_gt(a, b))
+CASE(c_ge, kiln_ge(a, b))
+CASE(c_where, kiln_where(kiln_gt(a, b), a, b))
+CASE(c_neg, kiln_neg(a))
+CASE(c_abs, kiln_abs(a))
+CASE(c_exp, kiln_exp(a))
+CASE(c_log, kiln_log(kiln_abs(a)))
+CASE(c_sqrt, kiln_sqrt(kiln_abs(a)))
+CASE(c_rsqrt, kiln_rsqrt(kiln_abs(a)))
+CASE(c_tanh, kiln_tanh(a))
+CASE(c_sigmoid, kiln_sigmoid(a))
+CASE(c_relu, kiln_relu(a))
+CASE(c_sin, kiln_sin(a))
+CASE(c_cos, kiln_cos(a))
+CASE(c_erf, kiln_erf(a))
+CASE(c_cast_i32, kiln_cast(a, KILN_I32))
+CASE(c_cast_bool, kiln_cast(a, KILN_BOOL))
+CASE(c_cast_f64, kiln_cast(a, KILN_F64))
+CASE(c_sum, kiln_sum(a, 1, false))
+CASE(c_sum_all, kiln_sum(a, KILN_ALL, false))
+CASE(c_mean, kiln_mean(a, -1, true))
+CASE(c_max, kiln_max(a, 0, false))
+CASE(c_min, kiln_min(a, KILN_ALL, true))
+CASE(c_argmax, kiln_argmax(a, 1, false))
+CASE(c_reshape, kiln_reshape(a, 2, (const int64_t[]){-1, 2}))
+CASE(c_permute, kiln_permute(a, (const int[]){1, 0}))
+CASE(c_transpose, kiln_transpose(a, 0, 1))
+CASE(c_expand, kiln_expand(kiln_unsqueeze(a, 0), 3, (const int64_t[]){3, -1, -1}))
+CASE(c_slice, kiln_slice(a, 1, -1, INT64_MIN, -2))
+CASE(c_concat, kiln_concat((kiln_tensor *[]){a, b, a}, 3, 0))
+CASE(c_squeeze, kiln_squeeze(kiln_unsqueeze(a, 1), 1))
+CASE(c_contiguous, kiln_contiguous(kiln_transpose(a, 0, 1)))
+CASE(c_matmul, kiln_matmul(a, kiln_transpose(b, 0, 1)))
+CASE(c_softmax, kiln_softmax(a, -1))
+CASE(c_log_softmax, kiln_log_softmax(a, 0))
+CASE(c_layer_norm, kiln_layer_norm(a, b, NULL, 1e-5))
+CASE(c_gelu, kiln_gelu(a))
+CASE(c_silu, kiln_silu(a))
+
+static const struct {
+    const char *name;
+    op_case fn;
+} CASES[] = {
+    {"add", c_add}, {"sub", c_sub}, {"mul", c_mul}, {"div", c_div}, {"pow", c_pow},
+    {"maximum", c_maximum}, {"minimum", c_minimum}, {"add_scalar", c_add_s},
+    {"sub_scalar", c_sub_s}, {"mul_scalar", c_mul_s}, {"div_scalar", c_div_s},
+    {"pow_scalar", c_pow_s}, {"maximum_scalar", c_max_s}, {"minimum_scalar", c_min_s},
+    {"eq", c_eq}, {"ne", c_ne}, {"lt", c_lt}, {"le", c_le}, {"gt", c_gt}, {"ge", c_ge},
+    {"where", c_where}, {"neg", c_neg}, {"abs", c_abs}, {"exp", c_exp}, {"log", c_log},
+    {"sqrt", c_sqrt}, {"rsqrt", c_rsqrt}, {"tanh", c_tanh}, {"sigmoid", c_sigmoid},
+    {"relu", c_relu}, {"sin", c_sin}, {"cos", c_cos}, {"erf", c_erf},
+    {"cast_i32", c_cast_i32}, {"cast_bool", c_cast_bool}, {"cast_f64", c_cast_f64},
+    {"sum", c_sum}, {"sum_all", c_sum_all}, {"mean", c_mean}, {"max", c_max}, {"min", c_min},
+    {"argmax", c_argmax}, {"reshape", c_reshape}, {"permute", c_permute},
+    {"transpose", c_transpose}, {"expand", c_expand}, {"slice", c_slice}, {"concat", c_concat},
+    {"squeeze", c_squeeze}, {"contiguous", c_contiguous}, {"matmul", c_matmul},
+    {"softmax", c_softmax}, {"log_softmax", c_log_softmax}, {"layer_norm", c_layer_norm},
+    {"gelu", c_gelu}, {"silu", c_silu},
+};
+
+static int find_case(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof CASES / sizeof *CASES); i++)
+        if (!strcmp(CASES[i].name, name))
+            return i;
+    ck_abort_msg("no case %s", name);
+    return -1;
+}
+
+static int case_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = CASES[*(const int *)user].fn(in[0], in[1]);
+    return out[0] ? 0 : -1;
+}
+
+/* Each op on f32, f64 and i32 operands of shape [4,6]: traced bit for bit eager. */
+START_TEST(test_every_op_traced_matches_eager)
+{
+    static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_I32};
+    const int64_t shape[2] = {4, 6};
+    kiln_jit_options o = interp();
+    int which = _i;
+    for (int d = 0; d < 3; d++) {
+        kiln_tensor *in[2] = {tensor(dtypes[d], 2, shape, 1), tensor(dtypes[d], 2, shape, 2)};
+        kiln_tensor *eager = NULL;
+        case_body(in, &eager, &which);
+        kiln_fn *f = kiln_jit(CASES[which].name, case_body, 2, 1, &which, &o);
+        kiln_tensor *traced = NULL;
+        ck_assert_msg(kiln_call(f, in, &traced) == 0, "%s: %s", CASES[which].name, kiln_last_error());
+        char what[64];
+        snprintf(what, sizeof what, "%s on %s", CASES[which].name, kiln_dtype_name(dtypes[d]));
+        assert_same(traced, eager, what);
+        ck_assert_int_eq(count(f, TRACES), 1);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* -- Specializations ------------------------------------------------------- */
+
+static int add_one(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_add_scalar(in[0], 1);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_new_signature_retraces_and_old_one_hits)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("add_one", add_one, 1, 1, NULL, &o);
+    kiln_tensor *a = kiln_ones(KILN_F32, 1, (int64_t[]){3});
+    kiln_tensor *b = kiln_ones(KILN_F32, 1, (int64_t[]){4});
+    kiln_tensor *c = kiln_ones(KILN_I32, 1, (int64_t[]){3});
+    kiln_tensor *out;
+    kiln_tensor *calls[] = {a, b, a, c, a, b};
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(kiln_call(f, &calls[i], &out), 0);
+    ck_assert_int_eq(count(f, TRACES), 3);
+    ck_assert_int_eq(count(f, MEMORY_HITS), 3);
+    ck_assert_int_eq(kiln_dtype_of(out), KILN_F32);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 8);
+    kiln_fn_free(f);
+}
+END_TEST
+
+START_TEST(test_retrace_limit_falls_back_eagerly_or_fails_in_strict_mode)
+{
+    kiln_jit_options o = interp();
+    o.retrace_limit = 2;
+    kiln_fn *f = kiln_jit("shapes", add_one, 1, 1, NULL, &o);
+    o.strict = true;
+    kiln_fn *strict = kiln_jit("strict_shapes", add_one, 1, 1, NULL, &o);
+    kiln_tensor *out;
+    for (int64_t n = 1; n <= 3; n++) {
+        kiln_tensor *x = kiln_ones(KILN_F32, 1, &n);
+        ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+        ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 2.0 * (double)n);
+        int status = kiln_call(strict, &x, &out);
+        ck_assert_int_eq(status < 0, n == 3);
+    }
+    ck_assert_kiln_error("kiln_call", "retrace limit", "input 0 changed shape", "f32[2]", "f32[3]");
+    ck_assert_int_eq(count(f, TRACES), 2);
+    ck_assert_int_eq(count(f, EAGER_FALLBACKS), 1);
+    ck_assert_int_eq(count(strict, EAGER_FALLBACKS), 0);
+    kiln_fn_free(f);
+    kiln_fn_free(strict);
+}
+END_TEST
+
+START_TEST(test_precompile_prepares_without_running)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("pre", add_one, 1, 1, NULL, &o);
+    kiln_spec spec = {.dtype = KILN_F64, .ndim = 2, .shape = {2, 3}, .device = KILN_CPU};
+    ck_assert_int_eq(kiln_fn_precompile(f, &spec, "host"), 0);
+    ck_assert_int_eq(count(f, TRACES), 1);
+    kiln_tensor *x = kiln_zeros(KILN_F64, 2, (int64_t[]){2, 3}), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_int_eq(count(f, MEMORY_HITS), 1);
+    ck_assert_int_lt(kiln_fn_precompile(f, &spec, "cuda:sm_90"), 0);
+    ck_assert_kiln_error("kiln_fn_precompile", "cuda:sm_90");
+    spec.ndim = 9;
+    ck_assert_int_lt(kiln_fn_precompile(f, &spec, "host"), 0);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* -- Captures and writebacks ----------------------------------------------- */
+
+static int scale_by_captured(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_mul(in[0], (kiln_tensor *)user);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_captured_tensor_is_read_by_reference)
+{
+    kiln_tensor *w = kiln_full(KILN_F32, 1, (int64_t[]){3}, 2);
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("scale", scale_by_captured, 1, 1, w, &o);
+    kiln_tensor *x = kiln_arange(1, 4, 1, KILN_F32), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 12);
+    ck_assert_int_eq(kiln_assign(w, kiln_scalar(10)), 0);
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 60);
+    ck_assert_int_eq(count(f, TRACES), 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* w += 1, then y = x * w: the body reads the assigned value. */
+static int step(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *w = user;
+    if (kiln_assign(w, kiln_add_scalar(w, 1)) < 0)
+        return -1;
+    out[0] = kiln_mul(in[0], w);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_assign_to_captured_tensor_writes_back_every_call)
+{
+    kiln_tensor *w_traced = kiln_zeros(KILN_F32, 1, (int64_t[]){2});
+    kiln_tensor *w_eager = kiln_zeros(KILN_F32, 1, (int64_t[]){2});
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("step", step, 1, 1, w_traced, &o);
+    kiln_tensor *x = kiln_full(KILN_F32, 1, (int64_t[]){2}, 3), *out, *want;
+    for (int call = 1; call <= 3; call++) {
+        ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+        ck_assert_int_eq(step(&x, &want, w_eager), 0);
+        assert_same(out, want, "step output");
+        assert_same(w_traced, w_eager, "written-back weight");
+        ck_assert_double_eq(kiln_item(kiln_max(w_traced, KILN_ALL, false)), call);
+    }
+    ck_assert_int_eq(count(f, TRACES), 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* An assign's source in another dtype and a broadcast shape is converted as
+ * kiln_assign converts. */
+static int assign_broadcast(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    int status = kiln_assign((kiln_tensor *)user, in[0]);
+    out[0] = kiln_sum((kiln_tensor *)user, KILN_ALL, false);
+    return status < 0 || !out[0] ? -1 : 0;
+}
+
+START_TEST(test_writeback_converts_and_broadcasts)
+{
+    kiln_tensor *w = kiln_zeros(KILN_I32, 2, (int64_t[]){2, 3});
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("assign_broadcast", assign_broadcast, 1, 1, w, &o);
+    kiln_tensor *x = kiln_arange(0.5, 3, 1, KILN_F64), *out; /* 0.5 1.5 2.5 */
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(out), 6); /* 2 * (0 + 1 + 2) after truncation */
+    ck_assert_int_eq(kiln_dtype_of(out), KILN_I64);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* -- Fresh outputs --------------------------------------------------------- */
+
+typedef enum { IDENTITY, VIEW, CAPTURED, TWICE } alias_kind;
+
+typedef struct {
+    alias_kind kind;
+    kiln_tensor *captured;
+} aliasing_case;
+
+/* Outputs that are, or view, tensors the caller holds. */
+static int aliasing(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const aliasing_case *c = user;
+    switch (c->kind) {
+    case IDENTITY: out[0] = in[0], out[1] = in[0]; break;
+    case VIEW: out[0] = kiln_transpose(in[0], 0, 1), out[1] = kiln_reshape(in[0], 1, (int64_t[]){-1}); break;
+    case CAPTURED: out[0] = c->captured, out[1] = kiln_squeeze(kiln_unsqueeze(c->captured, 0), 0); break;
+    case TWICE: out[0] = out[1] = kiln_add(in[0], in[1]); break;
+    }
+    return 0;
+}
+
+START_TEST(test_outputs_are_fresh_on_every_call)
+{
+    kiln_tensor *in[2] = {tensor(KILN_F32, 2, (int64_t[]){2, 3}, 1), tensor(KILN_F32, 2, (int64_t[]){2, 3}, 2)};
+    aliasing_case c = {(alias_kind)_i, tensor(KILN_F32, 2, (int64_t[]){2, 3}, 3)};
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("aliasing", aliasing, 2, 2, &c, &o);
+    kiln_tensor *first[2], *second[2];
+    ck_assert_int_eq(kiln_call(f, in, first), 0);
+    kiln_tensor *snapshot = kiln_contiguous(kiln_add_scalar(first[0], 0));
+    ck_assert_int_eq(kiln_call(f, in, second), 0);
+    for (int i = 0; i < 2; i++) {
+        ck_assert(!kiln_shares_storage(first[i], in[0]) && !kiln_shares_storage(first[i], in[1]));
+        ck_assert(!kiln_shares_storage(first[i], c.captured));
+        ck_assert(!kiln_shares_storage(first[i], second[0]) && !kiln_shares_storage(first[i], second[1]));
+    }
+    ck_assert_int_eq(kiln_assign(in[0], kiln_scalar(7)), 0);
+    ck_assert_int_eq(kiln_assign(in[1], kiln_scalar(7)), 0);
+    ck_assert_int_eq(kiln_assign(c.captured, kiln_scalar(7)), 0);
+    assert_same(first[0], snapshot, "an earlier output after the inputs changed");
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* -- Errors while tracing -------------------------------------------------- */
+
+typedef enum { READ_ITEM, READ_HOST, READ_AND_IGNORE, NULL_OUTPUT, EXTRA_OUTPUT, OP_ERROR,
+               ASSIGN_TRACED, READ_ASSIGNED_VIEW, RETURN_ERROR } body_fault;
+
+static kiln_tensor *weight, *weight_view;
+
+static int faulty(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    float buf[6];
+    switch (*(body_fault *)user) {
+    case READ_ITEM:
+        if (kiln_item(kiln_sum(in[0], KILN_ALL, false)) > 0)
+            return -1;
+        break;
+    case READ_HOST: return kiln_copy_to_host(in[0], buf, sizeof buf) < 0 ? -1 : 0;
+    case READ_AND_IGNORE: (void)kiln_item(kiln_sum(in[0], KILN_ALL, false)); break;
+    case NULL_OUTPUT: out[0] = kiln_neg(in[0]); return 0;
+    case EXTRA_OUTPUT: out[2] = in[0]; break;
+    case OP_ERROR: out[0] = kiln_add(in[0], kiln_ones(KILN_F32, 1, (int64_t[]){4})); return out[0] ? 0 : -1;
+    case ASSIGN_TRACED: return kiln_assign(kiln_neg(in[0]), in[0]) < 0 ? -1 : 0;
+    case READ_ASSIGNED_VIEW:
+        kiln_assign(weight, kiln_reshape(in[0], 1, (int64_t[]){6}));
+        out[0] = kiln_neg(weight_view);
+        out[1] = out[0];
+        return 0;
+    case RETURN_ERROR: return 42;
+    }
+    out[0] = in[0];
+    out[1] = in[0];
+    return 0;
+}
+
+START_TEST(test_each_tracing_error_is_distinct)
+{
+    static const struct {
+        body_fault fault;
+        const char *needles[2];
+    } FAULTS[] = {
+        {READ_ITEM, {"data-dependent control flow", "kiln_where"}},
+        {READ_HOST, {"kiln_copy_to_host", "data-dependent"}},
+        {READ_AND_IGNORE, {"kiln_item", "data-dependent"}},
+        {NULL_OUTPUT, {"left out[1] NULL", "faulty"}},
+        {EXTRA_OUTPUT, {"wrote out[2]", "past its 2 outputs"}},
+        {OP_ERROR, {"kiln_add: shapes [2,3] and [4]", "tracing 'faulty' failed"}},
+        {ASSIGN_TRACED, {"kiln_assign", "only tensors from outside the body"}},
+        {READ_ASSIGNED_VIEW, {"reads a view of a tensor it assigned", "faulty"}},
+        {RETURN_ERROR, {"returned 42", "faulty"}},
+    };
+    weight = kiln_zeros(KILN_F32, 1, (int64_t[]){6});
+    weight_view = kiln_reshape(weight, 2, (int64_t[]){3, 2});
+    kiln_jit_options o = interp();
+    o.strict = true;
+    kiln_tensor *x = kiln_ones(KILN_F32, 2, (int64_t[]){2, 3});
+    for (size_t i = 0; i < sizeof FAULTS / sizeof *FAULTS; i++) {
+        body_fault fault = FAULTS[i].fault;
+        kiln_fn *f = kiln_jit("faulty", faulty, 1, 2, &fault, &o);
+        kiln_tensor *out[3] = {NULL, NULL, NULL};
+        int64_t live = kiln_live_tensors();
+        kiln_clear_error();
+        ck_assert_msg(kiln_call(f, &x, out) < 0, "fault %zu traced", i);
+        ck_assert_msg(!out[0] && !out[1], "fault %zu left outputs", i);
+        ck_assert_kiln_error(FAULTS[i].needles[0], FAULTS[i].needles[1]);
+        ck_assert_int_eq(kiln_live_tensors(), live);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* A body that keeps failing to trace runs eagerly after the third try. */
+START_TEST(test_body_that_keeps_failing_runs_eagerly_loudly)
+{
+    body_fault fault = READ_ITEM;
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("reads", faulty, 1, 2, &fault, &o);
+    kiln_tensor *x = kiln_neg(kiln_ones(KILN_F32, 1, (int64_t[]){2})), *out[2];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_lt(kiln_call(f, &x, out), 0);
+    ck_assert_int_eq(kiln_call(f, &x, out), 0);
+    ck_assert_int_eq(count(f, EAGER_FALLBACKS), 1);
+    ck_assert_int_eq(count(f, TRACES), 3);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* A failed trace leaves the function usable: the next call traces afresh. */
+static int fails_once(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    int *calls = user;
+    if ((*calls)++ == 0)
+        return -1;
+    out[0] = kiln_exp(in[0]);
+    return 0;
+}
+
+START_TEST(test_failed_trace_then_good_call)
+{
+    int calls = 0;
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("fails_once", fails_once, 1, 1, &calls, &o);
+    kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){3}), *out;
+    ck_assert_int_lt(kiln_call(f, &x, &out), 0);
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 3);
+    ck_assert_int_eq(count(f, TRACES), 2);
+    ck_assert_int_eq(count(f, COMPILES), 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
+static kiln_tensor *stash;
+
+static int keeps_tracer(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    stash = kiln_retain(in[0]);
+    out[0] = kiln_neg(in[0]);
+    return 0;
+}
+
+START_TEST(test_tracer_used_after_body_returned)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("keeps_tracer", keeps_tracer, 1, 1, NULL, &o);
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){2}), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_add(stash, x));
+    ck_assert_kiln_error("kiln_add", "tracer of 'keeps_tracer'", "after its body returned");
+    ck_assert(isnan(kiln_item(stash)));
+    ck_assert_kiln_error("kiln_item", "cannot read the values");
+    ck_assert_int_eq(kiln_print(stash) == 0, 1);
+    kiln_release(stash);
+    kiln_fn_free(f);
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+    kiln_jit_options o = interp();
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){2}), *out;
+    ck_assert_ptr_null(kiln_jit("x", NULL, 1, 1, NULL, &o));
+    ck_assert_kiln_error("kiln_jit", "body");
+    ck_assert_ptr_null(kiln_jit("x", add_one, -1, 1, NULL, &o));
+    ck_assert_kiln_error("kiln_jit", "-1 inputs");
+    o.backend = KILN_BACKEND_NVRTC;
+    ck_assert_ptr_null(kiln_jit("x", add_one, 1, 1, NULL, &o));
+    ck_assert_kiln_error("kiln_jit", "NVRTC");
+    o = interp();
+    kiln_fn *f = kiln_jit("add_one", add_one, 1, 1, NULL, &o);
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_call(NULL, &x, &out), 0);
+    ck_assert_kiln_error("kiln_call", "f is NULL");
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_call(f, (kiln_tensor *[]){NULL}, &out), 0);
+    ck_assert_kiln_error("kiln_call", "in[0] is NULL");
+    ck_assert_int_lt(kiln_call(f, &x, NULL), 0);
+    ck_assert_int_lt(kiln_fn_stats(NULL, NULL), 0);
+    kiln_fn_free(NULL);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* -- Modes, marking, nesting, dumps, threads ------------------------------- */
+
+START_TEST(test_jit_off_runs_eagerly)
+{
+    setenv("KILN_JIT", "0", 1);
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("off", add_one, 1, 1, NULL, &o);
+    unsetenv("KILN_JIT");
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){2}), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 4);
+    ck_assert_int_eq(count(f, TRACES), 0);
+    kiln_fn_free(f);
+}
+END_TEST
+
+static kiln_tensor *gelu_plus(kiln_tensor *x, kiln_tensor *y)
+{
+    return kiln_add(kiln_gelu(x), y);
+}
+
+KILN_COMPILE(gelu_plus_compiled, gelu_plus, 2)
+
+START_TEST(test_one_line_marking)
+{
+    kiln_tensor *x = tensor(KILN_F32, 2, (int64_t[]){3, 5}, 4), *y = tensor(KILN_F32, 1, (int64_t[]){5}, 5);
+    for (int i = 0; i < 3; i++)
+        assert_same(gelu_plus_compiled(x, y), gelu_plus(x, y), "KILN_COMPILE");
+}
+END_TEST
+
+static kiln_fn *inner_fn;
+
+static int outer(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *mid;
+    if (kiln_call(inner_fn, in, &mid) < 0)
+        return -1;
+    out[0] = kiln_mul_scalar(mid, 3);
+    return 0;
+}
+
+START_TEST(test_call_inside_a_traced_body_is_inlined)
+{
+    kiln_jit_options o = interp();
+    inner_fn = kiln_jit("inner", add_one, 1, 1, NULL, &o);
+    kiln_fn *f = kiln_jit("outer", outer, 1, 1, NULL, &o);
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){2}), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 12);
+    ck_assert_int_eq(count(inner_fn, TRACES), 0);
+    char *text = kiln_fn_graph_text(f);
+    ck_assert_ptr_nonnull(strstr(text, "add"));
+    free(text);
+    kiln_fn_free(f);
+    kiln_fn_free(inner_fn);
+}
+END_TEST
+
+START_TEST(test_dump_writes_graph_before_and_after_passes)
+{
+    char dir[] = "/tmp/kiln-dump-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("KILN_DUMP", "graph", 1);
+    setenv("KILN_DUMP_DIR", dir, 1);
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("dumped", add_one, 1, 1, NULL, &o);
+    unsetenv("KILN_DUMP");
+    unsetenv("KILN_DUMP_DIR");
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){2}), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    const char *files[] = {"dumped.0.graph-before.txt", "dumped.0.graph-after.txt",
+                           "dumped.0.graph-before.dot", "dumped.0.graph-after.dot"};
+    for (int i = 0; i < 4; i++) {
+        char path[256], head[16] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *in = fopen(path, "r");
+        ck_assert_msg(in != NULL, "no %s", path);
+        ck_assert_ptr_nonnull(fgets(head, sizeof head, in));
+        fclose(in);
+        ck_assert_ptr_nonnull(strstr(head, i < 2 ? "kiln-graph 1" : "digraph"));
+        unlink(path);
+    }
+    rmdir(dir);
+    kiln_fn_free(f);
+}
+END_TEST
+
+START_TEST(test_stats_describe_the_specialization)
+{
+    kiln_jit_options o = interp();
+    int gelu_case = find_case("gelu");
+    kiln_fn *f = kiln_jit("gelu", case_body, 2, 1, &gelu_case, &o);
+    kiln_tensor *in[2] = {kiln_ones(KILN_F32, 1, (int64_t[]){1000}), kiln_ones(KILN_F32, 1, (int64_t[]){1000})};
+    kiln_tensor *out;
+    ck_assert_int_eq(kiln_call(f, in, &out), 0);
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_int_eq(s.traces, 1);
+    ck_assert_int_eq(s.compiles, 1);
+    ck_assert_int_ge(s.kernels, 8); /* gelu is 9 elementwise ops eagerly */
+    ck_assert_int_ge(s.peak_bytes, 2 * 4000);
+    ck_assert(s.compile_ms > 0);
+    kiln_fn_free(f);
+}
+END_TEST
+
+typedef struct {
+    kiln_fn *f;
+    int failures;
+} worker_args;
+
+static void *call_many(void *p)
+{
+    worker_args *w = p;
+    for (int i = 0; i < 200; i++) {
+        kiln_scope_begin();
+        int64_t n = 1 + i % 4;
+        kiln_tensor *x = kiln_full(KILN_F32, 1, &n, i), *out;
+        if (kiln_call(w->f, &x, &out) < 0 || kiln_item(kiln_sum(out, KILN_ALL, false)) != (double)n * (i + 1))
+            w->failures++;
+        kiln_scope_end();
+    }
+    return NULL;
+}
+
+START_TEST(test_calls_from_two_threads)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("threads", add_one, 1, 1, NULL, &o);
+    worker_args args[2] = {{f, 0}, {f, 0}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&threads[i], NULL, call_many, &args[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(threads[i], NULL);
+    ck_assert_int_eq(args[0].failures + args[1].failures, 0);
+    ck_assert_int_eq(count(f, TRACES), 4);
+    kiln_fn_free(f);
+}
+END_TEST
+
+static Suite *trace_suite(void)
+{
+    Suite *s = suite_create("trace");
+    TCase *ops = tcase_create("ops");
+    tcase_add_checked_fixture(ops, setup, teardown);
+    tcase_add_loop_test(ops, test_every_op_traced_matches_eager, 0, (int)(sizeof CASES / sizeof *CASES));
+    suite_add_tcase(s, ops);
+
+    TCase *tc = tcase_create("semantics");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_new_signature_retraces_and_old_one_hits);
+    tcase_add_test(tc, test_retrace_limit_falls_back_eagerly_or_fails_in_strict_mode);
+    tcase_add_test(tc, test_precompile_prepares_without_running);
+    tcase_add_test(tc, test_captured_tensor_is_read_by_reference);
+    tcase_add_test(tc, test_assign_to_captured_tensor_writes_back_every_call);
+    tcase_add_test(tc, test_writeback_converts_and_broadcasts);
+    tcase_add_loop_test(tc, test_outputs_are_fresh_on_every_call, IDENTITY, TWICE + 1);
+    tcase_add_test(tc, test_each_tracing_error_is_distinct);
+    tcase_add_test(tc, test_body_that_keeps_failing_runs_eagerly_loudly);
+    tcase_add_test(tc, test_failed_trace_then_good_call);
+    tcase_add_test(tc, test_tracer_used_after_body_returned);
+    tcase_add_test(tc, test_bad_arguments);
+    suite_add_tcase(s, tc);
+
+    TCase *modes = tcase_create("modes");
+    tcase_add_checked_fixture(modes, setup, teardown);
+    tcase_add_test(modes, test_jit_off_runs_eagerly);
+    tcase_add_test(modes, test_call_inside_a_traced_body_is_inlined);
+    tcase_add_test(modes, test_dump_writes_graph_before_and_after_passes);
+    tcase_add_test(modes, test_stats_describe_the_specialization);
+    tcase_add_test(modes, test_calls_from_two_threads);
+    suite_add_tcase(s, modes);
+
+    /* The marked function made by KILN_COMPILE lives as long as the process. */
+    TCase *marking = tcase_create("marking");
+    tcase_add_test(marking, test_one_line_marking);
+    suite_add_tcase(s, marking);
+    return s;
+}
+
+KILN_TEST_MAIN(trace_suite)
