@@ -137,9 +137,10 @@ static void run_blocks(void *ctx, int64_t begin, int64_t end)
     _Alignas(64) char out_buf[BLOCK * 8];
     const void *ins[MAX_OPERANDS];
     size_t out_size = eager_dtype_size(p->out.dtype);
+    int64_t filled = end - begin < BLOCK ? end - begin : BLOCK;
     for (int k = 0; k < p->n_in; k++)
         if (p->in_constant[k] && !p->in_direct[k])
-            convert(bufs[k], p->in_dt[k], p->in[k].base, p->in[k].dtype, BLOCK, 0);
+            convert(bufs[k], p->in_dt[k], p->in[k].base, p->in[k].dtype, filled, 0);
 
     for (int64_t start = begin; start < end; start += BLOCK) {
         int64_t n = end - start < BLOCK ? end - start : BLOCK;
@@ -185,6 +186,40 @@ static bool same_layout(const kiln_tensor *a, const kiln_tensor *b)
     return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
 }
 
+/* The common small case without a plan: each operand contiguous in the
+ * output's shape and the compute dtype, or a single element. False when the
+ * operands do not fit it. */
+static bool apply_small(ew_kernel kernel, int n_in, const kiln_tensor *const *in,
+                        const kiln_dtype *in_dt, kiln_tensor *out)
+{
+    _Alignas(64) char constants[MAX_OPERANDS][BLOCK * 8];
+    const void *ins[MAX_OPERANDS];
+    int64_t fill = out->numel < BLOCK ? out->numel : BLOCK;
+    bool blocked = false;
+    for (int k = 0; k < n_in; k++) {
+        if (in[k]->dtype == in_dt[k] && same_layout(in[k], out) && eager_is_contiguous(in[k])) {
+            ins[k] = eager_data(in[k]);
+        } else if (in[k]->numel == 1) {
+            convert(constants[k], in_dt[k], eager_data(in[k]), in[k]->dtype, fill, 0);
+            ins[k] = constants[k];
+            blocked = true;
+        } else {
+            return false;
+        }
+    }
+    int64_t step = blocked ? BLOCK : out->numel; /* a constant fills one block */
+    size_t out_size = eager_dtype_size(out->dtype);
+    for (int64_t start = 0; start < out->numel; start += step) {
+        int64_t n = out->numel - start < step ? out->numel - start : step;
+        const void *block_ins[MAX_OPERANDS];
+        for (int k = 0; k < n_in; k++)
+            block_ins[k] = ins[k] == constants[k] ? ins[k]
+                         : (const char *)ins[k] + start * (int64_t)eager_dtype_size(in_dt[k]);
+        kernel(n, (char *)out->storage->data + start * (int64_t)out_size, block_ins);
+    }
+    return true;
+}
+
 /* A new tensor: kernel over the broadcast of n_in operands. Unowned. */
 static kiln_tensor *apply(const char *fn, ew_kernel kernel, bool costly, int n_in,
                           const kiln_tensor *const *in, const kiln_dtype *in_dt, kiln_dtype out_dt)
@@ -196,17 +231,8 @@ static kiln_tensor *apply(const char *fn, ew_kernel kernel, bool costly, int n_i
     kiln_tensor *out = tensor_new(fn, out_dt, ndim, shape);
     if (!out)
         return NULL;
-    /* The common small case: contiguous operands of the output's shape. */
-    bool direct = out->numel < GRAIN;
-    for (int k = 0; k < n_in && direct; k++)
-        direct = in[k]->dtype == in_dt[k] && same_layout(in[k], out) && eager_is_contiguous(in[k]);
-    if (direct) {
-        const void *ins[MAX_OPERANDS];
-        for (int k = 0; k < n_in; k++)
-            ins[k] = eager_data(in[k]);
-        kernel(out->numel, out->storage->data, ins);
+    if (out->numel < GRAIN && apply_small(kernel, n_in, in, in_dt, out))
         return out;
-    }
     apply_into(kernel, costly, n_in, in, in_dt, out);
     return out;
 }
