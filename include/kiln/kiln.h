@@ -225,7 +225,9 @@ KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
 
 KILN_API kiln_tensor *kiln_softmax(kiln_tensor *a, int axis);
 KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis);
-/* Normalizes over the last axis; gamma and beta broadcast against x and may be NULL. */
+/* Normalizes over the last axis; gamma and beta broadcast against x. Either
+ * may be NULL for none, unless an error is pending: then NULL is taken for a
+ * failed operand and the call fails. */
 KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *beta, double eps);
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 KILN_API kiln_tensor *kiln_gelu(kiln_tensor *a);

@@ -6,7 +6,8 @@
  * batch of medium blocks, so kiln maps blocks of 64 KiB and more itself and
  * keeps freed ones (up to KILN_CPU_CACHE_BYTES, default 1 GiB) to hand out
  * again for the same rounded size, as PyTorch's CUDA caching allocator does
- * for device memory. */
+ * for device memory. With KILN_CPU_CACHE_BYTES=0, and in AddressSanitizer
+ * builds, every block comes from malloc, so that memory checkers see them. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -24,13 +25,25 @@ enum {
 };
 
 static struct {
+    pthread_once_t once;
     pthread_mutex_t lock;
     void *ptr[CACHE_SLOTS];
     size_t size[CACHE_SLOTS];
     int count;
     size_t bytes;
-    int64_t limit; /* -1 until read from the environment */
-} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .limit = -1};
+    int64_t limit;
+    bool enabled; /* large blocks are mapped and cached */
+} cache = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void cache_configure(void)
+{
+    cache.limit = core_env_int("KILN_CPU_CACHE_BYTES", (int64_t)1 << 30);
+#if defined(__SANITIZE_ADDRESS__)
+    cache.enabled = false;
+#else
+    cache.enabled = cache.limit > 0;
+#endif
+}
 
 static _Atomic int64_t allocations_left = -1;
 
@@ -78,8 +91,6 @@ static bool cache_put(void *p, size_t size)
 {
     bool kept = false;
     pthread_mutex_lock(&cache.lock);
-    if (cache.limit < 0)
-        cache.limit = core_env_int("KILN_CPU_CACHE_BYTES", (int64_t)1 << 30);
     if (cache.count < CACHE_SLOTS && (int64_t)(cache.bytes + size) <= cache.limit) {
         cache.ptr[cache.count] = p;
         cache.size[cache.count] = size;
@@ -97,9 +108,10 @@ void *core_alloc(size_t bytes)
         return NULL;
     /* malloc's per-thread cache makes small blocks cheap; aligned_alloc
      * bypasses it, so only blocks worth aligning pay for it. */
+    pthread_once(&cache.once, cache_configure);
     if (bytes <= SMALL_BLOCK)
         return malloc(bytes ? bytes : 1);
-    if (bytes < LARGE_BLOCK)
+    if (bytes < LARGE_BLOCK || !cache.enabled)
         return aligned_alloc(ALIGN, (bytes + ALIGN - 1) / ALIGN * ALIGN);
     size_t size = large_size(bytes);
     void *p = cache_take(size);
@@ -117,7 +129,7 @@ void core_free(void *p, size_t bytes)
 {
     if (!p)
         return;
-    if (bytes < LARGE_BLOCK) {
+    if (bytes < LARGE_BLOCK || !cache.enabled) {
         free(p);
         return;
     }

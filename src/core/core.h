@@ -31,8 +31,11 @@ int core_fail(core_status status, const char *fn, const char *fmt, ...)
 /* Reports a NULL operand named what, unless an earlier error is pending (it
  * most likely produced the NULL). Returns -CORE_NULL_ARG. */
 int core_fail_null(const char *fn, const char *what);
-/* The generic text of a status. */
-const char *core_status_text(core_status status);
+/* True while an error is pending (set and not cleared by kiln_clear_error). */
+bool core_error_pending(void);
+/* Reports a NULL argument that is not a tensor operand (a shape, a buffer):
+ * no earlier error can explain it. Returns -CORE_NULL_ARG. */
+int core_fail_null_arg(const char *fn, const char *what);
 
 /* Writes "[3,4]" (or "[]") into buf; returns buf. */
 #define CORE_SHAPE_STR_MAX (KILN_MAX_DIMS * 21 + 3)

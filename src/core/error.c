@@ -7,17 +7,6 @@
 static _Thread_local char message[1024];
 static _Thread_local bool pending;
 
-static const char *const status_texts[] = {
-#define STATUS(name, text) text,
-#include "core/status.def"
-#undef STATUS
-};
-
-const char *core_status_text(core_status status)
-{
-    return status_texts[status];
-}
-
 int core_fail(core_status status, const char *fn, const char *fmt, ...)
 {
     int used = snprintf(message, sizeof message, "%s: ", fn);
@@ -33,6 +22,16 @@ int core_fail_null(const char *fn, const char *what)
 {
     if (pending)
         return -(int)CORE_NULL_ARG;
+    return core_fail(CORE_NULL_ARG, fn, "%s is NULL", what);
+}
+
+bool core_error_pending(void)
+{
+    return pending;
+}
+
+int core_fail_null_arg(const char *fn, const char *what)
+{
     return core_fail(CORE_NULL_ARG, fn, "%s is NULL", what);
 }
 

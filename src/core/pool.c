@@ -115,8 +115,9 @@ void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx)
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
-    atomic_store_explicit(&pool.chunks, chunks, memory_order_relaxed);
     pool.chunk_size = (n + chunks - 1) / chunks;
+    chunks = (n + pool.chunk_size - 1) / pool.chunk_size; /* no empty chunk at the end */
+    atomic_store_explicit(&pool.chunks, chunks, memory_order_relaxed);
     atomic_store(&pool.chunks_left, chunks);
     atomic_store(&pool.next_chunk, 0); /* last: opens the job to late workers */
     pthread_mutex_lock(&pool.lock);

@@ -59,6 +59,16 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *be
     const char *fn = "kiln_layer_norm";
     if (!check_operand(fn, x, -1, true))
         return NULL;
+    /* NULL means "none", but not when an error is pending: then the NULL is
+     * more likely a failed gamma or beta than a choice. */
+    if ((!gamma || !beta) && core_error_pending()) {
+        char first[1024];
+        snprintf(first, sizeof first, "%s", kiln_last_error());
+        core_fail(CORE_NULL_ARG, fn, "%s is NULL while an error is pending (%s); call "
+                  "kiln_clear_error() first if no %s is meant", !gamma ? "gamma" : "beta", first,
+                  !gamma ? "gamma" : "beta");
+        return NULL;
+    }
     composite_begin();
     kiln_tensor *centered = kiln_sub(x, kiln_mean(x, -1, true));
     kiln_tensor *var = kiln_mean(kiln_mul(centered, centered), -1, true);

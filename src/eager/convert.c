@@ -38,7 +38,7 @@ static inline int64_t to_i64(double x)
 void convert(void *dst, kiln_dtype dst_dt, const void *src, kiln_dtype src_dt, int64_t n,
              int64_t stride)
 {
-    if (dst_dt == src_dt && stride == 1) {
+    if (dst_dt == src_dt && stride == 1 && dst_dt != KILN_BOOL) {
         memcpy(dst, src, (size_t)n * eager_dtype_size(dst_dt));
         return;
     }

@@ -43,10 +43,12 @@ kiln_tensor *kiln_from_data(kiln_dtype dt, int ndim, const int64_t *shape, const
     if (!t)
         return NULL;
     if (!data && t->numel > 0) {
-        core_fail_null("kiln_from_data", "data");
+        core_fail_null_arg("kiln_from_data", "data");
         return tensor_drop(t);
     }
-    if (t->numel)
+    if (dt == KILN_BOOL) /* any nonzero byte is true, stored as 1 */
+        convert(t->storage->data, KILN_BOOL, data, KILN_BOOL, t->numel, 1);
+    else if (t->numel)
         memcpy(t->storage->data, data, (size_t)t->numel * eager_dtype_size(dt));
     return tensor_own(t);
 }
@@ -170,7 +172,7 @@ int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes)
         return fail_read_tracer(fn, t);
     size_t need = (size_t)t->numel * eager_dtype_size(t->dtype);
     if (!dst && need)
-        return core_fail_null(fn, "dst");
+        return core_fail_null_arg(fn, "dst");
     if (nbytes < need) {
         char d[DESCRIBE_MAX];
         return core_fail(CORE_VALUE, fn, "%s needs %zu bytes, dst has %zu", describe(d, t), need, nbytes);

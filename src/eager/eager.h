@@ -27,8 +27,6 @@ struct kiln_tensor {
     int64_t shape[KILN_MAX_DIMS];
     int64_t strides[KILN_MAX_DIMS]; /* in elements; 0 along broadcast axes */
     eager_storage *storage; /* NULL for a tracer */
-    int scope_depth; /* the scope owning this reference, 0 if none */
-    int scope_slot;
     bool literal;         /* a scalar operand on the stack: traced as a constant */
     eager_trace *trace;   /* a tracer's trace (it holds a reference), else NULL */
     ir_ref node;          /* a tracer's node in that trace's graph */

@@ -317,7 +317,7 @@ static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor
     if (check_operands(fn, 2, operands, operand_names) < 0)
         return NULL;
     const kiln_tensor *in[2] = {a, b};
-    kiln_dtype promoted = ir_promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
+    kiln_dtype promoted = ir_promote(a->dtype, rank_class(a), b->dtype, rank_class(b));
     int result = ir_result_dtype(ir_ops[op].rule, promoted);
     if (result < 0)
         return fail_dtype(fn, 2, in, "bool operands are not supported");
@@ -387,7 +387,7 @@ static kiln_tensor *stack_scalar_init(stack_scalar *s, kiln_dtype dt, double val
 
 static kiln_tensor *scalar_for(stack_scalar *s, const kiln_tensor *a, double value)
 {
-    bool whole = value == (double)(int64_t)value && value > -0x1p63 && value < 0x1p63;
+    bool whole = value > -0x1p63 && value < 0x1p63 && value == (double)(int64_t)value;
     kiln_dtype dt = ir_dtype_is_float(a->dtype) ? KILN_F64 : whole ? KILN_I64 : KILN_F32;
     return stack_scalar_init(s, dt, value);
 }
@@ -428,7 +428,7 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
         core_fail(CORE_DTYPE, fn, "cond must be bool, got %s", describe(d, cond));
         return NULL;
     }
-    kiln_dtype dt = ir_promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
+    kiln_dtype dt = ir_promote(a->dtype, rank_class(a), b->dtype, rank_class(b));
     if (recording())
         return record_elementwise(fn, OP_WHERE, 3, operands, dt);
     const kiln_tensor *in[3] = {cond, a, b};
@@ -489,6 +489,14 @@ int fill_value(kiln_tensor *dst, double value)
 
 void copy_to_memory(void *dst, const kiln_tensor *src)
 {
+    size_t size = eager_dtype_size(src->dtype);
+    if ((uintptr_t)dst % size) { /* the kernels store whole elements: stage it */
+        kiln_tensor *staged = copy_as("kiln_copy_to_host", src, src->dtype);
+        if (staged)
+            memcpy(dst, staged->storage->data, (size_t)src->numel * size);
+        kiln_release(staged);
+        return;
+    }
     kiln_tensor wrap = *src;
     eager_storage storage = {.data = dst, .nbytes = (size_t)src->numel * eager_dtype_size(src->dtype)};
     wrap.storage = &storage;

@@ -39,6 +39,12 @@ int check_axis(const char *fn, int axis, const kiln_tensor *t, int extra, int *r
 #define DESCRIBE_MAX (CORE_SHAPE_STR_MAX + 8)
 char *describe(char buf[DESCRIBE_MAX], const kiln_tensor *t);
 
+/* How t's dtype counts in promotion. */
+static inline ir_rank_class rank_class(const kiln_tensor *t)
+{
+    return t->literal ? IR_SCALAR : t->ndim == 0 ? IR_ZERO_DIM : IR_DIMS;
+}
+
 /* -- convert.c: dtype conversion and strided walks --------------------------- */
 
 /* Converts n elements of src_dt read every src_stride elements into dst (contiguous). */

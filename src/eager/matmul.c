@@ -130,15 +130,16 @@ static void gemm_one(const gemm_job *j, int64_t m, const char *a, const char *b,
                     (double *)c, (int)j->s.n);
 }
 
-/* a's batch and rows walk memory as one row-major [batches*m, k] matrix. */
+/* a's batch and rows walk memory as one row-major [batches*m, k] matrix with
+ * the leading dimension BLAS reads (lda), and b is the same for every batch. */
 static bool batch_folds_into_rows(const gemm_job *j)
 {
-    if (j->ta || j->s.batch_ndim == 0)
+    if (j->ta || j->s.batch_ndim == 0 || j->s.batches * j->s.m > INT_MAX)
         return false;
     for (int d = 0; d < j->s.batch_ndim; d++)
         if (j->b.batch_strides[d] != 0)
             return false;
-    int64_t step = j->a.row_stride * j->s.m;
+    int64_t step = j->lda * j->s.m;
     for (int d = j->s.batch_ndim - 1; d >= 0; d--) {
         if (j->s.batch_shape[d] != 1 && j->a.batch_strides[d] != step)
             return false;
@@ -235,12 +236,11 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
     case KILN_I64: int_gemm_i64(&j.a, &j.b, &j.s, (int64_t *)j.out); return 0;
     default: break;
     }
-    if (j.s.m > INT_MAX || j.s.n > INT_MAX || j.s.k > INT_MAX ||
-        j.s.batches * j.s.m > INT_MAX)
-        return core_fail(CORE_SHAPE, fn, "matrices of %lldx%lldx%lld exceed BLAS's int sizes",
-                         (long long)j.s.m, (long long)j.s.k, (long long)j.s.n);
     blas_layout(&j.a, &j.ta, &j.lda);
     blas_layout(&j.b, &j.tb, &j.ldb);
+    if (j.lda > INT_MAX || j.ldb > INT_MAX)
+        return core_fail(CORE_SHAPE, fn, "leading dimensions %lld and %lld exceed BLAS's int",
+                         (long long)j.lda, (long long)j.ldb);
     gemm_batches(&j);
     return 0;
 }
@@ -253,7 +253,7 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
         return NULL;
     if (a->ndim == 0 || b->ndim == 0)
         return fail_shapes(fn, a, b, "operands need at least one dimension");
-    kiln_dtype dt = ir_promote(a->dtype, false, b->dtype, false);
+    kiln_dtype dt = ir_promote(a->dtype, IR_DIMS, b->dtype, IR_DIMS);
     if (ir_result_dtype(RULE_MATMUL, dt) < 0) {
         char da[DESCRIBE_MAX], db[DESCRIBE_MAX];
         core_fail(CORE_DTYPE, fn, "bool operands are not supported (%s and %s)", describe(da, a),
@@ -268,10 +268,10 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
     matmul_shape s = {.m = ma.rows, .n = mb.cols, .k = ma.cols};
     if (batch_shape(fn, a, b, &s) < 0)
         return NULL;
+    if (ir_dtype_is_float(dt) && (s.m > INT_MAX || s.n > INT_MAX || s.k > INT_MAX))
+        return fail_shapes(fn, a, b, "matrices exceed BLAS's int sizes");
     int64_t shape[KILN_MAX_DIMS];
     int ndim = out_shape(a, b, &s, shape);
-    if (ndim > KILN_MAX_DIMS)
-        return fail_shapes(fn, a, b, "too many dimensions");
     if (recording())
         return record_op(OP_MATMUL, 2, operands, NULL, dt, ndim, shape);
 

@@ -6,9 +6,9 @@
 
 static const char *const operand_a[] = {"operand a"};
 
-static kiln_tensor *fail_null(const char *fn, const char *what)
+static kiln_tensor *fail_null_arg(const char *fn, const char *what)
 {
-    core_fail_null(fn, what);
+    core_fail_null_arg(fn, what);
     return NULL;
 }
 
@@ -56,7 +56,8 @@ static int infer_shape(const char *fn, const kiln_tensor *a, int ndim, const int
     core_shape_str(from, a->ndim, a->shape);
     core_shape_str(to, ndim, req);
     int infer = -1;
-    int64_t known = 1;
+    int64_t known = 1; /* the product of the sizes given, bounded by a's count */
+    bool has_zero = false;
     for (int i = 0; i < ndim; i++) {
         shape[i] = req[i];
         if (req[i] == -1 && infer < 0) {
@@ -66,8 +67,17 @@ static int infer_shape(const char *fn, const kiln_tensor *a, int ndim, const int
         if (req[i] < 0)
             return core_fail(CORE_SHAPE, fn, "cannot reshape %s to %s: bad size %lld", from, to,
                              (long long)req[i]);
+        if (req[i] == 0) {
+            has_zero = true;
+            continue;
+        }
+        if (known > a->numel / req[i] && !(a->numel == 0 && known <= (INT64_C(1) << 59) / req[i]))
+            return core_fail(CORE_SHAPE, fn, "cannot reshape %s (%lld elements) to %s", from,
+                             (long long)a->numel, to);
         known *= req[i];
     }
+    if (has_zero)
+        known = 0;
     if (infer >= 0) {
         if (known == 0 || a->numel % known)
             return core_fail(CORE_SHAPE, fn, "cannot reshape %s (%lld elements) to %s", from,
@@ -91,7 +101,7 @@ kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
         return NULL;
     }
     if (ndim > 0 && !req)
-        return fail_null(fn, "shape");
+        return fail_null_arg(fn, "shape");
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     if (infer_shape(fn, a, ndim, req, shape) < 0)
         return NULL;
@@ -116,7 +126,7 @@ kiln_tensor *kiln_permute(kiln_tensor *a, const int *perm)
     if (check_operands(fn, 1, &a, operand_a) < 0)
         return NULL;
     if (!perm && a->ndim > 0)
-        return fail_null(fn, "perm");
+        return fail_null_arg(fn, "perm");
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     bool used[KILN_MAX_DIMS] = {false};
     ir_params params = {0};
@@ -170,7 +180,7 @@ kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
     if (check_operands(fn, 1, &a, operand_a) < 0)
         return NULL;
     if (ndim > 0 && !req)
-        return fail_null(fn, "shape");
+        return fail_null_arg(fn, "shape");
     char from[CORE_SHAPE_STR_MAX], to[CORE_SHAPE_STR_MAX];
     core_shape_str(from, a->ndim, a->shape);
     if (ndim < 0) {
@@ -223,19 +233,22 @@ kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, i
     if (check_axis(fn, axis, a, 0, &axis) < 0)
         return NULL;
     if (step == 0 || step == INT64_MIN) {
-        core_fail(CORE_VALUE, fn, "step must be nonzero (axis %d)", axis);
+        char d[DESCRIBE_MAX];
+        core_fail(CORE_VALUE, fn, "step %lld on axis %d of %s: must be nonzero and above INT64_MIN",
+                  (long long)step, axis, describe(d, a));
         return NULL;
     }
     int64_t n = a->shape[axis];
     start = slice_bound(start, n, step > 0);
     stop = slice_bound(stop, n, step > 0);
-    int64_t len = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                           : (start > stop ? (start - stop - step - 1) / -step : 0);
+    int64_t len = step > 0 ? (stop > start ? (stop - start - 1) / step + 1 : 0)
+                           : (start > stop ? (start - stop - 1) / -step + 1 : 0);
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     memcpy(strides, a->strides, sizeof strides);
     shape[axis] = len;
-    strides[axis] = a->strides[axis] * step;
+    if (len > 1) /* then |step| < n, and the product stays within the storage */
+        strides[axis] = a->strides[axis] * step;
     int64_t offset = a->offset + (len ? start * a->strides[axis] : 0);
     if (recording()) {
         ir_params params = {.axis = axis, .start = len ? start : 0, .step = step};
@@ -305,7 +318,7 @@ static int check_concat(const char *fn, kiln_tensor *const *ts, int n, int axis,
                         kiln_dtype *dt)
 {
     if (!ts)
-        return core_fail_null(fn, "ts");
+        return core_fail_null_arg(fn, "ts");
     if (n < 1)
         return core_fail(CORE_VALUE, fn, "needs at least one tensor, got %d", n);
     for (int i = 0; i < n; i++) {
@@ -326,7 +339,7 @@ static int check_concat(const char *fn, kiln_tensor *const *ts, int n, int axis,
             return core_fail(CORE_SHAPE, fn, "ts[0] %s and ts[%d] %s differ off axis %d",
                              describe(a, ts[0]), i, describe(b, ts[i]), *resolved);
         }
-        *dt = ir_promote(*dt, false, ts[i]->dtype, false);
+        *dt = ir_promote(*dt, IR_DIMS, ts[i]->dtype, IR_DIMS);
     }
     return 0;
 }

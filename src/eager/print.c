@@ -15,23 +15,33 @@ typedef struct {
     double max_abs, min_abs_nonzero;
 } printer;
 
-static double element(const kiln_tensor *t, const int64_t *index)
+/* An element, as f64 for floats and exactly as i64 for integers and bools. */
+typedef struct {
+    double f;
+    int64_t i;
+} element_value;
+
+static element_value element(const kiln_tensor *t, const int64_t *index)
 {
     int64_t offset = 0;
     for (int d = 0; d < t->ndim; d++)
         offset += index[d] * t->strides[d];
-    double v;
-    convert(&v, KILN_F64, (char *)t->storage->data + (t->offset + offset) * (int64_t)eager_dtype_size(t->dtype),
-            t->dtype, 1, 1);
+    const char *at = (char *)t->storage->data + (t->offset + offset) * (int64_t)eager_dtype_size(t->dtype);
+    element_value v = {0, 0};
+    if (ir_dtype_is_float(t->dtype))
+        convert(&v.f, KILN_F64, at, t->dtype, 1, 1);
+    else
+        convert(&v.i, KILN_I64, at, t->dtype, 1, 1);
     return v;
 }
 
-static int format(const printer *p, char *buf, size_t size, double v)
+static int format(const printer *p, char *buf, size_t size, element_value e)
 {
+    double v = e.f;
     switch (p->t->dtype) {
-    case KILN_BOOL: return snprintf(buf, size, "%s", v ? "True" : "False");
+    case KILN_BOOL: return snprintf(buf, size, "%s", e.i ? "True" : "False");
     case KILN_I32:
-    case KILN_I64: return snprintf(buf, size, "%lld", (long long)v);
+    case KILN_I64: return snprintf(buf, size, "%lld", (long long)e.i);
     default: break;
     }
     if (isnan(v))
@@ -44,7 +54,7 @@ static int format(const printer *p, char *buf, size_t size, double v)
 }
 
 /* Calls visit on every printed element (the summarized ones only). */
-static void each_shown(printer *p, int d, int64_t *index, void (*visit)(printer *, double))
+static void each_shown(printer *p, int d, int64_t *index, void (*visit)(printer *, element_value))
 {
     if (d == p->t->ndim) {
         visit(p, element(p->t, index));
@@ -59,8 +69,9 @@ static void each_shown(printer *p, int d, int64_t *index, void (*visit)(printer 
     }
 }
 
-static void measure_range(printer *p, double v)
+static void measure_range(printer *p, element_value e)
 {
+    double v = e.f;
     if (!isfinite(v))
         return;
     p->integral &= v == trunc(v);
@@ -70,7 +81,7 @@ static void measure_range(printer *p, double v)
         p->min_abs_nonzero = a;
 }
 
-static void measure_width(printer *p, double v)
+static void measure_width(printer *p, element_value v)
 {
     char buf[64];
     int w = format(p, buf, sizeof buf, v);

@@ -221,10 +221,10 @@ static void finish_split(reduce_plan *p, kiln_dtype acc_dt)
     again.outer = 1;
     if (again.op == OP_MEAN)
         again.op = OP_SUM;
-    char partial[8];
-    again.acc = partial;
+    union { double f; int64_t i; float f32; } partial;
+    again.acc = (char *)&partial;
     run(&again);
-    memcpy(p->acc, partial, eager_dtype_size(acc_dt));
+    memcpy(p->acc, &partial, eager_dtype_size(acc_dt));
 }
 
 /* Means from sums, in place: the accumulator becomes f64. */

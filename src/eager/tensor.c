@@ -75,8 +75,6 @@ static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, 
     if (ndim)
         memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->storage = NULL;
-    t->scope_depth = 0;
-    t->scope_slot = 0;
     t->literal = false;
     t->trace = NULL;
     t->node = 0;
@@ -173,6 +171,8 @@ int64_t kiln_live_bytes(void)
 
 bool eager_is_contiguous(const kiln_tensor *t)
 {
+    if (t->numel == 0)
+        return true;
     int64_t step = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != step)
@@ -196,12 +196,19 @@ typedef struct {
 } scope_stack;
 
 static _Thread_local scope_stack *stack;
+/* Scopes that kiln_scope_begin could not open: their ends must not close
+ * the scope around them. */
+static _Thread_local int failed_begins;
 static pthread_key_t stack_key;
 static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
 
+/* At thread exit: releases what scopes left open still own, then the stack. */
 static void stack_free(void *p)
 {
     scope_stack *s = p;
+    for (int d = s->depth - 1; d >= 0; d--)
+        for (int i = s->levels[d].count - 1; i >= 0; i--)
+            kiln_release(s->levels[d].items[i]);
     for (int i = 0; i < s->cap; i++)
         free(s->levels[i].items);
     free(s->levels);
@@ -234,8 +241,7 @@ static bool scope_push(scope *sc, kiln_tensor *t)
         sc->items = items;
         sc->cap = cap;
     }
-    sc->items[sc->count] = t;
-    t->scope_slot = sc->count++;
+    sc->items[sc->count++] = t;
     return true;
 }
 
@@ -246,10 +252,9 @@ kiln_tensor *tensor_own(kiln_tensor *t)
     scope *sc = &stack->levels[stack->depth - 1];
     if (!scope_push(sc, t)) {
         kiln_release(t);
-        core_fail(CORE_NOMEM, "kiln_scope", "out of memory recording a tensor in a scope");
+        core_fail(CORE_NOMEM, "kiln_scope_begin", "out of memory recording a tensor in a scope");
         return NULL;
     }
-    t->scope_depth = stack->depth;
     return t;
 }
 
@@ -257,6 +262,7 @@ void kiln_scope_begin(void)
 {
     scope_stack *s = stack_get();
     if (!s) {
+        failed_begins++;
         core_fail(CORE_NOMEM, "kiln_scope_begin", "out of memory");
         return;
     }
@@ -264,6 +270,7 @@ void kiln_scope_begin(void)
         int cap = s->cap ? 2 * s->cap : 8;
         scope *levels = realloc(s->levels, (size_t)cap * sizeof *levels);
         if (!levels) {
+            failed_begins++;
             core_fail(CORE_NOMEM, "kiln_scope_begin", "out of memory");
             return;
         }
@@ -276,6 +283,10 @@ void kiln_scope_begin(void)
 
 void kiln_scope_end(void)
 {
+    if (failed_begins > 0) {
+        failed_begins--;
+        return;
+    }
     if (!stack || stack->depth == 0) {
         core_fail(CORE_STATE, "kiln_scope_end", "no scope is open");
         return;
@@ -286,11 +297,11 @@ void kiln_scope_end(void)
     sc->count = 0;
 }
 
-/* Finds t among the innermost scope's references: its recorded slot first. */
+/* Finds t among the innermost scope's references, newest first: the tensor
+ * kept or disowned is nearly always the one made last. (Tensors carry no
+ * slot of their own: one tensor may sit in the scopes of several threads.) */
 static int scope_find(const scope *sc, const kiln_tensor *t)
 {
-    if (t->scope_slot < sc->count && sc->items[t->scope_slot] == t)
-        return t->scope_slot;
     for (int i = sc->count - 1; i >= 0; i--)
         if (sc->items[i] == t)
             return i;
@@ -321,9 +332,8 @@ kiln_tensor *kiln_keep(kiln_tensor *t)
     if (slot < 0)
         return t;
     sc->items[slot] = NULL;
-    t->scope_depth = 0;
-    if (stack->depth >= 2 && scope_push(&stack->levels[stack->depth - 2], t))
-        t->scope_depth = stack->depth - 1;
+    if (stack->depth >= 2 && !scope_push(&stack->levels[stack->depth - 2], t))
+        core_fail(CORE_NOMEM, "kiln_keep", "out of memory: the tensor now belongs to the caller");
     return t;
 }
 
@@ -341,21 +351,24 @@ int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel)
     if (ndim < 0 || ndim > KILN_MAX_DIMS)
         return core_fail(CORE_SHAPE, fn, "ndim %d is outside 0..%d", ndim, KILN_MAX_DIMS);
     if (ndim > 0 && !shape)
-        return core_fail_null(fn, "shape");
-    int64_t n = 1;
+        return core_fail_null_arg(fn, "shape");
+    int64_t nonzero = 1; /* bounded even when a zero size makes the count 0 */
+    bool empty = false;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) {
-            char buf[CORE_SHAPE_STR_MAX];
+        char buf[CORE_SHAPE_STR_MAX];
+        if (shape[i] < 0)
             return core_fail(CORE_SHAPE, fn, "shape %s has a negative size",
                              core_shape_str(buf, ndim, shape));
+        if (shape[i] == 0) {
+            empty = true;
+            continue;
         }
-        if (shape[i] && n > (INT64_C(1) << 59) / shape[i]) {
-            char buf[CORE_SHAPE_STR_MAX];
+        if (nonzero > (INT64_C(1) << 59) / shape[i])
             return core_fail(CORE_SHAPE, fn, "shape %s has too many elements",
                              core_shape_str(buf, ndim, shape));
-        }
-        n *= shape[i];
+        nonzero *= shape[i];
     }
+    int64_t n = empty ? 0 : nonzero;
     *numel = n;
     return 0;
 }

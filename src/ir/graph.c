@@ -66,7 +66,8 @@ static uint64_t node_hash(const ir_node *n, const ir_ref *operands)
     h = hash_bytes(h, &n->op, sizeof n->op);
     h = hash_bytes(h, &n->dtype, sizeof n->dtype);
     h = hash_bytes(h, n->shape, (size_t)n->ndim * sizeof *n->shape);
-    h = hash_bytes(h, operands, n->n_operands * sizeof *operands);
+    if (n->n_operands)
+        h = hash_bytes(h, operands, n->n_operands * sizeof *operands);
     return hash_bytes(h, &n->params, sizeof n->params);
 }
 
@@ -75,7 +76,8 @@ static bool node_equal(const ir_graph *g, const ir_node *a, const ir_node *b, co
     return a->op == b->op && a->dtype == b->dtype && a->ndim == b->ndim &&
            a->n_operands == b->n_operands &&
            !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape) &&
-           !memcmp(ir_operands(g, a), b_operands, a->n_operands * sizeof *b_operands) &&
+           (a->n_operands == 0 ||
+            !memcmp(ir_operands(g, a), b_operands, a->n_operands * sizeof *b_operands)) &&
            !memcmp(&a->params, &b->params, sizeof a->params);
 }
 
@@ -122,7 +124,8 @@ ir_ref ir_emit(ir_graph *g, ir_op op, kiln_dtype dt, int ndim, const int64_t *sh
               sizeof *g->operands))
         return IR_NONE;
     key.first_operand = g->n_operands;
-    memcpy(g->operands + g->n_operands, operands, (size_t)n_operands * sizeof *operands);
+    if (n_operands)
+        memcpy(g->operands + g->n_operands, operands, (size_t)n_operands * sizeof *operands);
     g->n_operands += (uint32_t)n_operands;
     ir_ref r = g->count++;
     uint32_t b = (uint32_t)h & (g->n_buckets - 1);

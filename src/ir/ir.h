@@ -59,10 +59,15 @@ static inline bool ir_dtype_is_float(kiln_dtype dt)
     return dt == KILN_F32 || dt == KILN_F64;
 }
 
-/* The dtype two operands compute in: the higher category (bool, integer,
- * float) wins, and a 0-d operand only matters when it raises the category, as
- * in PyTorch. */
-kiln_dtype ir_promote(kiln_dtype a, bool a_is_0d, kiln_dtype b, bool b_is_0d);
+/* How much an operand's dtype counts in promotion, as in PyTorch: tensors
+ * with dimensions first, then 0-d tensors, then scalars (the *_scalar forms). */
+typedef enum { IR_SCALAR, IR_ZERO_DIM, IR_DIMS } ir_rank_class;
+
+/* The dtype two operands compute in. Within a class the wider dtype wins. A
+ * lower class counts only when its category (bool < integer < float) is
+ * higher: a 0-d tensor then brings its own dtype, a scalar the category's
+ * default (i64 or f32). */
+kiln_dtype ir_promote(kiln_dtype a, ir_rank_class a_class, kiln_dtype b, ir_rank_class b_class);
 
 /* The result dtype of rule applied to the promoted operand dtype, or -1 when
  * the rule refuses it. */
@@ -83,8 +88,11 @@ typedef struct {
     int64_t step;   /* slice */
     int32_t axis;   /* reductions, slice, concat; KILN_ALL for every axis */
     int32_t keepdim;
+    int32_t scalar; /* const: promotes as a scalar, not as a 0-d tensor */
     int32_t perm[KILN_MAX_DIMS];
+    int32_t zero;   /* always 0: fills what would be padding, which memcmp reads */
 } ir_params;
+_Static_assert(sizeof(ir_params) == 80, "ir_params must have no padding");
 
 typedef struct {
     ir_op op;
@@ -121,7 +129,8 @@ typedef struct {
 ir_graph *ir_graph_new(void);
 void ir_graph_free(ir_graph *g);
 /* The node (op, dtype, shape, operands, params), reusing an equal node when
- * there is one; IR_NONE when out of memory. params may be NULL (all zero). */
+ * there is one; IR_NONE when out of memory. params may be NULL (all zero).
+ * operands must not point into g: appending may move g's arrays. */
 ir_ref ir_emit(ir_graph *g, ir_op op, kiln_dtype dt, int ndim, const int64_t *shape,
                int n_operands, const ir_ref *operands, const ir_params *params);
 int ir_add_output(ir_graph *g, ir_ref r);

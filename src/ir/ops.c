@@ -19,13 +19,20 @@ static int rank(kiln_dtype dt)
     return ranks[dt];
 }
 
-kiln_dtype ir_promote(kiln_dtype a, bool a_is_0d, kiln_dtype b, bool b_is_0d)
+static kiln_dtype category_default(int cat)
 {
-    if (a_is_0d != b_is_0d) {
-        kiln_dtype dim = a_is_0d ? b : a, zero = a_is_0d ? a : b;
-        return category(zero) > category(dim) ? zero : dim;
-    }
-    return rank(a) >= rank(b) ? a : b;
+    return cat == 2 ? KILN_F32 : cat == 1 ? KILN_I64 : KILN_BOOL;
+}
+
+kiln_dtype ir_promote(kiln_dtype a, ir_rank_class a_class, kiln_dtype b, ir_rank_class b_class)
+{
+    if (a_class == b_class)
+        return rank(a) >= rank(b) ? a : b;
+    kiln_dtype high = a_class > b_class ? a : b, low = a_class > b_class ? b : a;
+    ir_rank_class low_class = a_class > b_class ? b_class : a_class;
+    if (category(low) <= category(high))
+        return high;
+    return low_class == IR_SCALAR ? category_default(category(low)) : low;
 }
 
 int ir_result_dtype(ir_dtype_rule rule, kiln_dtype promoted)

@@ -10,7 +10,7 @@
  * x**1, -(-x), max(x,x), ...); x*0, x-x and x+0 for floats are rewritten only
  * with fast_math, since NaN, infinities and -0 make them inexact. A rewrite
  * must also keep the node's dtype and shape: x*1 with x an i32 tensor and 1
- * an f64 constant is an f32 cast, not x.
+ * an f64 constant is a conversion to f64, not x.
  *
  * Why it ends: folding and simplification only ever replace a node by an
  * operand, a constant or a smaller chain, so each round removes nodes or
@@ -95,7 +95,7 @@ static ir_ref fold(ir_graph *out, const ir_node *n, const ir_ref *operands, void
     kiln_dtype dtypes[3];
     for (uint32_t i = 0; i < n->n_operands; i++) {
         const ir_node *o = &out->nodes[operands[i]];
-        if (o->op != OP_CONST)
+        if (o->op != OP_CONST || o->params.scalar) /* the evaluator's 0-d tensors promote otherwise */
             return IR_NONE;
         values[i] = o->params.value;
         dtypes[i] = o->dtype;
@@ -215,8 +215,10 @@ static ir_ref simplify_movement(ir_graph *g, const ir_node *n, const ir_ref *ops
     case OP_CONTIGUOUS:
         return ops[0]; /* values, not layouts: a copy is its operand */
     case OP_RESHAPE:
-        if (a->op == OP_RESHAPE) /* reshape of reshape: one reshape */
-            return ir_emit(g, OP_RESHAPE, n->dtype, n->ndim, n->shape, 1, ir_operands(g, a), NULL);
+        if (a->op == OP_RESHAPE) { /* reshape of reshape: one reshape */
+            ir_ref inner = ir_operands(g, a)[0]; /* a copy: ir_emit may move the array */
+            return ir_emit(g, OP_RESHAPE, n->dtype, n->ndim, n->shape, 1, &inner, NULL);
+        }
         return keep(g, n, ops[0]);
     case OP_EXPAND:
         return keep(g, n, ops[0]);
@@ -227,7 +229,8 @@ static ir_ref simplify_movement(ir_graph *g, const ir_node *n, const ir_ref *ops
             ir_params p = {0};
             for (int d = 0; d < n->ndim; d++)
                 p.perm[d] = a->params.perm[n->params.perm[d]];
-            return ir_emit(g, OP_PERMUTE, n->dtype, n->ndim, n->shape, 1, ir_operands(g, a), &p);
+            ir_ref inner = ir_operands(g, a)[0];
+            return ir_emit(g, OP_PERMUTE, n->dtype, n->ndim, n->shape, 1, &inner, &p);
         }
         return IR_NONE;
     case OP_SLICE:

@@ -94,7 +94,7 @@ static void put_params(text *t, const ir_node *n)
     switch (ir_ops[n->op].kind) {
     case KIND_SOURCE:
         if (n->op == OP_CONST)
-            put(t, " %.17g", p->value);
+            put(t, " %.17g%s", p->value, p->scalar ? " scalar" : "");
         else
             put(t, " %lld", (long long)p->index);
         return;
@@ -168,6 +168,7 @@ char *ir_to_dot(const ir_graph *g, const char *name)
 
 typedef struct {
     const char *p;   /* the rest of the current line */
+    bool overlong;   /* a word did not fit its buffer */
     int line;
     char *err;
     size_t err_size;
@@ -194,6 +195,8 @@ static bool word(parser *ps, char *buf, size_t size)
     while (*ps->p && *ps->p != ' ' && *ps->p != '\n') {
         if (n + 1 < size)
             buf[n++] = *ps->p;
+        else
+            ps->overlong = true;
         ps->p++;
     }
     buf[n] = '\0';
@@ -241,6 +244,8 @@ static int parse_type(parser *ps, const char *s, ir_node *n)
             return fail(ps, "bad shape in \"%s\"", s);
         n->shape[n->ndim++] = v;
         p = *end == ',' ? end + 1 : end;
+        if (*end == ',' && *p == ']')
+            return fail(ps, "bad shape in \"%s\"", s);
     }
     if (p[1])
         return fail(ps, "text after the shape in \"%s\"", s);
@@ -301,12 +306,16 @@ static int parse_param(parser *ps, const char *w, ir_params *p)
 
 static int parse_source_param(parser *ps, ir_op op, const char *w, ir_params *p)
 {
+    if (op == OP_CONST && !strcmp(w, "scalar")) {
+        p->scalar = 1;
+        return 0;
+    }
     if (op == OP_CONST) {
         char *end;
         p->value = strtod(w, &end);
         return end != w && !*end ? 0 : fail(ps, "bad constant \"%s\"", w);
     }
-    if (!parse_int(w, &p->index) || p->index < 0 || p->index > INT32_MAX)
+    if (!parse_int(w, &p->index) || p->index < 0 || p->index >= INT32_MAX)
         return fail(ps, "bad %s number \"%s\"", ir_ops[op].name, w);
     return 0;
 }
@@ -386,7 +395,7 @@ static int parse_writeback(parser *ps, ir_graph *g)
     char w[WORD];
     int64_t capture;
     ir_ref r;
-    if (!word(ps, w, sizeof w) || !parse_int(w, &capture) || capture < 0)
+    if (!word(ps, w, sizeof w) || !parse_int(w, &capture) || capture < 0 || capture >= INT32_MAX)
         return fail(ps, "bad writeback capture \"%s\"", w);
     if (!word(ps, w, sizeof w) || !parse_ref(w, g->count, &r))
         return fail(ps, "bad writeback value \"%s\"", w);
@@ -418,7 +427,7 @@ static int parse_line(parser *ps, ir_graph *g, bool *outputs_seen)
 
 ir_graph *ir_parse(const char *src, char *err, size_t err_size)
 {
-    parser ps = {src, 1, err, err_size};
+    parser ps = {.p = src, .line = 1, .err = err, .err_size = err_size};
     err[0] = '\0';
     if (!src || strncmp(src, "kiln-graph 1\n", 13)) {
         fail(&ps, "expected the header \"kiln-graph 1\"");
@@ -436,6 +445,10 @@ ir_graph *ir_parse(const char *src, char *err, size_t err_size)
         ps.p = line;
         if (parse_line(&ps, g, &outputs_seen) < 0)
             goto fail;
+        if (ps.overlong) {
+            fail(&ps, "a word is too long");
+            goto fail;
+        }
         const char *end = strchr(line, '\n');
         if (!end) {
             fail(&ps, "the last line has no newline (truncated text?)");

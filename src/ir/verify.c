@@ -60,9 +60,14 @@ static bool broadcast(const checker *c, int first, int count, int *ndim, int64_t
     return true;
 }
 
+static ir_rank_class rank_class(const ir_node *n)
+{
+    return n->op == OP_CONST && n->params.scalar ? IR_SCALAR : n->ndim == 0 ? IR_ZERO_DIM : IR_DIMS;
+}
+
 static kiln_dtype promote2(const ir_node *a, const ir_node *b)
 {
-    return ir_promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
+    return ir_promote(a->dtype, rank_class(a), b->dtype, rank_class(b));
 }
 
 static int check_elementwise(checker *c, const ir_node *n)
@@ -122,9 +127,12 @@ static int check_slice(checker *c, const ir_node *n, const ir_node *a)
     int axis = n->params.axis;
     if (axis < 0 || axis >= a->ndim)
         return bad(c, "axis %d out of range", axis);
-    int64_t len = n->shape[axis], size = a->shape[axis], start = n->params.start;
-    int64_t last = start + (len - 1) * n->params.step;
-    if (n->params.step == 0 || (len > 0 && (start < 0 || start >= size || last < 0 || last >= size)))
+    int64_t len = n->shape[axis], size = a->shape[axis], start = n->params.start, step = n->params.step;
+    if (step == 0 || step == INT64_MIN)
+        return bad(c, "bad step");
+    int64_t reach = step > 0 ? size - 1 - start : start; /* room along the step's direction */
+    int64_t magnitude = step > 0 ? step : -step;
+    if (len > 0 && (start < 0 || start >= size || (len - 1) > reach / magnitude))
         return bad(c, "slice leaves the axis");
     for (int d = 0; d < a->ndim; d++)
         if (d != axis && n->shape[d] != a->shape[d])
@@ -148,7 +156,7 @@ static int check_concat(checker *c, const ir_node *n)
             if (d != axis && o->shape[d] != n->shape[d])
                 return bad(c, "operands differ off the axis");
         total += o->shape[axis];
-        dt = ir_promote(dt, false, o->dtype, false);
+        dt = ir_promote(dt, IR_DIMS, o->dtype, IR_DIMS);
     }
     if (total != n->shape[axis] || dt != n->dtype)
         return bad(c, "shape or dtype is not the operands' join");
@@ -205,8 +213,38 @@ static int check_matmul(checker *c, const ir_node *n)
         shape[ndim++] = b->shape[b->ndim - 1];
     if (ndim > KILN_MAX_DIMS || !same_shape(ndim, shape, n))
         return bad(c, "shape is not the product's");
-    kiln_dtype dt = ir_promote(a->dtype, false, b->dtype, false);
+    kiln_dtype dt = ir_promote(a->dtype, IR_DIMS, b->dtype, IR_DIMS);
     return ir_result_dtype(RULE_MATMUL, dt) == (int)n->dtype ? 0 : bad(c, "dtype disagrees");
+}
+
+/* The parameters op reads; the others must be zero, so that equal nodes
+ * print equal text. */
+static ir_params used_params(const ir_node *n)
+{
+    ir_params used = {0};
+    const ir_params *p = &n->params;
+    switch (ir_ops[n->op].kind) {
+    case KIND_SOURCE:
+        used.index = n->op == OP_CONST ? 0 : p->index;
+        used.value = n->op == OP_CONST ? p->value : 0;
+        used.scalar = n->op == OP_CONST ? p->scalar : 0;
+        return used;
+    case KIND_REDUCTION:
+        used.axis = p->axis;
+        used.keepdim = p->keepdim;
+        return used;
+    default:
+        break;
+    }
+    if (n->op == OP_SLICE || n->op == OP_CONCAT)
+        used.axis = p->axis;
+    if (n->op == OP_SLICE) {
+        used.start = p->start;
+        used.step = p->step;
+    }
+    if (n->op == OP_PERMUTE)
+        memcpy(used.perm, p->perm, (size_t)n->ndim * sizeof *p->perm);
+    return used;
 }
 
 static int check_node(checker *c)
@@ -215,9 +253,17 @@ static int check_node(checker *c)
     if ((unsigned)n->op >= OP__COUNT || (unsigned)n->dtype > KILN_BOOL || n->ndim < 0 ||
         n->ndim > KILN_MAX_DIMS)
         return bad(c, "bad op, dtype or rank");
-    for (int d = 0; d < n->ndim; d++)
+    int64_t nonzero = 1;
+    for (int d = 0; d < n->ndim; d++) {
         if (n->shape[d] < 0)
             return bad(c, "negative size");
+        if (n->shape[d] > 0 && nonzero > (INT64_C(1) << 59) / n->shape[d])
+            return bad(c, "too many elements");
+        nonzero *= n->shape[d] > 0 ? n->shape[d] : 1;
+    }
+    ir_params used = used_params(n);
+    if (memcmp(&used, &n->params, sizeof used))
+        return bad(c, "a parameter the op does not use is set");
     int arity = ir_ops[n->op].arity;
     if (arity >= 0 ? n->n_operands != (uint32_t)arity : n->n_operands == 0)
         return bad(c, "%u operands", n->n_operands);

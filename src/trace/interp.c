@@ -189,7 +189,10 @@ static int take_outputs(const interp_plan *p, kiln_tensor *const *in, kiln_tenso
     const ir_graph *g = p->graph;
     for (int i = 0; i < g->n_outputs; i++) {
         kiln_tensor *t = values[g->outputs[i]];
-        out[i] = shares_caller_storage(p, in, t) ? eager_copy("kiln_call", t) : kiln_retain(t);
+        bool shared = shares_caller_storage(p, in, t);
+        for (int j = 0; j < i && !shared; j++) /* one value returned twice: two tensors */
+            shared = kiln_shares_storage(out[j], t);
+        out[i] = shared ? eager_copy("kiln_call", t) : kiln_retain(t);
         if (!out[i]) {
             for (int j = 0; j < i; j++)
                 out[j] = (kiln_release(out[j]), NULL);

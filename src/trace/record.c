@@ -70,7 +70,7 @@ static ir_ref operand_node(recorder *rec, kiln_tensor *t)
     if (t->trace)
         return t->node;
     if (t->literal) { /* a scalar operand: i64 (whole), f32 or f64, see elementwise.c */
-        ir_params params = {0};
+        ir_params params = {.scalar = 1};
         const void *v = t->storage->data;
         params.value = t->dtype == KILN_I64 ? (double)*(const int64_t *)v
                      : t->dtype == KILN_F32 ? *(const float *)v : *(const double *)v;

@@ -1,0 +1,120 @@
+/* progen: seeded random kiln programs for differential tests of the backends.
+ *
+ *   progen_program *p = progen_new(seed, NULL);
+ *   kiln_tensor *in[PROGEN_MAX_INPUTS], *out[PROGEN_MAX_OUTPUTS];
+ *   for (int i = 0; i < progen_n_inputs(p); i++)
+ *       in[i] = progen_make_input(p, i, seed + i);
+ *   progen_run(p, in, out);                               // eagerly
+ *   kiln_fn *f = kiln_jit("progen", progen_body, progen_n_inputs(p),
+ *                         progen_n_outputs(p), p, &opts); // traced
+ *   kiln_call(f, in, out);
+ *
+ * A program is a list of instructions over a value table: values 0 ..
+ * n_inputs-1 are the inputs, and instruction i defines value n_inputs + i. The
+ * generator tracks each value's dtype and shape (and whether an integer value
+ * is known not to be negative) and only emits calls that kiln.h defines, so
+ * that a failing call or a result of the wrong dtype or shape is a finding.
+ * Every instruction is one public kiln call, and progen_run makes exactly
+ * those calls, so it runs the same on eager tensors and on tracers.
+ *
+ * Everything is derived from the seed with a counter-based generator: the
+ * same seed and options give the same program and listing on any machine. */
+#ifndef KILN_TESTS_PROGEN_H
+#define KILN_TESTS_PROGEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <kiln/kiln.h>
+
+/* The public ops a program may call, each named after its kiln_<name>. */
+#define PROGEN_OPS(_)                                                                  \
+    _(ADD, add) _(SUB, sub) _(MUL, mul) _(DIV, div) _(POW, pow)                        \
+    _(MAXIMUM, maximum) _(MINIMUM, minimum)                                            \
+    _(ADD_SCALAR, add_scalar) _(SUB_SCALAR, sub_scalar) _(MUL_SCALAR, mul_scalar)      \
+    _(DIV_SCALAR, div_scalar) _(POW_SCALAR, pow_scalar)                                \
+    _(MAXIMUM_SCALAR, maximum_scalar) _(MINIMUM_SCALAR, minimum_scalar)                \
+    _(EQ, eq) _(NE, ne) _(LT, lt) _(LE, le) _(GT, gt) _(GE, ge) _(WHERE, where)        \
+    _(NEG, neg) _(ABS, abs) _(EXP, exp) _(LOG, log) _(SQRT, sqrt) _(RSQRT, rsqrt)      \
+    _(TANH, tanh) _(SIGMOID, sigmoid) _(RELU, relu) _(SIN, sin) _(COS, cos)            \
+    _(ERF, erf) _(CAST, cast)                                                          \
+    _(SUM, sum) _(MEAN, mean) _(MAX, max) _(MIN, min) _(ARGMAX, argmax)                \
+    _(RESHAPE, reshape) _(PERMUTE, permute) _(TRANSPOSE, transpose)                    \
+    _(EXPAND, expand) _(SLICE, slice) _(CONCAT, concat) _(SQUEEZE, squeeze)            \
+    _(UNSQUEEZE, unsqueeze) _(CONTIGUOUS, contiguous)                                  \
+    _(MATMUL, matmul)                                                                  \
+    _(SOFTMAX, softmax) _(LOG_SOFTMAX, log_softmax) _(LAYER_NORM, layer_norm)          \
+    _(GELU, gelu) _(SILU, silu)                                                        \
+    _(FULL, full) _(ZEROS, zeros) _(ONES, ones) _(ARANGE, arange) _(RAND, rand)        \
+    _(RANDN, randn) _(SCALAR, scalar) _(FROM_DATA, from_data)
+
+typedef enum {
+#define PROGEN_ENUM(N, n) PROGEN_##N,
+    PROGEN_OPS(PROGEN_ENUM)
+#undef PROGEN_ENUM
+    PROGEN_OP_COUNT
+} progen_op;
+
+#define PROGEN_OP_BIT(op) (UINT64_C(1) << (op))
+#define PROGEN_DTYPE_BIT(dt) (1u << (dt))
+
+enum {
+    PROGEN_MAX_INPUTS = 8,
+    PROGEN_MAX_OUTPUTS = 3,
+};
+
+/* What progen_new may generate. Fields left 0 take the default in brackets. */
+typedef struct {
+    int min_ops, max_ops;  /* instructions in a program [5, 50] */
+    int max_inputs;        /* 1 to PROGEN_MAX_INPUTS inputs [4] */
+    unsigned dtypes;       /* PROGEN_DTYPE_BIT()s every value's dtype is one of [all five] */
+    int max_rank;          /* inputs have rank 0..max_rank [4]; values may grow to 6 */
+    int64_t max_dim;       /* inputs' sizes are 1..max_dim [7] */
+    int64_t max_numel;     /* elements in any one value [4096] */
+    uint64_t ops;          /* PROGEN_OP_BIT()s of the ops to use [all] */
+} progen_options;
+
+typedef struct progen_program progen_program;
+
+/* A new program for seed; opt NULL means every default. NULL when out of
+ * memory or when the options leave nothing to generate. Free with progen_free. */
+progen_program *progen_new(uint64_t seed, const progen_options *opt);
+void progen_free(progen_program *p);
+
+int progen_n_inputs(const progen_program *p);
+int progen_n_outputs(const progen_program *p);
+int progen_n_instrs(const progen_program *p);
+/* The op of instruction i (helpers the generator inserted included). */
+progen_op progen_instr_op(const progen_program *p, int i);
+/* "kiln_add", ... */
+const char *progen_op_name(progen_op op);
+/* The signature of input i, for kiln_fn_precompile. */
+kiln_spec progen_input_spec(const progen_program *p, int i);
+
+/* A new tensor (a new reference, as kiln's creation functions return) for
+ * input i, its values drawn from seed in ranges suited to its dtype: small
+ * floats with a rare zero, infinity or NaN, small integers (never negative
+ * where the program relies on it), random bools. */
+kiln_tensor *progen_make_input(const progen_program *p, int i, uint64_t seed);
+
+/* Runs the program on in (borrowed), writing progen_n_outputs new references
+ * to out, owned like any op's result (by the innermost scope, if one is open).
+ * Intermediate values are released before it returns. Works on eager tensors
+ * and, inside a marked function's body, on tracers. Returns 0, or -1 with
+ * out all NULL when a call fails or gives a dtype or shape other than kiln.h
+ * promises; progen_last_error says which. */
+int progen_run(const progen_program *p, kiln_tensor *const *in, kiln_tensor **out);
+/* progen_run as a kiln_body: user is the program. */
+int progen_body(kiln_tensor *const *in, kiln_tensor **out, void *user);
+/* Why the last progen_run on this thread failed, or "". */
+const char *progen_last_error(void);
+
+/* The program as C-like source, one kiln call per line with the value's dtype
+ * and shape, malloc'd (free it). */
+char *progen_describe(const progen_program *p);
+
+/* A new program computing only output k of p, keeping the instructions it
+ * depends on and all of p's inputs (so p's input tensors still fit). */
+progen_program *progen_only_output(const progen_program *p, int k);
+
+#endif
