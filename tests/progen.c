@@ -223,3 +223,1358 @@ static bool matmul_shape(const vtype *a, const vtype *b, vtype *out)
         out->shape[out->ndim++] = n;
     return out->ndim <= KILN_MAX_DIMS;
 }
+
+/* -- Generation ------------------------------------------------------------ */
+
+typedef struct {
+    rng r;
+    progen_program *p;
+    progen_options o;
+    int target; /* instructions this program gets */
+    int *cand;  /* scratch: candidate values */
+} gen;
+
+/* How often each op is tried, relative to the others. */
+static const unsigned char weights[PROGEN_OP_COUNT] = {
+    [PROGEN_ADD] = 3, [PROGEN_SUB] = 3, [PROGEN_MUL] = 3, [PROGEN_DIV] = 3, [PROGEN_POW] = 2,
+    [PROGEN_MAXIMUM] = 2, [PROGEN_MINIMUM] = 2,
+    [PROGEN_ADD_SCALAR] = 2, [PROGEN_SUB_SCALAR] = 2, [PROGEN_MUL_SCALAR] = 2,
+    [PROGEN_DIV_SCALAR] = 2, [PROGEN_POW_SCALAR] = 2, [PROGEN_MAXIMUM_SCALAR] = 1,
+    [PROGEN_MINIMUM_SCALAR] = 1,
+    [PROGEN_EQ] = 1, [PROGEN_NE] = 1, [PROGEN_LT] = 2, [PROGEN_LE] = 1, [PROGEN_GT] = 2,
+    [PROGEN_GE] = 1, [PROGEN_WHERE] = 3,
+    [PROGEN_NEG] = 1, [PROGEN_ABS] = 1, [PROGEN_EXP] = 1, [PROGEN_LOG] = 1, [PROGEN_SQRT] = 1,
+    [PROGEN_RSQRT] = 1, [PROGEN_TANH] = 1, [PROGEN_SIGMOID] = 1, [PROGEN_RELU] = 1,
+    [PROGEN_SIN] = 1, [PROGEN_COS] = 1, [PROGEN_ERF] = 1, [PROGEN_CAST] = 3,
+    [PROGEN_SUM] = 2, [PROGEN_MEAN] = 2, [PROGEN_MAX] = 2, [PROGEN_MIN] = 2, [PROGEN_ARGMAX] = 2,
+    [PROGEN_RESHAPE] = 3, [PROGEN_PERMUTE] = 2, [PROGEN_TRANSPOSE] = 2, [PROGEN_EXPAND] = 3,
+    [PROGEN_SLICE] = 3, [PROGEN_CONCAT] = 3, [PROGEN_SQUEEZE] = 2, [PROGEN_UNSQUEEZE] = 2,
+    [PROGEN_CONTIGUOUS] = 1,
+    [PROGEN_MATMUL] = 4,
+    [PROGEN_SOFTMAX] = 2, [PROGEN_LOG_SOFTMAX] = 2, [PROGEN_LAYER_NORM] = 2, [PROGEN_GELU] = 2,
+    [PROGEN_SILU] = 2,
+    [PROGEN_FULL] = 1, [PROGEN_ZEROS] = 1, [PROGEN_ONES] = 1, [PROGEN_ARANGE] = 1,
+    [PROGEN_RAND] = 1, [PROGEN_RANDN] = 1, [PROGEN_SCALAR] = 1, [PROGEN_FROM_DATA] = 1,
+};
+
+static const double scalars[] = {0, 1, -1, 2, -2, 3, 0.5, -0.5, 1.5, 0.1, -0.0, 1e-3, 100, 7, -2.25};
+static const double exponents[] = {2, 0.5, -1, 3, 1, 0, -0.5, 1.5, -2, 0.25, 0, 1, 2, 3};
+static const double fills[] = {0, 1, -1, 2.5, -0.0, 3, -7, 0.25, INFINITY, NAN, 1e10};
+static const double eps_values[] = {1e-5, 1e-3, 0.1, 0};
+
+static const vtype *type_of(const gen *g, int v)
+{
+    return &g->p->types[v];
+}
+
+static int n_values(const gen *g)
+{
+    return g->p->n_inputs + g->p->n_instrs;
+}
+
+/* Whether a value may join the program: an allowed dtype and a modest size. */
+static bool fits(const gen *g, const vtype *t)
+{
+    return (g->o.dtypes & PROGEN_DTYPE_BIT(t->dtype)) && t->ndim <= MAX_RANK &&
+           numel(t->ndim, t->shape) <= g->o.max_numel;
+}
+
+/* One of the first n candidates, favouring the latest so that values chain. */
+static int choose(gen *g, int n)
+{
+    if (chance(&g->r, 1, 2))
+        return g->cand[n - 1 - below(&g->r, n < 3 ? n : 3)];
+    return g->cand[below(&g->r, n)];
+}
+
+/* A value of a dtype in mask (0: any) with at least min_ndim dimensions, or -1. */
+static int pick(gen *g, unsigned mask, int min_ndim)
+{
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++) {
+        const vtype *t = type_of(g, v);
+        if ((!mask || (mask & PROGEN_DTYPE_BIT(t->dtype))) && t->ndim >= min_ndim)
+            g->cand[n++] = v;
+    }
+    return n ? choose(g, n) : -1;
+}
+
+static const unsigned FLOATS = PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64);
+static const unsigned NUMBERS = PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64) |
+                                PROGEN_DTYPE_BIT(KILN_I32) | PROGEN_DTYPE_BIT(KILN_I64);
+
+static kiln_dtype random_dtype(gen *g)
+{
+    kiln_dtype allowed[5];
+    int n = 0;
+    for (int dt = KILN_F32; dt <= KILN_BOOL; dt++)
+        if (g->o.dtypes & PROGEN_DTYPE_BIT(dt))
+            allowed[n++] = (kiln_dtype)dt;
+    return allowed[below(&g->r, n)];
+}
+
+/* An axis of an n-d value, written negative now and then. */
+static int random_axis(gen *g, int ndim, int resolved)
+{
+    return chance(&g->r, 1, 3) ? resolved - ndim : resolved;
+}
+
+static void append(gen *g, const instr *ins, const vtype *t)
+{
+    progen_program *p = g->p;
+    p->instrs[p->n_instrs] = *ins;
+    p->types[p->n_inputs + p->n_instrs] = *t;
+    p->n_instrs++;
+}
+
+static instr blank(progen_op op)
+{
+    return (instr){.op = op, .a = -1, .b = -1, .c = -1};
+}
+
+/* -- Elementwise ----------------------------------------------------------- */
+
+static bool binary_result(progen_op op, const vtype *a, const vtype *b, vtype *out)
+{
+    if (!broadcast(a, b, out))
+        return false;
+    kiln_dtype p = promote(a->dtype, a->ndim == 0, b->dtype, b->ndim == 0);
+    out->dtype = p;
+    out->nonneg = false;
+    switch (op) {
+    case PROGEN_ADD:
+    case PROGEN_MUL:
+        return true;
+    case PROGEN_SUB:
+        return p != KILN_BOOL;
+    case PROGEN_POW: /* integer powers only with exponents known not to be negative */
+        return p != KILN_BOOL && (is_float(p) || nonneg(b));
+    case PROGEN_DIV:
+        out->dtype = float_of(p);
+        return true;
+    case PROGEN_MAXIMUM:
+        out->nonneg = nonneg(a) || nonneg(b);
+        return true;
+    case PROGEN_MINIMUM:
+        out->nonneg = nonneg(a) && nonneg(b);
+        return true;
+    default: /* comparisons */
+        out->dtype = KILN_BOOL;
+        return true;
+    }
+}
+
+static bool gen_binary(gen *g, instr *ins, vtype *out)
+{
+    int a = pick(g, 0, 0);
+    if (chance(&g->r, 1, 6) && binary_result(ins->op, type_of(g, a), type_of(g, a), out) &&
+        fits(g, out)) {
+        ins->a = ins->b = a; /* x op x: what simplification rewrites */
+        return true;
+    }
+    int n = 0;
+    vtype t;
+    for (int v = 0; v < n_values(g); v++)
+        if (binary_result(ins->op, type_of(g, a), type_of(g, v), &t) && fits(g, &t))
+            g->cand[n++] = v;
+    if (n == 0)
+        return false;
+    int b = choose(g, n);
+    if (chance(&g->r, 1, 2) && binary_result(ins->op, type_of(g, b), type_of(g, a), &t) &&
+        fits(g, &t)) {
+        int swap = a;
+        a = b;
+        b = swap;
+    }
+    ins->a = a;
+    ins->b = b;
+    return binary_result(ins->op, type_of(g, a), type_of(g, b), out);
+}
+
+static bool gen_scalar(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    if (getenv("PROGEN_DEV_NO0D") && a->ndim == 0) return false; /* DEVHACK */
+    double s = ins->op == PROGEN_POW_SCALAR ? PICK(&g->r, exponents) : PICK(&g->r, scalars);
+    kiln_dtype dt = scalar_result(a->dtype, s);
+    if (ins->op == PROGEN_POW_SCALAR && !is_float(dt) && s < 0)
+        s = -s;
+    ins->x = s;
+    *out = *a;
+    out->dtype = ins->op == PROGEN_DIV_SCALAR ? float_of(dt) : dt;
+    out->nonneg = (ins->op == PROGEN_MAXIMUM_SCALAR && s >= 0) ||
+                  (ins->op == PROGEN_MINIMUM_SCALAR && s >= 0 && nonneg(a));
+    return true;
+}
+
+static bool gen_where(gen *g, instr *ins, vtype *out)
+{
+    int cond = pick(g, PROGEN_DTYPE_BIT(KILN_BOOL), 0);
+    if (cond < 0)
+        return false;
+    vtype t, u;
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++)
+        if (broadcast(type_of(g, cond), type_of(g, v), &t) && numel(t.ndim, t.shape) <= g->o.max_numel)
+            g->cand[n++] = v;
+    int a = choose(g, n); /* cond itself always fits */
+    broadcast(type_of(g, cond), type_of(g, a), &t);
+    int b = a;
+    if (!chance(&g->r, 1, 6)) {
+        n = 0;
+        for (int v = 0; v < n_values(g); v++)
+            if (broadcast(&t, type_of(g, v), &u) && numel(u.ndim, u.shape) <= g->o.max_numel)
+                g->cand[n++] = v;
+        b = choose(g, n);
+    }
+    broadcast(&t, type_of(g, b), out);
+    const vtype *ta = type_of(g, a), *tb = type_of(g, b);
+    out->dtype = promote(ta->dtype, ta->ndim == 0, tb->dtype, tb->ndim == 0);
+    out->nonneg = nonneg(ta) && nonneg(tb);
+    ins->a = cond;
+    ins->b = a;
+    ins->c = b;
+    return true;
+}
+
+static bool gen_unary(gen *g, instr *ins, vtype *out)
+{
+    bool keeps = ins->op == PROGEN_NEG || ins->op == PROGEN_ABS || ins->op == PROGEN_RELU;
+    ins->a = pick(g, keeps ? NUMBERS : 0, 0); /* neg, abs and relu refuse bool */
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    *out = *a;
+    out->dtype = keeps ? a->dtype : float_of(a->dtype);
+    out->nonneg = ins->op == PROGEN_RELU;
+    return true;
+}
+
+static bool gen_cast(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    ins->dtype = random_dtype(g);
+    const vtype *a = type_of(g, ins->a);
+    *out = *a;
+    out->dtype = ins->dtype;
+    out->nonneg = !is_float(a->dtype) && nonneg(a);
+    return true;
+}
+
+/* -- Reductions ------------------------------------------------------------ */
+
+static bool gen_reduce(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int nd = a->ndim, resolved = -1;
+    if (nd == 0) {
+        static const int zero_d_axes[] = {KILN_ALL, 0, -1}; /* 0 and -1 mean the only "axis" */
+        ins->axis = PICK(&g->r, zero_d_axes);
+    } else if (chance(&g->r, 1, 4)) {
+        ins->axis = KILN_ALL;
+    } else {
+        resolved = (int)below(&g->r, nd);
+        ins->axis = random_axis(g, nd, resolved);
+    }
+    ins->keepdim = chance(&g->r, 1, 2);
+    int64_t rows = resolved < 0 ? numel(nd, a->shape) : a->shape[resolved];
+    bool extreme = ins->op == PROGEN_MAX || ins->op == PROGEN_MIN || ins->op == PROGEN_ARGMAX;
+    if (extreme && rows == 0)
+        return false; /* max, min and argmax refuse empty axes */
+    out->ndim = 0;
+    for (int d = 0; d < nd; d++) {
+        bool reduced = resolved < 0 || d == resolved;
+        if (!reduced)
+            out->shape[out->ndim++] = a->shape[d];
+        else if (ins->keepdim)
+            out->shape[out->ndim++] = 1;
+    }
+    switch (ins->op) {
+    case PROGEN_SUM:
+        out->dtype = is_float(a->dtype) ? a->dtype : KILN_I64;
+        out->nonneg = a->dtype == KILN_BOOL;
+        break;
+    case PROGEN_MEAN:
+        out->dtype = float_of(a->dtype);
+        break;
+    case PROGEN_ARGMAX:
+        out->dtype = KILN_I64;
+        out->nonneg = true;
+        break;
+    default:
+        out->dtype = a->dtype;
+        out->nonneg = nonneg(a);
+        break;
+    }
+    return true;
+}
+
+/* -- Movement -------------------------------------------------------------- */
+
+static bool gen_reshape(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int64_t n = numel(a->ndim, a->shape);
+    int nd = (int)between(&g->r, n == 1 ? 0 : 1, 4);
+    for (int d = 0; d < nd; d++)
+        out->shape[d] = 1;
+    if (n == 0) {
+        for (int d = 0; d < nd; d++)
+            out->shape[d] = between(&g->r, 1, 3);
+        out->shape[below(&g->r, nd)] = 0;
+    } else { /* a random factorisation: each prime factor to a random axis */
+        int64_t rest = n;
+        for (int64_t f = 2; rest > 1; f++)
+            for (; rest % f == 0; rest /= f)
+                out->shape[below(&g->r, nd)] *= f;
+    }
+    out->ndim = nd;
+    out->dtype = a->dtype;
+    out->nonneg = a->nonneg;
+    ins->ndim = nd;
+    memcpy(ins->shape, out->shape, sizeof ins->shape);
+    if (n > 0 && nd > 0 && chance(&g->r, 1, 3))
+        ins->shape[below(&g->r, nd)] = -1;
+    return true;
+}
+
+static bool gen_permute(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int perm[KILN_MAX_DIMS];
+    for (int d = 0; d < a->ndim; d++)
+        perm[d] = d;
+    for (int d = a->ndim - 1; d > 0; d--) {
+        int j = (int)below(&g->r, d + 1), swap = perm[d];
+        perm[d] = perm[j];
+        perm[j] = swap;
+    }
+    *out = *a;
+    for (int d = 0; d < a->ndim; d++) {
+        out->shape[d] = a->shape[perm[d]];
+        ins->perm[d] = random_axis(g, a->ndim, perm[d]);
+    }
+    return true;
+}
+
+static bool gen_transpose(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    int i = (int)below(&g->r, a->ndim), j = (int)below(&g->r, a->ndim);
+    ins->axis = random_axis(g, a->ndim, i);
+    ins->axis2 = random_axis(g, a->ndim, j);
+    *out = *a;
+    out->shape[i] = a->shape[j];
+    out->shape[j] = a->shape[i];
+    return true;
+}
+
+static bool gen_expand(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int room = MAX_RANK - a->ndim, lead = (int)between(&g->r, 0, room < 2 ? room : 2);
+    static const int64_t grown[] = {1, 2, 2, 3, 4, 0};
+    *out = *a;
+    out->ndim = a->ndim + lead;
+    ins->ndim = out->ndim;
+    for (int d = 0; d < out->ndim; d++) {
+        if (d < lead) {
+            out->shape[d] = ins->shape[d] = between(&g->r, 1, 3);
+            continue;
+        }
+        int64_t old = a->shape[d - lead];
+        out->shape[d] = old == 1 ? PICK(&g->r, grown) : old;
+        ins->shape[d] = out->shape[d] == old && chance(&g->r, 1, 4) ? -1 : out->shape[d];
+    }
+    return true;
+}
+
+static bool gen_slice(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    int axis = (int)below(&g->r, a->ndim);
+    int64_t n = a->shape[axis];
+    static const int64_t steps[] = {1, 1, 1, 2, 3, -1, -1, -2, -3};
+    static const int64_t huge_steps[] = {INT64_MAX, -INT64_MAX, INT64_C(1) << 40, 100};
+    int64_t step = chance(&g->r, 1, 16) ? PICK(&g->r, huge_steps) : PICK(&g->r, steps);
+    int64_t start = between(&g->r, -n - 2, n + 2), stop = between(&g->r, -n - 2, n + 2);
+    if (chance(&g->r, 1, 5)) /* an omitted start */
+        start = step > 0 ? (chance(&g->r, 1, 2) ? 0 : INT64_MIN) : INT64_MAX;
+    if (chance(&g->r, 1, 5)) /* an omitted stop */
+        stop = step > 0 ? INT64_MAX : INT64_MIN;
+    ins->axis = random_axis(g, a->ndim, axis);
+    ins->start = start;
+    ins->stop = stop;
+    ins->step = step;
+    *out = *a;
+    out->shape[axis] = slice_length(n, start, stop, step);
+    return true;
+}
+
+static bool gen_concat(gen *g, instr *ins, vtype *out)
+{
+    int a = pick(g, 0, 1);
+    if (a < 0)
+        return false;
+    const vtype *ta = type_of(g, a);
+    int axis = (int)below(&g->r, ta->ndim), n = 0;
+    for (int v = 0; v < n_values(g); v++) {
+        const vtype *t = type_of(g, v);
+        bool same = t->ndim == ta->ndim;
+        for (int d = 0; same && d < ta->ndim; d++)
+            same = d == axis || t->shape[d] == ta->shape[d];
+        if (same)
+            g->cand[n++] = v;
+    }
+    ins->n_list = (int)between(&g->r, 1, MAX_CONCAT);
+    int at = (int)below(&g->r, ins->n_list);
+    *out = *ta;
+    out->shape[axis] = 0;
+    for (int i = 0; i < ins->n_list; i++) {
+        int v = i == at ? a : choose(g, n);
+        const vtype *t = type_of(g, v);
+        ins->list[i] = v;
+        out->shape[axis] += t->shape[axis];
+        out->dtype = i == 0 ? t->dtype : higher(out->dtype, t->dtype);
+        out->nonneg = (i == 0 || out->nonneg) && nonneg(t);
+    }
+    ins->axis = random_axis(g, ta->ndim, axis);
+    return true;
+}
+
+static bool gen_squeeze(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int ones[KILN_MAX_DIMS], n = 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] == 1)
+            ones[n++] = d;
+    int axis = n == 0 || chance(&g->r, 1, 4) ? -1 : ones[below(&g->r, n)];
+    ins->axis = axis < 0 ? KILN_ALL : random_axis(g, a->ndim, axis);
+    *out = *a;
+    out->ndim = 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (!(a->shape[d] == 1 && (axis < 0 || d == axis)))
+            out->shape[out->ndim++] = a->shape[d];
+    return true;
+}
+
+static bool gen_unsqueeze(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int axis = (int)below(&g->r, a->ndim + 1);
+    ins->axis = random_axis(g, a->ndim + 1, axis);
+    *out = *a;
+    out->ndim = a->ndim + 1;
+    for (int d = 0, k = 0; d < out->ndim; d++)
+        out->shape[d] = d == axis ? 1 : a->shape[k++];
+    return true;
+}
+
+static bool gen_contiguous(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    *out = *type_of(g, ins->a);
+    return true;
+}
+
+/* -- Matmul and composites ------------------------------------------------- */
+
+static bool matmul_result(const gen *g, const vtype *a, const vtype *b, vtype *out)
+{
+    if (higher(a->dtype, b->dtype) == KILN_BOOL || !matmul_shape(a, b, out))
+        return false;
+    out->dtype = higher(a->dtype, b->dtype); /* no 0-d operands: plain promotion */
+    out->nonneg = false;
+    return fits(g, out);
+}
+
+static bool gen_matmul(gen *g, instr *ins, vtype *out)
+{
+    int a = pick(g, 0, 1), n = 0;
+    if (a < 0)
+        return false;
+    const vtype *ta = type_of(g, a);
+    for (int v = 0; v < n_values(g); v++)
+        if (matmul_result(g, ta, type_of(g, v), out))
+            g->cand[n++] = v;
+    if (n > 0) {
+        ins->a = a;
+        ins->b = choose(g, n);
+        return matmul_result(g, ta, type_of(g, ins->b), out);
+    }
+    /* Nothing fits a: a @ a^T does, given room for the transpose. */
+    if (ta->ndim < 2 || g->p->n_instrs + 2 > g->target)
+        return false;
+    instr t = blank(PROGEN_TRANSPOSE);
+    t.a = a;
+    t.axis = -1;
+    t.axis2 = -2;
+    vtype tt = *ta;
+    tt.shape[ta->ndim - 1] = ta->shape[ta->ndim - 2];
+    tt.shape[ta->ndim - 2] = ta->shape[ta->ndim - 1];
+    if (!matmul_result(g, ta, &tt, out))
+        return false;
+    append(g, &t, &tt);
+    ins->a = a;
+    ins->b = n_values(g) - 1;
+    return true;
+}
+
+static bool gen_softmax(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, FLOATS, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    int axes[KILN_MAX_DIMS], n = 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] > 0) /* its max refuses an empty axis */
+            axes[n++] = d;
+    if (n == 0)
+        return false;
+    ins->axis = random_axis(g, a->ndim, axes[below(&g->r, n)]);
+    *out = *a;
+    return true;
+}
+
+/* y = normalized x, then y * gamma, then y + beta: each may broadcast and promote. */
+static bool gen_layer_norm(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, FLOATS, 1);
+    if (ins->a < 0)
+        return false;
+    *out = *type_of(g, ins->a);
+    out->nonneg = false;
+    ins->x = PICK(&g->r, eps_values);
+    int *affine[2] = {&ins->b, &ins->c};
+    for (int k = 0; k < 2; k++) {
+        if (chance(&g->r, 1, 3))
+            continue; /* NULL */
+        int n = 0;
+        vtype t;
+        for (int v = 0; v < n_values(g); v++)
+            if (broadcast(out, type_of(g, v), &t) && numel(t.ndim, t.shape) <= g->o.max_numel)
+                g->cand[n++] = v;
+        int v = choose(g, n); /* x itself always fits */
+        const vtype *tv = type_of(g, v);
+        vtype y = *out;
+        broadcast(&y, tv, out);
+        out->dtype = promote(y.dtype, false, tv->dtype, tv->ndim == 0);
+        *affine[k] = v;
+    }
+    return true;
+}
+
+static bool gen_float_composite(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, FLOATS, 0);
+    if (ins->a < 0)
+        return false;
+    if (getenv("PROGEN_DEV_NO0D") && type_of(g, ins->a)->ndim == 0) return false; /* DEVHACK */
+    *out = *type_of(g, ins->a);
+    return true;
+}
+
+/* -- Creation -------------------------------------------------------------- */
+
+/* A shape for a new tensor: often one an existing value has, so they combine. */
+static void creation_shape(gen *g, instr *ins)
+{
+    int v = (int)below(&g->r, n_values(g));
+    const vtype *t = type_of(g, v);
+    if (chance(&g->r, 1, 2) && numel(t->ndim, t->shape) <= 256) {
+        ins->ndim = t->ndim;
+        memcpy(ins->shape, t->shape, sizeof ins->shape);
+        return;
+    }
+    ins->ndim = (int)between(&g->r, 0, 3);
+    for (int d = 0; d < ins->ndim; d++)
+        ins->shape[d] = between(&g->r, 1, 4);
+}
+
+static bool gen_create(gen *g, instr *ins, vtype *out)
+{
+    creation_shape(g, ins);
+    ins->dtype = random_dtype(g);
+    ins->seed = next_u64(&g->r);
+    bool ints = ins->dtype != KILN_F32 && ins->dtype != KILN_F64;
+    switch (ins->op) {
+    case PROGEN_FULL:
+        ins->x = PICK(&g->r, fills);
+        out->nonneg = ints && ins->x >= 0;
+        break;
+    case PROGEN_ZEROS:
+    case PROGEN_ONES:
+        out->nonneg = true;
+        break;
+    case PROGEN_ARANGE: {
+        static const double steps[] = {1, 2, 0.5, -1, -0.5, 3, -2};
+        int64_t count = between(&g->r, 0, 6);
+        ins->x = (double)between(&g->r, -6, 6) / 2;
+        ins->z = PICK(&g->r, steps);
+        ins->y = ins->x + (double)count * ins->z; /* halves: exact */
+        ins->ndim = 1;
+        ins->shape[0] = count;
+        out->nonneg = ints && ins->x >= 0 && ins->y >= 0;
+        break;
+    }
+    case PROGEN_RAND:
+    case PROGEN_RANDN:
+        ins->dtype = KILN_F32;
+        break;
+    case PROGEN_SCALAR:
+        ins->dtype = KILN_F32;
+        ins->ndim = 0;
+        ins->x = PICK(&g->r, fills);
+        break;
+    default: /* from_data */
+        ins->nonneg = chance(&g->r, 1, 2);
+        out->nonneg = ins->nonneg;
+        break;
+    }
+    out->dtype = ins->dtype;
+    out->ndim = ins->ndim;
+    memcpy(out->shape, ins->shape, sizeof out->shape);
+    return true;
+}
+
+static bool generate(gen *g, instr *ins, vtype *out)
+{
+    switch (ins->op) {
+    case PROGEN_ADD: case PROGEN_SUB: case PROGEN_MUL: case PROGEN_DIV: case PROGEN_POW:
+    case PROGEN_MAXIMUM: case PROGEN_MINIMUM:
+    case PROGEN_EQ: case PROGEN_NE: case PROGEN_LT: case PROGEN_LE: case PROGEN_GT: case PROGEN_GE:
+        return gen_binary(g, ins, out);
+    case PROGEN_ADD_SCALAR: case PROGEN_SUB_SCALAR: case PROGEN_MUL_SCALAR: case PROGEN_DIV_SCALAR:
+    case PROGEN_POW_SCALAR: case PROGEN_MAXIMUM_SCALAR: case PROGEN_MINIMUM_SCALAR:
+        return gen_scalar(g, ins, out);
+    case PROGEN_WHERE: return gen_where(g, ins, out);
+    case PROGEN_NEG: case PROGEN_ABS: case PROGEN_EXP: case PROGEN_LOG: case PROGEN_SQRT:
+    case PROGEN_RSQRT: case PROGEN_TANH: case PROGEN_SIGMOID: case PROGEN_RELU: case PROGEN_SIN:
+    case PROGEN_COS: case PROGEN_ERF:
+        return gen_unary(g, ins, out);
+    case PROGEN_CAST: return gen_cast(g, ins, out);
+    case PROGEN_SUM: case PROGEN_MEAN: case PROGEN_MAX: case PROGEN_MIN: case PROGEN_ARGMAX:
+        return gen_reduce(g, ins, out);
+    case PROGEN_RESHAPE: return gen_reshape(g, ins, out);
+    case PROGEN_PERMUTE: return gen_permute(g, ins, out);
+    case PROGEN_TRANSPOSE: return gen_transpose(g, ins, out);
+    case PROGEN_EXPAND: return gen_expand(g, ins, out);
+    case PROGEN_SLICE: return gen_slice(g, ins, out);
+    case PROGEN_CONCAT: return gen_concat(g, ins, out);
+    case PROGEN_SQUEEZE: return gen_squeeze(g, ins, out);
+    case PROGEN_UNSQUEEZE: return gen_unsqueeze(g, ins, out);
+    case PROGEN_CONTIGUOUS: return gen_contiguous(g, ins, out);
+    case PROGEN_MATMUL: return gen_matmul(g, ins, out);
+    case PROGEN_SOFTMAX: case PROGEN_LOG_SOFTMAX: return gen_softmax(g, ins, out);
+    case PROGEN_LAYER_NORM: return gen_layer_norm(g, ins, out);
+    case PROGEN_GELU: case PROGEN_SILU: return gen_float_composite(g, ins, out);
+    default: return gen_create(g, ins, out);
+    }
+}
+
+static progen_op random_op(gen *g)
+{
+    unsigned total = 0;
+    for (int op = 0; op < PROGEN_OP_COUNT; op++)
+        if (g->o.ops & PROGEN_OP_BIT(op))
+            total += weights[op];
+    int64_t x = below(&g->r, total);
+    for (int op = 0; op < PROGEN_OP_COUNT; op++) {
+        if (!(g->o.ops & PROGEN_OP_BIT(op)))
+            continue;
+        if (x < weights[op])
+            return (progen_op)op;
+        x -= weights[op];
+    }
+    return PROGEN_ADD; /* not reached */
+}
+
+/* Inputs take suffixes of one base shape with some sizes set to 1, so that
+ * they broadcast together; now and then one has a shape of its own. */
+static void gen_inputs(gen *g)
+{
+    progen_program *p = g->p;
+    int64_t base[KILN_MAX_DIMS];
+    int base_rank = (int)between(&g->r, 0, g->o.max_rank);
+    for (int d = 0; d < base_rank; d++)
+        base[d] = chance(&g->r, 1, 4) ? 1 : between(&g->r, 1, g->o.max_dim);
+    for (int i = 0; i < p->n_inputs; i++) {
+        vtype *t = &p->types[i];
+        t->dtype = random_dtype(g);
+        t->nonneg = is_int(t->dtype) && chance(&g->r, 1, 2);
+        t->ndim = (int)between(&g->r, 0, base_rank);
+        bool own = chance(&g->r, 1, 8);
+        for (int d = 0; d < t->ndim; d++) {
+            t->shape[d] = own ? between(&g->r, 1, g->o.max_dim) : base[base_rank - t->ndim + d];
+            if (chance(&g->r, 1, 5))
+                t->shape[d] = 1;
+        }
+    }
+}
+
+static void gen_outputs(gen *g)
+{
+    progen_program *p = g->p;
+    int most = p->n_instrs < PROGEN_MAX_OUTPUTS ? p->n_instrs : PROGEN_MAX_OUTPUTS;
+    p->n_outputs = (int)between(&g->r, 1, most);
+    p->outputs[0] = p->n_inputs + p->n_instrs - 1; /* the last value is always live */
+    for (int k = 1; k < p->n_outputs; k++) {
+        bool taken = true;
+        while (taken) {
+            p->outputs[k] = p->n_inputs + (int)below(&g->r, p->n_instrs);
+            taken = false;
+            for (int j = 0; j < k; j++)
+                taken |= p->outputs[j] == p->outputs[k];
+        }
+    }
+    for (int k = p->n_outputs - 1; k > 0; k--) {
+        int j = (int)below(&g->r, k + 1), swap = p->outputs[k];
+        p->outputs[k] = p->outputs[j];
+        p->outputs[j] = swap;
+    }
+}
+
+static progen_options with_defaults(const progen_options *opt)
+{
+    progen_options o = opt ? *opt : (progen_options){0};
+    o.min_ops = o.min_ops ? o.min_ops : 5;
+    o.max_ops = o.max_ops ? o.max_ops : 50;
+    o.max_inputs = o.max_inputs ? o.max_inputs : 4;
+    o.dtypes = o.dtypes ? o.dtypes : 0x1fu;
+    o.max_rank = o.max_rank ? o.max_rank : 4;
+    o.max_dim = o.max_dim ? o.max_dim : 7;
+    o.max_numel = o.max_numel ? o.max_numel : 4096;
+    o.ops = o.ops ? o.ops : ~UINT64_C(0);
+    return o;
+}
+
+progen_program *progen_new(uint64_t seed, const progen_options *opt)
+{
+    progen_options o = with_defaults(opt);
+    o.ops &= PROGEN_OP_COUNT == 64 ? ~UINT64_C(0) : (UINT64_C(1) << PROGEN_OP_COUNT) - 1;
+    o.dtypes &= 0x1fu;
+    if (o.min_ops < 1 || o.max_ops < o.min_ops || o.max_inputs < 1 ||
+        o.max_inputs > PROGEN_MAX_INPUTS || !o.dtypes || !o.ops || o.max_rank < 0 ||
+        o.max_rank > 4 || o.max_dim < 1 || o.max_numel < 1)
+        return NULL;
+    gen g = {.r = {seed ^ UINT64_C(0x6b696c6e70726f67)}, .o = o};
+    progen_program *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    g.p = p;
+    p->seed = seed;
+    g.target = (int)between(&g.r, o.min_ops, o.max_ops);
+    p->n_inputs = (int)between(&g.r, 1, o.max_inputs);
+    p->types = calloc((size_t)(p->n_inputs + g.target), sizeof *p->types);
+    p->instrs = calloc((size_t)g.target, sizeof *p->instrs);
+    g.cand = malloc((size_t)(p->n_inputs + g.target) * sizeof *g.cand);
+    if (!p->types || !p->instrs || !g.cand)
+        goto fail;
+    gen_inputs(&g);
+    while (p->n_instrs < g.target) {
+        bool made = false;
+        for (int attempt = 0; attempt < ATTEMPTS && !made; attempt++) {
+            instr ins = blank(random_op(&g));
+            vtype t = {0};
+            if (generate(&g, &ins, &t) && fits(&g, &t) && p->n_instrs < g.target) {
+                append(&g, &ins, &t);
+                made = true;
+            }
+        }
+        if (!made)
+            goto fail; /* the options leave no op that fits */
+    }
+    gen_outputs(&g);
+    free(g.cand);
+    return p;
+fail:
+    free(g.cand);
+    progen_free(p);
+    return NULL;
+}
+
+void progen_free(progen_program *p)
+{
+    if (!p)
+        return;
+    free(p->types);
+    free(p->instrs);
+    free(p);
+}
+
+int progen_n_inputs(const progen_program *p)
+{
+    return p->n_inputs;
+}
+
+int progen_n_outputs(const progen_program *p)
+{
+    return p->n_outputs;
+}
+
+int progen_n_instrs(const progen_program *p)
+{
+    return p->n_instrs;
+}
+
+progen_op progen_instr_op(const progen_program *p, int i)
+{
+    return p->instrs[i].op;
+}
+
+const char *progen_op_name(progen_op op)
+{
+    return (unsigned)op < PROGEN_OP_COUNT ? op_names[op] : "?";
+}
+
+kiln_spec progen_input_spec(const progen_program *p, int i)
+{
+    const vtype *t = &p->types[i];
+    kiln_spec s = {.dtype = t->dtype, .ndim = t->ndim, .device = KILN_CPU};
+    memcpy(s.shape, t->shape, (size_t)t->ndim * sizeof *s.shape);
+    return s;
+}
+
+/* Operand values of ins into ops; their count. */
+static int operands_of(const instr *ins, int *ops)
+{
+    int n = 0;
+    if (ins->op == PROGEN_CONCAT) {
+        for (int i = 0; i < ins->n_list; i++)
+            ops[n++] = ins->list[i];
+        return n;
+    }
+    const int abc[3] = {ins->a, ins->b, ins->c};
+    for (int i = 0; i < 3; i++)
+        if (abc[i] >= 0)
+            ops[n++] = abc[i];
+    return n;
+}
+
+static int *operand_slot(instr *ins, int k)
+{
+    if (ins->op == PROGEN_CONCAT)
+        return &ins->list[k];
+    int *abc[3] = {&ins->a, &ins->b, &ins->c};
+    for (int i = 0; i < 3; i++)
+        if (*abc[i] >= 0 && k-- == 0)
+            return abc[i];
+    return NULL;
+}
+
+progen_program *progen_only_output(const progen_program *p, int k)
+{
+    int nv = p->n_inputs + p->n_instrs;
+    bool *needed = calloc((size_t)nv, sizeof *needed);
+    int *map = malloc((size_t)nv * sizeof *map);
+    progen_program *q = calloc(1, sizeof *q);
+    if (!needed || !map || !q || k < 0 || k >= p->n_outputs)
+        goto fail;
+    needed[p->outputs[k]] = true;
+    for (int i = p->n_instrs - 1; i >= 0; i--) {
+        if (!needed[p->n_inputs + i])
+            continue;
+        int ops[MAX_CONCAT + 3], n = operands_of(&p->instrs[i], ops);
+        for (int j = 0; j < n; j++)
+            needed[ops[j]] = true;
+    }
+    q->seed = p->seed;
+    q->n_inputs = p->n_inputs;
+    q->types = calloc((size_t)nv, sizeof *q->types);
+    q->instrs = calloc((size_t)(p->n_instrs ? p->n_instrs : 1), sizeof *q->instrs);
+    if (!q->types || !q->instrs)
+        goto fail;
+    memcpy(q->types, p->types, (size_t)p->n_inputs * sizeof *q->types);
+    for (int i = 0; i < p->n_inputs; i++)
+        map[i] = i;
+    for (int i = 0; i < p->n_instrs; i++) {
+        if (!needed[p->n_inputs + i])
+            continue;
+        instr ins = p->instrs[i];
+        int ops[MAX_CONCAT + 3], n = operands_of(&ins, ops);
+        for (int j = 0; j < n; j++)
+            *operand_slot(&ins, j) = map[ops[j]];
+        map[p->n_inputs + i] = q->n_inputs + q->n_instrs;
+        q->types[q->n_inputs + q->n_instrs] = p->types[p->n_inputs + i];
+        q->instrs[q->n_instrs++] = ins;
+    }
+    q->n_outputs = 1;
+    q->outputs[0] = map[p->outputs[k]];
+    free(needed);
+    free(map);
+    return q;
+fail:
+    free(needed);
+    free(map);
+    progen_free(q);
+    return NULL;
+}
+
+/* -- Values ---------------------------------------------------------------- */
+
+/* n values of dt drawn from seed: floats mostly in [-2, 2) with, in one
+ * tensor in four, a rare zero, infinity, NaN or huge value; integers in
+ * [-5, 5] ([0, 5] when nonneg) with a rare extreme; bools at random. */
+static void fill_values(void *buf, kiln_dtype dt, int64_t n, uint64_t seed, bool nonneg_ints)
+{
+    static const double special[] = {0, -0.0, 1, -1, INFINITY, -INFINITY, NAN, 1e30, -1e-30, 88, 1e300};
+    static const int64_t big32[] = {INT32_MAX, INT32_MIN, 65536, -65537, 46341};
+    static const int64_t big32_nonneg[] = {INT32_MAX, 65536, 46341};
+    static const int64_t big64[] = {INT64_MAX, INT64_MIN, INT64_C(1) << 40, -(INT64_C(1) << 33),
+                                    INT64_C(3037000500)};
+    static const int64_t big64_nonneg[] = {INT64_MAX, INT64_C(1) << 40, INT64_C(3037000500)};
+    rng r = {seed * UINT64_C(0xD1342543DE82EF95) + 1};
+    bool specials = chance(&r, 1, 4);
+    for (int64_t i = 0; i < n; i++) {
+        double f = specials && chance(&r, 1, 24) ? PICK(&r, special)
+                                                 : (double)(next_u64(&r) >> 11) * 0x1p-53 * 4 - 2;
+        int64_t k = nonneg_ints ? between(&r, 0, 5) : between(&r, -5, 5);
+        bool extreme = chance(&r, 1, 64);
+        switch (dt) {
+        case KILN_F32: ((float *)buf)[i] = (float)f; break;
+        case KILN_F64: ((double *)buf)[i] = f; break;
+        case KILN_I32:
+            ((int32_t *)buf)[i] = (int32_t)(!extreme ? k : nonneg_ints ? PICK(&r, big32_nonneg)
+                                                                       : PICK(&r, big32));
+            break;
+        case KILN_I64:
+            ((int64_t *)buf)[i] = !extreme ? k : nonneg_ints ? PICK(&r, big64_nonneg) : PICK(&r, big64);
+            break;
+        case KILN_BOOL: ((uint8_t *)buf)[i] = (uint8_t)below(&r, 2); break;
+        }
+    }
+}
+
+static kiln_tensor *random_tensor(kiln_dtype dt, int ndim, const int64_t *shape, uint64_t seed,
+                                  bool nonneg_ints)
+{
+    int64_t n = numel(ndim, shape);
+    void *buf = malloc((size_t)(n ? n : 1) * kiln_dtype_size(dt));
+    if (!buf)
+        return NULL;
+    fill_values(buf, dt, n, seed, nonneg_ints);
+    kiln_tensor *t = kiln_from_data(dt, ndim, shape, buf);
+    free(buf);
+    return t;
+}
+
+kiln_tensor *progen_make_input(const progen_program *p, int i, uint64_t seed)
+{
+    if (i < 0 || i >= p->n_inputs)
+        return NULL;
+    const vtype *t = &p->types[i];
+    return random_tensor(t->dtype, t->ndim, t->shape, seed, t->nonneg);
+}
+
+/* -- Text ------------------------------------------------------------------ */
+
+typedef struct {
+    char *text;
+    size_t len, cap;
+    bool failed;
+} strbuf;
+
+static void sb_printf(strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(strbuf *sb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || sb->failed)
+        return;
+    if (sb->len + (size_t)n + 1 > sb->cap) {
+        size_t cap = (sb->cap ? 2 * sb->cap : 256) + (size_t)n;
+        char *grown = realloc(sb->text, cap);
+        if (!grown) {
+            sb->failed = true;
+            return;
+        }
+        sb->text = grown;
+        sb->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(sb->text + sb->len, sb->cap - sb->len, fmt, ap);
+    va_end(ap);
+    sb->len += (size_t)n;
+}
+
+static const char *dtype_enum(kiln_dtype dt)
+{
+    static const char *const names[] = {"KILN_F32", "KILN_F64", "KILN_I32", "KILN_I64", "KILN_BOOL"};
+    return names[dt];
+}
+
+/* The shortest text that reads back as v, in C. */
+static void sb_double(strbuf *sb, double v)
+{
+    if (isnan(v)) {
+        sb_printf(sb, "NAN");
+    } else if (isinf(v)) {
+        sb_printf(sb, v > 0 ? "INFINITY" : "-INFINITY");
+    } else if (v == 0) {
+        sb_printf(sb, signbit(v) ? "-0.0" : "0");
+    } else {
+        char buf[40];
+        snprintf(buf, sizeof buf, "%g", v);
+        for (int digits = 7; digits <= 17 && strtod(buf, NULL) != v; digits++)
+            snprintf(buf, sizeof buf, "%.*g", digits, v);
+        sb_printf(sb, "%s", buf);
+    }
+}
+
+static void sb_int64(strbuf *sb, int64_t v)
+{
+    if (v == INT64_MAX)
+        sb_printf(sb, "INT64_MAX");
+    else if (v == INT64_MIN)
+        sb_printf(sb, "INT64_MIN");
+    else if (v == -INT64_MAX)
+        sb_printf(sb, "-INT64_MAX");
+    else
+        sb_printf(sb, "%lld", (long long)v);
+}
+
+static void sb_axis(strbuf *sb, int axis)
+{
+    if (axis == KILN_ALL)
+        sb_printf(sb, "KILN_ALL");
+    else
+        sb_printf(sb, "%d", axis);
+}
+
+/* "2, (int64_t[]){2, -1}" or "0, NULL" */
+static void sb_shape(strbuf *sb, int ndim, const int64_t *shape)
+{
+    if (ndim == 0) {
+        sb_printf(sb, "0, NULL");
+        return;
+    }
+    sb_printf(sb, "%d, (int64_t[]){", ndim);
+    for (int d = 0; d < ndim; d++)
+        sb_printf(sb, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    sb_printf(sb, "}");
+}
+
+/* "f32[2,3]", with ">= 0" for integers known not to be negative. */
+static void sb_type(strbuf *sb, const vtype *t)
+{
+    sb_printf(sb, "%s[", kiln_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++)
+        sb_printf(sb, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    sb_printf(sb, "]%s", is_int(t->dtype) && t->nonneg ? " >= 0" : "");
+}
+
+static void sb_call(strbuf *sb, const progen_program *p, const instr *ins)
+{
+    const char *name = op_names[ins->op];
+    switch (ins->op) {
+    case PROGEN_ADD: case PROGEN_SUB: case PROGEN_MUL: case PROGEN_DIV: case PROGEN_POW:
+    case PROGEN_MAXIMUM: case PROGEN_MINIMUM: case PROGEN_EQ: case PROGEN_NE: case PROGEN_LT:
+    case PROGEN_LE: case PROGEN_GT: case PROGEN_GE: case PROGEN_MATMUL:
+        sb_printf(sb, "%s(v%d, v%d)", name, ins->a, ins->b);
+        break;
+    case PROGEN_ADD_SCALAR: case PROGEN_SUB_SCALAR: case PROGEN_MUL_SCALAR: case PROGEN_DIV_SCALAR:
+    case PROGEN_POW_SCALAR: case PROGEN_MAXIMUM_SCALAR: case PROGEN_MINIMUM_SCALAR:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_WHERE:
+        sb_printf(sb, "%s(v%d, v%d, v%d)", name, ins->a, ins->b, ins->c);
+        break;
+    case PROGEN_CAST:
+        sb_printf(sb, "%s(v%d, %s)", name, ins->a, dtype_enum(ins->dtype));
+        break;
+    case PROGEN_SUM: case PROGEN_MEAN: case PROGEN_MAX: case PROGEN_MIN: case PROGEN_ARGMAX:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_axis(sb, ins->axis);
+        sb_printf(sb, ", %s)", ins->keepdim ? "true" : "false");
+        break;
+    case PROGEN_RESHAPE: case PROGEN_EXPAND:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_shape(sb, ins->ndim, ins->shape);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_PERMUTE: {
+        int nd = p->types[ins->a].ndim;
+        sb_printf(sb, "%s(v%d, %s", name, ins->a, nd ? "(int[]){" : "NULL");
+        for (int d = 0; d < nd; d++)
+            sb_printf(sb, "%s%d", d ? ", " : "", ins->perm[d]);
+        sb_printf(sb, "%s)", nd ? "}" : "");
+        break;
+    }
+    case PROGEN_TRANSPOSE:
+        sb_printf(sb, "%s(v%d, %d, %d)", name, ins->a, ins->axis, ins->axis2);
+        break;
+    case PROGEN_SLICE:
+        sb_printf(sb, "%s(v%d, %d, ", name, ins->a, ins->axis);
+        sb_int64(sb, ins->start);
+        sb_printf(sb, ", ");
+        sb_int64(sb, ins->stop);
+        sb_printf(sb, ", ");
+        sb_int64(sb, ins->step);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_CONCAT:
+        sb_printf(sb, "%s((kiln_tensor *[]){", name);
+        for (int i = 0; i < ins->n_list; i++)
+            sb_printf(sb, "%sv%d", i ? ", " : "", ins->list[i]);
+        sb_printf(sb, "}, %d, %d)", ins->n_list, ins->axis);
+        break;
+    case PROGEN_SQUEEZE: case PROGEN_UNSQUEEZE: case PROGEN_SOFTMAX: case PROGEN_LOG_SOFTMAX:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_axis(sb, ins->axis);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_LAYER_NORM:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_printf(sb, ins->b >= 0 ? "v%d, " : "NULL, ", ins->b);
+        sb_printf(sb, ins->c >= 0 ? "v%d, " : "NULL, ", ins->c);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_FULL:
+        sb_printf(sb, "%s(%s, ", name, dtype_enum(ins->dtype));
+        sb_shape(sb, ins->ndim, ins->shape);
+        sb_printf(sb, ", ");
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_ZEROS: case PROGEN_ONES:
+        sb_printf(sb, "%s(%s, ", name, dtype_enum(ins->dtype));
+        sb_shape(sb, ins->ndim, ins->shape);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_ARANGE:
+        sb_printf(sb, "%s(", name);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ", ");
+        sb_double(sb, ins->y);
+        sb_printf(sb, ", ");
+        sb_double(sb, ins->z);
+        sb_printf(sb, ", %s)", dtype_enum(ins->dtype));
+        break;
+    case PROGEN_RAND: case PROGEN_RANDN:
+        sb_printf(sb, "%s(", name);
+        sb_shape(sb, ins->ndim, ins->shape);
+        sb_printf(sb, ", %lluu)", (unsigned long long)ins->seed);
+        break;
+    case PROGEN_SCALAR:
+        sb_printf(sb, "%s(", name);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_FROM_DATA:
+        sb_printf(sb, "%s(%s, ", name, dtype_enum(ins->dtype));
+        sb_shape(sb, ins->ndim, ins->shape);
+        sb_printf(sb, ", data) /* progen values, seed %llu%s */", (unsigned long long)ins->seed,
+                  ins->nonneg ? ", >= 0" : "");
+        break;
+    default: /* unary ops, contiguous, gelu, silu */
+        sb_printf(sb, "%s(v%d)", name, ins->a);
+        break;
+    }
+}
+
+char *progen_describe(const progen_program *p)
+{
+    strbuf sb = {0};
+    sb_printf(&sb, "/* progen seed %llu: %d inputs, %d instructions, %d outputs */\n",
+              (unsigned long long)p->seed, p->n_inputs, p->n_instrs, p->n_outputs);
+    for (int i = 0; i < p->n_inputs; i++) {
+        sb_printf(&sb, "kiln_tensor *v%d = in[%d]; /* ", i, i);
+        sb_type(&sb, &p->types[i]);
+        sb_printf(&sb, " */\n");
+    }
+    for (int i = 0; i < p->n_instrs; i++) {
+        int v = p->n_inputs + i;
+        sb_printf(&sb, "kiln_tensor *v%d = ", v);
+        sb_call(&sb, p, &p->instrs[i]);
+        sb_printf(&sb, "; /* ");
+        sb_type(&sb, &p->types[v]);
+        sb_printf(&sb, " */\n");
+    }
+    for (int k = 0; k < p->n_outputs; k++)
+        sb_printf(&sb, "out[%d] = v%d;\n", k, p->outputs[k]);
+    if (sb.failed) {
+        free(sb.text);
+        return NULL;
+    }
+    return sb.text;
+}
+
+/* -- Running --------------------------------------------------------------- */
+
+static _Thread_local char last_error[2048];
+
+const char *progen_last_error(void)
+{
+    return last_error;
+}
+
+static int fail_value(const progen_program *p, int v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail_value(const progen_program *p, int v, const char *fmt, ...)
+{
+    strbuf sb = {0};
+    if (v >= p->n_inputs) {
+        sb_printf(&sb, "v%d = ", v);
+        sb_call(&sb, p, &p->instrs[v - p->n_inputs]);
+        sb_printf(&sb, ": ");
+    } else {
+        sb_printf(&sb, "input %d: ", v);
+    }
+    char detail[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    snprintf(last_error, sizeof last_error, "%s%s", sb.text ? sb.text : "", detail);
+    free(sb.text);
+    return -1;
+}
+
+/* Checks that t is a tensor of the type the model predicts for value v. */
+static int check_value(const progen_program *p, int v, const kiln_tensor *t)
+{
+    const vtype *want = &p->types[v];
+    if (!t)
+        return fail_value(p, v, "failed: %s", kiln_last_error()[0] ? kiln_last_error() : "no error set");
+    bool same = kiln_dtype_of(t) == want->dtype && kiln_ndim(t) == want->ndim &&
+                !memcmp(kiln_shape(t), want->shape, (size_t)want->ndim * sizeof *want->shape);
+    if (same)
+        return 0;
+    strbuf got = {0}, expected = {0};
+    vtype have = {.dtype = kiln_dtype_of(t), .ndim = kiln_ndim(t)};
+    memcpy(have.shape, kiln_shape(t), (size_t)have.ndim * sizeof *have.shape);
+    sb_type(&got, &have);
+    vtype plain = *want;
+    plain.nonneg = false;
+    sb_type(&expected, &plain);
+    fail_value(p, v, "gave %s where kiln.h promises %s", got.text ? got.text : "?",
+               expected.text ? expected.text : "?");
+    free(got.text);
+    free(expected.text);
+    return -1;
+}
+
+static kiln_tensor *call(const instr *ins, kiln_tensor *const *v)
+{
+    kiln_tensor *a = ins->a >= 0 ? v[ins->a] : NULL, *b = ins->b >= 0 ? v[ins->b] : NULL;
+    kiln_tensor *c = ins->c >= 0 ? v[ins->c] : NULL;
+    switch (ins->op) {
+    case PROGEN_ADD: return kiln_add(a, b);
+    case PROGEN_SUB: return kiln_sub(a, b);
+    case PROGEN_MUL: return kiln_mul(a, b);
+    case PROGEN_DIV: return kiln_div(a, b);
+    case PROGEN_POW: return kiln_pow(a, b);
+    case PROGEN_MAXIMUM: return kiln_maximum(a, b);
+    case PROGEN_MINIMUM: return kiln_minimum(a, b);
+    case PROGEN_ADD_SCALAR: return kiln_add_scalar(a, ins->x);
+    case PROGEN_SUB_SCALAR: return kiln_sub_scalar(a, ins->x);
+    case PROGEN_MUL_SCALAR: return kiln_mul_scalar(a, ins->x);
+    case PROGEN_DIV_SCALAR: return kiln_div_scalar(a, ins->x);
+    case PROGEN_POW_SCALAR: return kiln_pow_scalar(a, ins->x);
+    case PROGEN_MAXIMUM_SCALAR: return kiln_maximum_scalar(a, ins->x);
+    case PROGEN_MINIMUM_SCALAR: return kiln_minimum_scalar(a, ins->x);
+    case PROGEN_EQ: return kiln_eq(a, b);
+    case PROGEN_NE: return kiln_ne(a, b);
+    case PROGEN_LT: return kiln_lt(a, b);
+    case PROGEN_LE: return kiln_le(a, b);
+    case PROGEN_GT: return kiln_gt(a, b);
+    case PROGEN_GE: return kiln_ge(a, b);
+    case PROGEN_WHERE: return kiln_where(a, b, c);
+    case PROGEN_NEG: return kiln_neg(a);
+    case PROGEN_ABS: return kiln_abs(a);
+    case PROGEN_EXP: return kiln_exp(a);
+    case PROGEN_LOG: return kiln_log(a);
+    case PROGEN_SQRT: return kiln_sqrt(a);
+    case PROGEN_RSQRT: return kiln_rsqrt(a);
+    case PROGEN_TANH: return kiln_tanh(a);
+    case PROGEN_SIGMOID: return kiln_sigmoid(a);
+    case PROGEN_RELU: return kiln_relu(a);
+    case PROGEN_SIN: return kiln_sin(a);
+    case PROGEN_COS: return kiln_cos(a);
+    case PROGEN_ERF: return kiln_erf(a);
+    case PROGEN_CAST: return kiln_cast(a, ins->dtype);
+    case PROGEN_SUM: return kiln_sum(a, ins->axis, ins->keepdim);
+    case PROGEN_MEAN: return kiln_mean(a, ins->axis, ins->keepdim);
+    case PROGEN_MAX: return kiln_max(a, ins->axis, ins->keepdim);
+    case PROGEN_MIN: return kiln_min(a, ins->axis, ins->keepdim);
+    case PROGEN_ARGMAX: return kiln_argmax(a, ins->axis, ins->keepdim);
+    case PROGEN_RESHAPE: return kiln_reshape(a, ins->ndim, ins->ndim ? ins->shape : NULL);
+    case PROGEN_PERMUTE: return kiln_permute(a, kiln_ndim(a) > 0 ? ins->perm : NULL);
+    case PROGEN_TRANSPOSE: return kiln_transpose(a, ins->axis, ins->axis2);
+    case PROGEN_EXPAND: return kiln_expand(a, ins->ndim, ins->ndim ? ins->shape : NULL);
+    case PROGEN_SLICE: return kiln_slice(a, ins->axis, ins->start, ins->stop, ins->step);
+    case PROGEN_CONCAT: {
+        kiln_tensor *ts[MAX_CONCAT];
+        for (int i = 0; i < ins->n_list; i++)
+            ts[i] = v[ins->list[i]];
+        return kiln_concat(ts, ins->n_list, ins->axis);
+    }
+    case PROGEN_SQUEEZE: return kiln_squeeze(a, ins->axis);
+    case PROGEN_UNSQUEEZE: return kiln_unsqueeze(a, ins->axis);
+    case PROGEN_CONTIGUOUS: return kiln_contiguous(a);
+    case PROGEN_MATMUL: return kiln_matmul(a, b);
+    case PROGEN_SOFTMAX: return kiln_softmax(a, ins->axis);
+    case PROGEN_LOG_SOFTMAX: return kiln_log_softmax(a, ins->axis);
+    case PROGEN_LAYER_NORM: return kiln_layer_norm(a, b, c, ins->x);
+    case PROGEN_GELU: return kiln_gelu(a);
+    case PROGEN_SILU: return kiln_silu(a);
+    case PROGEN_FULL: return kiln_full(ins->dtype, ins->ndim, ins->shape, ins->x);
+    case PROGEN_ZEROS: return kiln_zeros(ins->dtype, ins->ndim, ins->shape);
+    case PROGEN_ONES: return kiln_ones(ins->dtype, ins->ndim, ins->shape);
+    case PROGEN_ARANGE: return kiln_arange(ins->x, ins->y, ins->z, ins->dtype);
+    case PROGEN_RAND: return kiln_rand(ins->ndim, ins->shape, ins->seed);
+    case PROGEN_RANDN: return kiln_randn(ins->ndim, ins->shape, ins->seed);
+    case PROGEN_SCALAR: return kiln_scalar(ins->x);
+    case PROGEN_FROM_DATA: return random_tensor(ins->dtype, ins->ndim, ins->shape, ins->seed, ins->nonneg);
+    default: return NULL;
+    }
+}
+
+int progen_run(const progen_program *p, kiln_tensor *const *in, kiln_tensor **out)
+{
+    last_error[0] = '\0';
+    for (int k = 0; k < p->n_outputs; k++)
+        out[k] = NULL;
+    int nv = p->n_inputs + p->n_instrs;
+    kiln_tensor **v = calloc((size_t)nv, sizeof *v);
+    if (!v)
+        return fail_value(p, 0, "out of memory");
+    int status = 0;
+    for (int i = 0; i < p->n_inputs && status == 0; i++)
+        status = check_value(p, i, v[i] = in[i]);
+    kiln_scope_begin();
+    for (int i = 0; i < p->n_instrs && status == 0; i++) {
+        int k = p->n_inputs + i;
+        status = check_value(p, k, v[k] = call(&p->instrs[i], v));
+    }
+    for (int k = 0; k < p->n_outputs && status == 0; k++)
+        out[k] = kiln_keep(v[p->outputs[k]]);
+    kiln_scope_end();
+    free(v);
+    return status;
+}
+
+int progen_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    return progen_run(user, in, out);
+}

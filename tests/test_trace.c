@@ -559,9 +559,11 @@ KILN_COMPILE(gelu_plus_compiled, gelu_plus, 2)
 
 START_TEST(test_one_line_marking)
 {
+    kiln_scope_begin();
     kiln_tensor *x = tensor(KILN_F32, 2, (int64_t[]){3, 5}, 4), *y = tensor(KILN_F32, 1, (int64_t[]){5}, 5);
     for (int i = 0; i < 3; i++)
         assert_same(gelu_plus_compiled(x, y), gelu_plus(x, y), "KILN_COMPILE");
+    kiln_scope_end();
 }
 END_TEST
 

@@ -297,16 +297,16 @@ int ir_pass_dce(ir_graph **g)
 
 /* -- All of them ----------------------------------------------------------- */
 
-/* Runs one pass, then the verifier if asked; false on failure (err says why). */
-static bool run_pass(int changes, ir_graph *g, const ir_pass_options *opt, int *total, char *err,
-                     size_t err_size)
+/* Counts a pass's rewrites, then verifies *g if asked; false on failure (err says why). */
+static bool after_pass(int changes, ir_graph *const *g, const ir_pass_options *opt, int *total,
+                       char *err, size_t err_size)
 {
     if (changes < 0) {
         snprintf(err, err_size, "out of memory optimising the graph");
         return false;
     }
     *total += changes;
-    return !opt->verify || ir_verify(g, err, err_size) == 0;
+    return !opt->verify || ir_verify(*g, err, err_size) == 0;
 }
 
 int ir_optimize(ir_graph **g, const ir_pass_options *opt, char *err, size_t err_size)
@@ -314,10 +314,10 @@ int ir_optimize(ir_graph **g, const ir_pass_options *opt, char *err, size_t err_
     enum { MAX_ROUNDS = 16 };
     for (int round = 0; round < MAX_ROUNDS; round++) {
         int changes = 0;
-        if (opt->eval && !run_pass(ir_pass_fold(g, opt->eval), *g, opt, &changes, err, err_size))
+        if (opt->eval && !after_pass(ir_pass_fold(g, opt->eval), g, opt, &changes, err, err_size))
             return -1;
-        if (!run_pass(ir_pass_simplify(g, opt->fast_math), *g, opt, &changes, err, err_size) ||
-            !run_pass(ir_pass_dce(g), *g, opt, &changes, err, err_size))
+        if (!after_pass(ir_pass_simplify(g, opt->fast_math), g, opt, &changes, err, err_size) ||
+            !after_pass(ir_pass_dce(g), g, opt, &changes, err, err_size))
             return -1;
         if (changes == 0)
             return 0;
