@@ -1,4 +1,5 @@
-/* mlp: the forward pass of a two-layer perceptron, x @ W1 + b1 -> gelu -> @ W2 + b2, in eager kiln ops. */
+/* mlp: the forward pass of a two-layer perceptron, x @ W1 + b1 -> gelu -> @ W2 + b2,
+ * written with eager kiln ops and marked for compilation in one line. */
 #include <kiln/kiln.h>
 
 #include <math.h>
@@ -20,6 +21,10 @@ static kiln_tensor *mlp_forward(kiln_tensor *x, kiln_tensor *w1, kiln_tensor *b1
     return kiln_add(kiln_matmul(hidden, w2), b2);
 }
 
+/* mlp(x, ...) runs mlp_forward traced: once per input signature, then the
+ * compiled graph. */
+KILN_COMPILE(mlp, mlp_forward, 5)
+
 int main(void)
 {
     kiln_scope_begin();
@@ -30,7 +35,7 @@ int main(void)
     kiln_tensor *w2 = random_normal(2, (int64_t[]){D_HIDDEN, D_MODEL}, 1.0 / sqrt(D_HIDDEN), 4);
     kiln_tensor *b2 = random_normal(1, (int64_t[]){D_MODEL}, 0.1, 5);
 
-    kiln_tensor *y = mlp_forward(x, w1, b1, w2, b2);
+    kiln_tensor *y = mlp(x, w1, b1, w2, b2);
     kiln_tensor *mean = kiln_mean(y, KILN_ALL, false);
     kiln_tensor *first_row = kiln_slice(kiln_slice(y, 0, 0, 1, 1), 1, 0, 4, 1); /* y[0:1, 0:4] */
     float head[4];

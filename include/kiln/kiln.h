@@ -78,6 +78,10 @@ KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
 KILN_API int64_t kiln_live_tensors(void);
 /* Bytes of tensor storage alive in this process, all threads. */
 KILN_API int64_t kiln_live_bytes(void);
+/* The most kiln_live_bytes has been since the last reset (or the start). */
+KILN_API int64_t kiln_peak_live_bytes(void);
+/* Starts a new high-water mark at the current live bytes. */
+KILN_API void kiln_reset_peak_live_bytes(void);
 
 /* -- Creation and data ----------------------------------------------------- */
 
@@ -298,7 +302,7 @@ KILN_API int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *tar
 KILN_API char *kiln_fn_graph_text(const kiln_fn *f);
 
 /* For one-line marking, kiln_jit_call runs fn (a C function of n tensors,
- * n <= 4, returning a new tensor) as a marked function kept in *slot. */
+ * 1 <= n <= 6, returning a new tensor) as a marked function kept in *slot. */
 typedef void (*kiln_generic_fn)(void);
 KILN_API kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_generic_fn fn, int n,
                                     kiln_tensor *const *in);
@@ -317,10 +321,14 @@ KILN_API kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_gener
 #define KILN_PARAMS_2 KILN_PARAMS_1, kiln_tensor *a1_
 #define KILN_PARAMS_3 KILN_PARAMS_2, kiln_tensor *a2_
 #define KILN_PARAMS_4 KILN_PARAMS_3, kiln_tensor *a3_
+#define KILN_PARAMS_5 KILN_PARAMS_4, kiln_tensor *a4_
+#define KILN_PARAMS_6 KILN_PARAMS_5, kiln_tensor *a5_
 #define KILN_ARGS_1 a0_
 #define KILN_ARGS_2 KILN_ARGS_1, a1_
 #define KILN_ARGS_3 KILN_ARGS_2, a2_
 #define KILN_ARGS_4 KILN_ARGS_3, a3_
+#define KILN_ARGS_5 KILN_ARGS_4, a4_
+#define KILN_ARGS_6 KILN_ARGS_5, a5_
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,16 @@ kiln_tensor *kiln_full(kiln_dtype dt, int ndim, const int64_t *shape, double val
     return filled("kiln_full", dt, ndim, shape, value);
 }
 
+kiln_tensor *eager_scalar_literal(kiln_dtype dt, double value)
+{
+    kiln_tensor *t = tensor_new("kiln_call", dt, 0, NULL);
+    if (t) {
+        fill_value(t, value);
+        t->literal = true;
+    }
+    return t;
+}
+
 kiln_tensor *kiln_scalar(double value)
 {
     return filled("kiln_scalar", KILN_F32, 0, NULL, value);

@@ -50,6 +50,10 @@ bool eager_is_contiguous(const kiln_tensor *t);
  * finished trace; names[i] names operand i in fn's error. */
 int eager_check_operands(const char *fn, int n, kiln_tensor *const *in, const char *const *names);
 
+/* A new unowned 0-d tensor holding value that promotes as a scalar does
+ * (the *_scalar forms' operand), for graphs' scalar constants. */
+kiln_tensor *eager_scalar_literal(kiln_dtype dt, double value);
+
 /* A new unowned contiguous copy of t, or NULL with fn's error. */
 kiln_tensor *eager_copy(const char *fn, const kiln_tensor *t);
 

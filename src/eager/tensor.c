@@ -5,7 +5,7 @@
 
 #include "eager/internal.h"
 
-static _Atomic int64_t live_tensors, live_bytes;
+static _Atomic int64_t live_tensors, live_bytes, peak_bytes;
 
 /* -- Storage --------------------------------------------------------------- */
 
@@ -33,7 +33,10 @@ static eager_storage *storage_new(size_t nbytes)
     atomic_init(&s->refs, 1);
     s->device = KILN_CPU;
     s->nbytes = nbytes;
-    atomic_fetch_add_explicit(&live_bytes, (int64_t)nbytes, memory_order_relaxed);
+    int64_t now = atomic_fetch_add_explicit(&live_bytes, (int64_t)nbytes, memory_order_relaxed) + (int64_t)nbytes;
+    int64_t peak = atomic_load_explicit(&peak_bytes, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, now))
+        ;
     return s;
 }
 
@@ -167,6 +170,16 @@ int64_t kiln_live_tensors(void)
 int64_t kiln_live_bytes(void)
 {
     return atomic_load(&live_bytes);
+}
+
+int64_t kiln_peak_live_bytes(void)
+{
+    return atomic_load(&peak_bytes);
+}
+
+void kiln_reset_peak_live_bytes(void)
+{
+    atomic_store(&peak_bytes, atomic_load(&live_bytes));
 }
 
 bool eager_is_contiguous(const kiln_tensor *t)

@@ -63,7 +63,8 @@ static bool plan_consts(interp_plan *p)
         const ir_node *n = &p->graph->nodes[r];
         if (n->op != OP_CONST)
             continue;
-        kiln_tensor *t = kiln_full(n->dtype, 0, NULL, n->params.value);
+        kiln_tensor *t = n->params.scalar ? eager_scalar_literal(n->dtype, n->params.value)
+                                          : kiln_full(n->dtype, 0, NULL, n->params.value);
         eager_disown(t);
         if (!t)
             return false;

@@ -541,19 +541,18 @@ typedef struct {
     int n;
 } generic_body;
 
+typedef kiln_tensor *T;
+
 static int run_generic(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     const generic_body *g = user;
     switch (g->n) {
-    case 1: out[0] = ((kiln_tensor * (*)(kiln_tensor *)) g->fn)(in[0]); break;
-    case 2: out[0] = ((kiln_tensor * (*)(kiln_tensor *, kiln_tensor *)) g->fn)(in[0], in[1]); break;
-    case 3:
-        out[0] = ((kiln_tensor * (*)(kiln_tensor *, kiln_tensor *, kiln_tensor *)) g->fn)(in[0], in[1], in[2]);
-        break;
-    default:
-        out[0] = ((kiln_tensor * (*)(kiln_tensor *, kiln_tensor *, kiln_tensor *, kiln_tensor *)) g->fn)(
-            in[0], in[1], in[2], in[3]);
-        break;
+    case 1: out[0] = ((T(*)(T))g->fn)(in[0]); break;
+    case 2: out[0] = ((T(*)(T, T))g->fn)(in[0], in[1]); break;
+    case 3: out[0] = ((T(*)(T, T, T))g->fn)(in[0], in[1], in[2]); break;
+    case 4: out[0] = ((T(*)(T, T, T, T))g->fn)(in[0], in[1], in[2], in[3]); break;
+    case 5: out[0] = ((T(*)(T, T, T, T, T))g->fn)(in[0], in[1], in[2], in[3], in[4]); break;
+    default: out[0] = ((T(*)(T, T, T, T, T, T))g->fn)(in[0], in[1], in[2], in[3], in[4], in[5]); break;
     }
     return out[0] ? 0 : -1;
 }
@@ -565,8 +564,8 @@ kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_generic_fn fn,
         core_fail_null("kiln_jit_call", !slot ? "slot" : "fn");
         return NULL;
     }
-    if (n < 1 || n > 4) {
-        core_fail(CORE_VALUE, "kiln_jit_call", "'%s' takes %d tensors; 1 to 4 are supported",
+    if (n < 1 || n > 6) {
+        core_fail(CORE_VALUE, "kiln_jit_call", "'%s' takes %d tensors; 1 to 6 are supported",
                   name ? name : "?", n);
         return NULL;
     }

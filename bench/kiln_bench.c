@@ -1,0 +1,335 @@
+/* kiln-bench: the standard workloads, eager and traced, against this
+ * machine's limits (a copy-bandwidth probe and an OpenBLAS sgemm measured in
+ * the same run) and, with --compare, against peers (bench/peers.py).
+ *
+ * Timing: a monotonic clock around the call only, 2 warm-ups, medians of
+ * --reps runs. Each timed run includes releasing what it made, eager and
+ * traced alike. The JSON schema is docs/bench-json.md. */
+#include <kiln/kiln.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "report.h"
+#include "workloads.h"
+
+enum { WARMUPS = 2, MAX_REPS = 1000, TINY_BATCH = 1000 };
+
+static const char usage[] =
+    "usage: kiln-bench [--workload NAME] [--device cpu|cuda] [--threads N] [--quick]\n"
+    "                  [--reps N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
+    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny (default: all)\n"
+    "  --device D       cpu (cuda needs the CUDA backend, not in this build)\n"
+    "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
+    "  --quick          small sizes, for CI: finishes in seconds\n"
+    "  --reps N         timed runs per measurement after 2 warm-ups (default 10, quick 3)\n"
+    "  --json FILE      the results in the schema of docs/bench-json.md\n"
+    "  --svg FILE       a bar chart: eager, traced and the machine's limit per workload\n"
+    "  --compare FILE   adds the runs of FILE (bench/peers.py --json) as columns\n";
+
+typedef struct {
+    const char *workload, *json, *svg, *compare;
+    int threads, reps;
+    bool quick;
+} options;
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void progress(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kiln-bench: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static _Noreturn void die(const char *what)
+{
+    fprintf(stderr, "kiln-bench: %s: %s\n", what, kiln_last_error());
+    exit(1);
+}
+
+/* -- Timing ---------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One run of a workload: eagerly (f NULL) or through f, outputs released. */
+static void run_once(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state)
+{
+    kiln_scope_begin();
+    kiln_tensor *out = NULL;
+    int status = f ? kiln_call(f, in, &out) : w->body(in, &out, state);
+    kiln_scope_end();
+    if (status != 0)
+        die(w->name);
+}
+
+/* Median milliseconds of one run; tiny runs in batches, reported per run. */
+static double time_runs(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state, int reps)
+{
+    int batch = strcmp(w->name, "tiny") ? 1 : TINY_BATCH;
+    double samples[MAX_REPS];
+    for (int r = -WARMUPS; r < reps; r++) {
+        double start = now_ms();
+        for (int i = 0; i < batch; i++)
+            run_once(w, f, in, state);
+        if (r >= 0)
+            samples[r] = (now_ms() - start) / batch;
+    }
+    return median(samples, reps);
+}
+
+/* -- This machine's limits ------------------------------------------------- */
+
+typedef struct {
+    float *src, *dst;
+    size_t n;
+} copy_part;
+
+static void *copy_part_run(void *p)
+{
+    copy_part *c = p;
+    memcpy(c->dst, c->src, c->n * sizeof *c->src);
+    return NULL;
+}
+
+/* A STREAM-like copy on every thread: bytes read plus written per second. */
+static double probe_copy_gbps(bool quick, int threads, int reps)
+{
+    size_t n = quick ? (size_t)1 << 22 : (size_t)1 << 25;
+    float *src = aligned_alloc(64, n * sizeof *src), *dst = aligned_alloc(64, n * sizeof *dst);
+    if (!src || !dst) {
+        fprintf(stderr, "kiln-bench: out of memory for the copy probe\n");
+        exit(1);
+    }
+    memset(src, 1, n * sizeof *src);
+    memset(dst, 0, n * sizeof *dst);
+    double samples[MAX_REPS];
+    for (int r = -WARMUPS; r < reps; r++) {
+        pthread_t ids[64];
+        copy_part parts[64];
+        int t_count = threads < 64 ? threads : 64;
+        double start = now_ms();
+        for (int t = 0; t < t_count; t++) {
+            size_t lo = n * (size_t)t / (size_t)t_count, hi = n * (size_t)(t + 1) / (size_t)t_count;
+            parts[t] = (copy_part){src + lo, dst + lo, hi - lo};
+            pthread_create(&ids[t], NULL, copy_part_run, &parts[t]);
+        }
+        for (int t = 0; t < t_count; t++)
+            pthread_join(ids[t], NULL);
+        if (r >= 0)
+            samples[r] = now_ms() - start;
+    }
+    free(src);
+    free(dst);
+    return 2.0 * (double)(n * sizeof(float)) / (median(samples, reps) * 1e6);
+}
+
+static double probe_sgemm_gflops(bool quick, int reps)
+{
+    int n = quick ? 256 : 2048;
+    float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b),
+          *c = malloc((size_t)n * n * sizeof *c);
+    if (!a || !b || !c) {
+        fprintf(stderr, "kiln-bench: out of memory for the sgemm probe\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < (size_t)n * n; i++)
+        a[i] = b[i] = (float)(i % 7) * 0.25f;
+    double samples[MAX_REPS];
+    for (int r = -WARMUPS; r < reps; r++) {
+        double start = now_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        if (r >= 0)
+            samples[r] = now_ms() - start;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * (double)n * n / (median(samples, reps) * 1e6);
+}
+
+/* -- One workload ---------------------------------------------------------- */
+
+/* The largest |a - b| over two tensors of one shape. */
+static double max_abs_diff(kiln_tensor *a, kiln_tensor *b)
+{
+    kiln_scope_begin();
+    double d = kiln_item(kiln_max(kiln_abs(kiln_sub(kiln_cast(a, KILN_F64), kiln_cast(b, KILN_F64))),
+                                  KILN_ALL, false));
+    kiln_scope_end();
+    return d;
+}
+
+/* Bytes above what was live, at the high-water mark of one run. */
+static int64_t peak_of_run(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state)
+{
+    int64_t base = kiln_live_bytes();
+    kiln_reset_peak_live_bytes();
+    run_once(w, f, in, state);
+    return kiln_peak_live_bytes() - base;
+}
+
+static kiln_fn *mark(const workload *w, workload_state *state)
+{
+    kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, state, NULL);
+    if (!f)
+        die(w->name);
+    return f;
+}
+
+/* A fresh marked function's first call: trace, compile and run. */
+static double time_first_call(const workload *w, kiln_tensor **in, workload_state *state, int reps)
+{
+    double samples[MAX_REPS];
+    int n = reps < 3 ? reps : 3;
+    for (int r = 0; r < n; r++) {
+        kiln_fn *f = mark(w, state);
+        double start = now_ms();
+        run_once(w, f, in, state);
+        samples[r] = now_ms() - start;
+        kiln_fn_free(f);
+    }
+    return median(samples, n);
+}
+
+static void measure(const workload *w, const options *opt, const bench_probes *probes, bench_result *res)
+{
+    kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
+    workload_state state = {0};
+    if (w->setup(opt->quick, in, &state) < 0)
+        die(w->name);
+    snprintf(res->name, sizeof res->name, "%s", w->name);
+    snprintf(res->size, sizeof res->size, "%s", state.size);
+    res->reps = opt->reps;
+
+    progress("%s %s: eager", w->name, state.size);
+    res->eager_ms = time_runs(w, NULL, in, &state, opt->reps);
+    progress("%s %s: traced", w->name, state.size);
+    kiln_fn *f = mark(w, &state);
+    res->traced_ms = time_runs(w, f, in, &state, opt->reps);
+    res->first_call_ms = time_first_call(w, in, &state, opt->reps);
+    res->disk_hit_ms = NAN; /* the cache issue fills this in */
+    kiln_fn_stats_t stats;
+    kiln_fn_stats(f, &stats);
+    res->kernels = stats.kernels;
+    res->peak_eager_bytes = peak_of_run(w, NULL, in, &state);
+    res->peak_traced_bytes = peak_of_run(w, f, in, &state);
+
+    kiln_scope_begin();
+    kiln_tensor *eager = NULL, *traced = NULL;
+    if (w->body(in, &eager, &state) != 0 || kiln_call(f, in, &traced) != 0)
+        die(w->name);
+    res->max_abs_diff = max_abs_diff(traced, eager);
+    kiln_scope_end();
+
+    double memory_ms = state.bytes / (probes->copy_gbps * 1e6);
+    double compute_ms = state.flops / (probes->sgemm_gflops * 1e6);
+    res->limit_ms = memory_ms > compute_ms ? memory_ms : compute_ms;
+    res->limit_kind = state.bytes == 0 && state.flops == 0 ? NULL
+                    : memory_ms > compute_ms ? "memory" : "compute";
+    if (!res->limit_kind)
+        res->limit_ms = NAN;
+    kiln_fn_free(f);
+    workload_free(w, in, &state);
+}
+
+/* -- Command line ---------------------------------------------------------- */
+
+static int parse_args(int argc, char **argv, options *opt)
+{
+    *opt = (options){.threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};
+    int reps = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = strcmp(a, "--quick") && strcmp(a, "--help");
+        if (takes && !next) {
+            fprintf(stderr, "kiln-bench: %s needs a value\n%s", a, usage);
+            return -1;
+        }
+        if (!strcmp(a, "--quick"))
+            opt->quick = true;
+        else if (!strcmp(a, "--help"))
+            return fputs(usage, stdout), 1;
+        else if (!strcmp(a, "--workload"))
+            opt->workload = next;
+        else if (!strcmp(a, "--device") && strcmp(next, "cpu"))
+            return fprintf(stderr, "kiln-bench: --device %s: only cpu in this build (the CUDA backend is "
+                                   "not built)\n", next), -1;
+        else if (!strcmp(a, "--threads"))
+            opt->threads = atoi(next);
+        else if (!strcmp(a, "--reps"))
+            reps = atoi(next);
+        else if (!strcmp(a, "--json"))
+            opt->json = next;
+        else if (!strcmp(a, "--svg"))
+            opt->svg = next;
+        else if (!strcmp(a, "--compare"))
+            opt->compare = next;
+        else if (strcmp(a, "--device"))
+            return fprintf(stderr, "kiln-bench: unknown option %s\n%s", a, usage), -1;
+        i += takes;
+    }
+    opt->reps = reps > 0 ? reps : opt->quick ? 3 : 10;
+    if (opt->threads < 1 || opt->reps > MAX_REPS)
+        return fprintf(stderr, "kiln-bench: --threads must be at least 1, --reps at most %d\n", MAX_REPS), -1;
+    if (opt->workload && !workload_find(opt->workload))
+        return fprintf(stderr, "kiln-bench: no workload %s\n%s", opt->workload, usage), -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options opt;
+    int parsed = parse_args(argc, argv, &opt);
+    if (parsed != 0)
+        return parsed < 0 ? 2 : 0;
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", opt.threads);
+    setenv("KILN_THREADS", threads, 1); /* before kiln's pool starts */
+    openblas_set_num_threads(opt.threads);
+
+    bench_run run = {.threads = opt.threads, .quick = opt.quick};
+    bench_describe_machine(&run);
+    progress("probing this machine: copy bandwidth and sgemm");
+    run.probes.copy_gbps = probe_copy_gbps(opt.quick, opt.threads, opt.reps);
+    run.probes.sgemm_gflops = probe_sgemm_gflops(opt.quick, opt.reps);
+    for (int i = 0; i < workload_count; i++) {
+        if (opt.workload && strcmp(opt.workload, workloads[i].name))
+            continue;
+        measure(&workloads[i], &opt, &run.probes, &run.results[run.count++]);
+    }
+    bench_print_table(&run, stdout);
+    if (opt.compare && bench_print_comparison(&run, opt.compare, stdout) < 0)
+        return 1;
+    if (opt.json && bench_write_json(&run, opt.json) < 0)
+        return 1;
+    if (opt.svg && bench_write_svg(&run, opt.svg) < 0)
+        return 1;
+    return 0;
+}

@@ -1,0 +1,243 @@
+/* kiln-bench's outputs: an aligned table, JSON (docs/bench-json.md), an SVG
+ * bar chart, and the comparison with peers' runs. */
+#include "report.h"
+
+#include <json-c/json.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <kiln/kiln.h>
+
+void bench_describe_machine(bench_run *run)
+{
+    snprintf(run->cpu, sizeof run->cpu, "unknown");
+    run->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *info = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    while (info && fgets(line, sizeof line, info)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon)
+            continue;
+        snprintf(run->cpu, sizeof run->cpu, "%s", colon + 2);
+        run->cpu[strcspn(run->cpu, "\n")] = '\0';
+        break;
+    }
+    if (info)
+        fclose(info);
+}
+
+/* -- Table ----------------------------------------------------------------- */
+
+/* A number in a fixed width, or "-" when not measured. */
+static const char *num(char *buf, size_t size, double v, const char *fmt)
+{
+    if (isnan(v))
+        snprintf(buf, size, "-");
+    else
+        snprintf(buf, size, fmt, v);
+    return buf;
+}
+
+void bench_print_table(const bench_run *run, FILE *out)
+{
+    fprintf(out, "kiln-bench: %s, %d threads%s; copy %.1f GB/s, sgemm %.1f GFLOP/s; medians of %d runs\n",
+            run->cpu, run->threads, run->quick ? ", quick sizes" : "", run->probes.copy_gbps,
+            run->probes.sgemm_gflops, run->count ? run->results[0].reps : 0);
+    fprintf(out, "%-10s %-18s %10s %10s %8s %10s %9s %7s %10s %10s %9s %9s %8s\n", "workload", "size",
+            "eager ms", "traced ms", "speedup", "1st call", "disk hit", "kernels", "peak eager",
+            "peak trace", "max diff", "limit ms", "% limit");
+    for (int i = 0; i < run->count; i++) {
+        const bench_result *r = &run->results[i];
+        char b[8][32];
+        fprintf(out, "%-10s %-18s %10s %10s %8s %10s %9s %7d %9.1fM %9.1fM %9.2g %9s %8s\n", r->name,
+                r->size, num(b[0], 32, r->eager_ms, "%.3f"), num(b[1], 32, r->traced_ms, "%.3f"),
+                num(b[2], 32, r->eager_ms / r->traced_ms, "%.2fx"), num(b[3], 32, r->first_call_ms, "%.3f"),
+                num(b[4], 32, r->disk_hit_ms, "%.3f"), r->kernels, (double)r->peak_eager_bytes / 1e6,
+                (double)r->peak_traced_bytes / 1e6, r->max_abs_diff, num(b[5], 32, r->limit_ms, "%.3f"),
+                num(b[6], 32, 100 * r->limit_ms / r->traced_ms, "%.0f%%"));
+    }
+}
+
+/* -- JSON ------------------------------------------------------------------ */
+
+static void json_number(FILE *out, const char *key, double v, const char *tail)
+{
+    if (isnan(v))
+        fprintf(out, "\"%s\": null%s", key, tail);
+    else
+        fprintf(out, "\"%s\": %.6g%s", key, v, tail);
+}
+
+static void json_result(FILE *out, const bench_result *r, bool last)
+{
+    fprintf(out, "        {\"name\": \"%s\", \"size\": \"%s\", ", r->name, r->size);
+    json_number(out, "eager_ms", r->eager_ms, ", ");
+    json_number(out, "traced_ms", r->traced_ms, ", ");
+    json_number(out, "first_call_ms", r->first_call_ms, ", ");
+    json_number(out, "disk_hit_ms", r->disk_hit_ms, ", ");
+    fprintf(out, "\"kernels\": %d, \"peak_eager_bytes\": %lld, \"peak_traced_bytes\": %lld, ", r->kernels,
+            (long long)r->peak_eager_bytes, (long long)r->peak_traced_bytes);
+    json_number(out, "max_abs_diff", r->max_abs_diff, ", ");
+    json_number(out, "limit_ms", r->limit_ms, ", ");
+    if (r->limit_kind)
+        fprintf(out, "\"limit_kind\": \"%s\", ", r->limit_kind);
+    else
+        fprintf(out, "\"limit_kind\": null, ");
+    fprintf(out, "\"reps\": %d}%s\n", r->reps, last ? "" : ",");
+}
+
+int bench_write_json(const bench_run *run, const char *path)
+{
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        perror(path);
+        return -1;
+    }
+    fprintf(out, "{\n  \"schema\": \"kiln-bench/1\",\n  \"runs\": [\n    {\n");
+    fprintf(out, "      \"system\": \"kiln 0.1.0\", \"eager_label\": \"eager\", "
+                 "\"traced_label\": \"traced (INTERP)\", \"device\": \"cpu\",\n");
+    fprintf(out, "      \"threads\": %d, \"quick\": %s,\n", run->threads, run->quick ? "true" : "false");
+    fprintf(out, "      \"machine\": {\"cpu\": \"%s\", \"cores\": %d},\n", run->cpu, run->cores);
+    fprintf(out, "      \"probes\": {\"copy_gbps\": %.6g, \"sgemm_gflops\": %.6g},\n", run->probes.copy_gbps,
+            run->probes.sgemm_gflops);
+    fprintf(out, "      \"workloads\": [\n");
+    for (int i = 0; i < run->count; i++)
+        json_result(out, &run->results[i], i == run->count - 1);
+    fprintf(out, "      ]\n    }\n  ]\n}\n");
+    return fclose(out) == 0 ? 0 : -1;
+}
+
+/* -- SVG ------------------------------------------------------------------- */
+
+enum { SVG_WIDTH = 860, SVG_LEFT = 150, SVG_RIGHT = 60, SVG_BAR = 14, SVG_GROUP = 64, SVG_TOP = 56 };
+
+/* x of a time on the chart's log scale, from lo to hi milliseconds. */
+static double svg_x(double ms, double lo, double hi)
+{
+    double span = SVG_WIDTH - SVG_LEFT - SVG_RIGHT;
+    return SVG_LEFT + span * (log10(ms) - log10(lo)) / (log10(hi) - log10(lo));
+}
+
+static void svg_bar(FILE *out, double ms, double lo, double hi, double y, const char *cls, const char *label)
+{
+    if (isnan(ms) || ms <= 0)
+        return;
+    double x = svg_x(ms, lo, hi);
+    fprintf(out, "    <rect class=\"%s\" x=\"%d\" y=\"%.0f\" width=\"%.1f\" height=\"%d\"/>\n", cls, SVG_LEFT,
+            y, x - SVG_LEFT, SVG_BAR);
+    fprintf(out, "    <text x=\"%.1f\" y=\"%.0f\">%s %.3g ms</text>\n", x + 4, y + SVG_BAR - 3, label, ms);
+}
+
+int bench_write_svg(const bench_run *run, const char *path)
+{
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < run->count; i++) {
+        const bench_result *r = &run->results[i];
+        double v[] = {r->eager_ms, r->traced_ms, r->limit_ms};
+        for (int k = 0; k < 3; k++) {
+            if (!isnan(v[k]) && v[k] > 0) {
+                lo = v[k] < lo ? v[k] : lo;
+                hi = v[k] > hi ? v[k] : hi;
+            }
+        }
+    }
+    lo = pow(10, floor(log10(lo)) - 0.3); /* room for the shortest bar */
+    hi = pow(10, ceil(log10(hi)));
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        perror(path);
+        return -1;
+    }
+    int height = SVG_TOP + run->count * SVG_GROUP + 20;
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+                 "font-size=\"11\">\n", SVG_WIDTH, height);
+    fprintf(out, "  <style>.eager{fill:#9e9e9e}.traced{fill:#e8710a}.limit{fill:#1a73e8}</style>\n");
+    fprintf(out, "  <text x=\"10\" y=\"18\" font-size=\"14\">kiln-bench: milliseconds per run, log scale "
+                 "(shorter is faster)</text>\n");
+    fprintf(out, "  <text x=\"10\" y=\"36\">%s, %d threads; limit = bytes / %.1f GB/s copy or flops / %.1f "
+                 "GFLOP/s sgemm</text>\n", run->cpu, run->threads, run->probes.copy_gbps,
+            run->probes.sgemm_gflops);
+    for (int i = 0; i < run->count; i++) {
+        const bench_result *r = &run->results[i];
+        double y = SVG_TOP + i * SVG_GROUP;
+        fprintf(out, "  <g id=\"workload-%s\">\n", r->name);
+        fprintf(out, "    <text x=\"10\" y=\"%.0f\" font-weight=\"bold\">%s</text>\n", y + 24, r->name);
+        fprintf(out, "    <text x=\"10\" y=\"%.0f\">%s</text>\n", y + 38, r->size);
+        svg_bar(out, r->eager_ms, lo, hi, y, "eager", "eager");
+        svg_bar(out, r->traced_ms, lo, hi, y + SVG_BAR + 2, "traced", "traced");
+        svg_bar(out, r->limit_ms, lo, hi, y + 2 * (SVG_BAR + 2), "limit", "machine limit");
+        fprintf(out, "  </g>\n");
+    }
+    fprintf(out, "</svg>\n");
+    return fclose(out) == 0 ? 0 : -1;
+}
+
+/* -- Peers ----------------------------------------------------------------- */
+
+static double field(json_object *o, const char *key)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || json_object_is_type(v, json_type_null))
+        return NAN;
+    return json_object_get_double(v);
+}
+
+static const char *text_field(json_object *o, const char *key)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+/* The workload called name in a run's workloads, or NULL. */
+static json_object *find_workload(json_object *run, const char *name)
+{
+    json_object *list;
+    if (!json_object_object_get_ex(run, "workloads", &list) || !json_object_is_type(list, json_type_array))
+        return NULL;
+    for (size_t i = 0; i < json_object_array_length(list); i++) {
+        json_object *w = json_object_array_get_idx(list, i);
+        const char *n = text_field(w, "name");
+        if (n && !strcmp(n, name))
+            return w;
+    }
+    return NULL;
+}
+
+static void print_peer_run(const bench_run *run, json_object *peer, FILE *out)
+{
+    const char *system = text_field(peer, "system"), *eager = text_field(peer, "eager_label"),
+               *traced = text_field(peer, "traced_label");
+    fprintf(out, "\nvs %s (%s%s%s); ratios are the peer's time over kiln traced (above 1: kiln faster)\n",
+            system ? system : "?", eager ? eager : "eager", traced ? ", " : "", traced ? traced : "");
+    fprintf(out, "%-10s %12s %12s %12s %14s %14s\n", "workload", "kiln traced", "peer eager", "peer traced",
+            "eager / kiln", "traced / kiln");
+    for (int i = 0; i < run->count; i++) {
+        const bench_result *r = &run->results[i];
+        json_object *w = find_workload(peer, r->name);
+        double pe = w ? field(w, "eager_ms") : NAN, pt = w ? field(w, "traced_ms") : NAN;
+        char b[4][32];
+        fprintf(out, "%-10s %12.3f %12s %12s %14s %14s\n", r->name, r->traced_ms,
+                num(b[0], 32, pe, "%.3f"), num(b[1], 32, pt, "%.3f"),
+                num(b[2], 32, pe / r->traced_ms, "%.2fx"), num(b[3], 32, pt / r->traced_ms, "%.2fx"));
+    }
+}
+
+int bench_print_comparison(const bench_run *run, const char *path, FILE *out)
+{
+    json_object *root = json_object_from_file(path);
+    json_object *runs;
+    const char *schema = root ? text_field(root, "schema") : NULL;
+    if (!root || !schema || strcmp(schema, "kiln-bench/1") ||
+        !json_object_object_get_ex(root, "runs", &runs) || !json_object_is_type(runs, json_type_array)) {
+        fprintf(stderr, "kiln-bench: %s is not kiln-bench/1 JSON with runs\n", path);
+        json_object_put(root);
+        return -1;
+    }
+    for (size_t i = 0; i < json_object_array_length(runs); i++)
+        print_peer_run(run, json_object_array_get_idx(runs, i), out);
+    json_object_put(root);
+    return 0;
+}

@@ -1,0 +1,46 @@
+/* kiln-bench's results and their forms: the table, JSON, the SVG chart, and
+ * the comparison with peers' JSON. */
+#ifndef KILN_BENCH_REPORT_H
+#define KILN_BENCH_REPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum { BENCH_MAX_RESULTS = 16 };
+
+typedef struct {
+    double copy_gbps;    /* bytes read plus written per second, in GB */
+    double sgemm_gflops;
+} bench_probes;
+
+/* One workload's figures; NAN (or -1 for counts) where not measured. */
+typedef struct {
+    char name[32], size[64];
+    double eager_ms, traced_ms, first_call_ms, disk_hit_ms;
+    int kernels;
+    int64_t peak_eager_bytes, peak_traced_bytes;
+    double max_abs_diff;
+    double limit_ms;
+    const char *limit_kind; /* "memory", "compute" or NULL */
+    int reps;
+} bench_result;
+
+typedef struct {
+    char cpu[128];
+    int cores, threads;
+    bool quick;
+    bench_probes probes;
+    bench_result results[BENCH_MAX_RESULTS];
+    int count;
+} bench_run;
+
+/* Fills in the CPU's name and core count. */
+void bench_describe_machine(bench_run *run);
+void bench_print_table(const bench_run *run, FILE *out);
+/* Reads peers' JSON and prints their figures beside kiln's; -1 on a bad file. */
+int bench_print_comparison(const bench_run *run, const char *path, FILE *out);
+int bench_write_json(const bench_run *run, const char *path);
+int bench_write_svg(const bench_run *run, const char *path);
+
+#endif

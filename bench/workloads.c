@@ -1,0 +1,165 @@
+/* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention, tiny. */
+#include "workloads.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* -- Bodies ---------------------------------------------------------------- */
+
+static int gelu_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_gelu(in[0]);
+    return out[0] ? 0 : -1;
+}
+
+static int softmax_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_softmax(in[0], -1);
+    return out[0] ? 0 : -1;
+}
+
+static int layernorm_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const workload_state *s = user;
+    out[0] = kiln_layer_norm(in[0], s->weights[0], s->weights[1], 1e-5);
+    return out[0] ? 0 : -1;
+}
+
+/* x@W1+b1 -> gelu -> @W2+b2 */
+static int mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *const *w = ((const workload_state *)user)->weights;
+    kiln_tensor *h = kiln_gelu(kiln_add(kiln_matmul(in[0], w[0]), w[1]));
+    out[0] = kiln_add(kiln_matmul(h, w[2]), w[3]);
+    return out[0] ? 0 : -1;
+}
+
+/* softmax(q@kᵀ/√d)@v */
+static int attention_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *q = in[0], *k = in[1], *v = in[2];
+    double scale = 1 / sqrt((double)kiln_shape(q)[kiln_ndim(q) - 1]);
+    kiln_tensor *scores = kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), scale);
+    out[0] = kiln_matmul(kiln_softmax(scores, -1), v);
+    return out[0] ? 0 : -1;
+}
+
+/* Ten x*1.0001+0.5 steps: what dispatch costs. */
+static int tiny_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *x = in[0];
+    for (int i = 0; i < 10; i++)
+        x = kiln_add_scalar(kiln_mul_scalar(x, 1.0001), 0.5);
+    out[0] = x;
+    return x ? 0 : -1;
+}
+
+/* -- Data ------------------------------------------------------------------ */
+
+/* A new f32 tensor of normal values times scale. */
+static kiln_tensor *normal(int ndim, const int64_t *shape, uint64_t seed, double scale)
+{
+    kiln_scope_begin();
+    kiln_tensor *t = kiln_keep(kiln_mul_scalar(kiln_randn(ndim, shape, seed), scale));
+    kiln_scope_end();
+    return t;
+}
+
+static int all_made(kiln_tensor *const *ts, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!ts[i])
+            return -1;
+    return 0;
+}
+
+static int gelu_setup(bool quick, kiln_tensor **in, workload_state *s)
+{
+    int64_t n = quick ? INT64_C(1) << 16 : INT64_C(1) << 24;
+    in[0] = normal(1, &n, 1, 1);
+    s->bytes = 8.0 * (double)n;
+    snprintf(s->size, sizeof s->size, "2^%d", quick ? 16 : 24);
+    return all_made(in, 1);
+}
+
+static int softmax_setup(bool quick, kiln_tensor **in, workload_state *s)
+{
+    int64_t shape[2] = {quick ? 256 : 4096, quick ? 256 : 4096};
+    in[0] = normal(2, shape, 2, 1);
+    s->bytes = 8.0 * (double)(shape[0] * shape[1]);
+    snprintf(s->size, sizeof s->size, "%lldx%lld", (long long)shape[0], (long long)shape[1]);
+    return all_made(in, 1);
+}
+
+static int layernorm_setup(bool quick, kiln_tensor **in, workload_state *s)
+{
+    int64_t shape[2] = {quick ? 256 : 8192, quick ? 128 : 1024};
+    in[0] = normal(2, shape, 3, 1);
+    s->weights[0] = normal(1, shape + 1, 4, 1);
+    s->weights[1] = normal(1, shape + 1, 5, 1);
+    s->bytes = 8.0 * (double)(shape[0] * shape[1]) + 8.0 * (double)shape[1];
+    snprintf(s->size, sizeof s->size, "%lldx%lld", (long long)shape[0], (long long)shape[1]);
+    return all_made(in, 1) | all_made(s->weights, 2);
+}
+
+static int mlp_setup(bool quick, kiln_tensor **in, workload_state *s)
+{
+    int64_t m = quick ? 32 : 256, k = quick ? 64 : 1024, h = quick ? 256 : 4096;
+    in[0] = normal(2, (int64_t[]){m, k}, 6, 1);
+    s->weights[0] = normal(2, (int64_t[]){k, h}, 7, 1 / sqrt((double)k));
+    s->weights[1] = normal(1, &h, 8, 0.1);
+    s->weights[2] = normal(2, (int64_t[]){h, k}, 9, 1 / sqrt((double)h));
+    s->weights[3] = normal(1, &k, 10, 0.1);
+    s->flops = 4.0 * (double)m * (double)k * (double)h;
+    snprintf(s->size, sizeof s->size, "%lldx%lld, %lldx%lld", (long long)m, (long long)k, (long long)k,
+             (long long)h);
+    return all_made(in, 1) | all_made(s->weights, 4);
+}
+
+static int attention_setup(bool quick, kiln_tensor **in, workload_state *s)
+{
+    int64_t shape[4] = {quick ? 2 : 8, quick ? 2 : 8, quick ? 32 : 256, quick ? 16 : 64};
+    for (int i = 0; i < 3; i++)
+        in[i] = normal(4, shape, 11 + (uint64_t)i, 1);
+    double heads = (double)(shape[0] * shape[1]), seq = (double)shape[2], dim = (double)shape[3];
+    s->flops = 4.0 * heads * seq * seq * dim;
+    s->bytes = 4.0 * 4.0 * heads * seq * dim; /* q, k, v in, the result out */
+    snprintf(s->size, sizeof s->size, "%lldx%lldx%lldx%lld", (long long)shape[0], (long long)shape[1],
+             (long long)shape[2], (long long)shape[3]);
+    return all_made(in, 3);
+}
+
+static int tiny_setup(bool quick, kiln_tensor **in, workload_state *s)
+{
+    int64_t n = 64;
+    in[0] = normal(1, &n, 14, 1);
+    snprintf(s->size, sizeof s->size, "64");
+    return all_made(in, 1);
+}
+
+const workload workloads[] = {
+    {"gelu", "tanh-form GELU", 1, gelu_body, gelu_setup},
+    {"softmax", "row softmax", 1, softmax_body, softmax_setup},
+    {"layernorm", "layer norm over the last axis, with gamma and beta", 1, layernorm_body, layernorm_setup},
+    {"mlp", "x@W1+b1 -> gelu -> @W2+b2", 1, mlp_body, mlp_setup},
+    {"attention", "softmax(q@k^T/sqrt(d))@v", 3, attention_body, attention_setup},
+    {"tiny", "ten x*1.0001+0.5 steps (dispatch overhead)", 1, tiny_body, tiny_setup},
+};
+const int workload_count = (int)(sizeof workloads / sizeof *workloads);
+
+const workload *workload_find(const char *name)
+{
+    for (int i = 0; i < workload_count; i++)
+        if (!strcmp(workloads[i].name, name))
+            return &workloads[i];
+    return NULL;
+}
+
+void workload_free(const workload *w, kiln_tensor **in, workload_state *state)
+{
+    for (int i = 0; i < w->n_in; i++)
+        kiln_release(in[i]);
+    for (int i = 0; i < WORKLOAD_MAX_WEIGHTS; i++)
+        kiln_release(state->weights[i]);
+}

@@ -1,0 +1,73 @@
+"""Runs kiln-bench --quick with --json and --svg and checks what it wrote:
+the JSON holds every workload with every field of docs/bench-json.md and
+traced results that match eager; the SVG is well-formed with one group per
+workload."""
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+WORKLOADS = ["gelu", "softmax", "layernorm", "mlp", "attention", "tiny"]
+FIELDS = ["name", "size", "eager_ms", "traced_ms", "first_call_ms", "disk_hit_ms", "kernels",
+          "peak_eager_bytes", "peak_traced_bytes", "max_abs_diff", "limit_ms", "limit_kind", "reps"]
+RUN_FIELDS = ["system", "eager_label", "traced_label", "device", "threads", "quick", "machine",
+              "probes", "workloads"]
+# Traced runs the same eager kernels (INTERP): results agree to the last bit
+# up to the order of commutative operands, so the bound is tight.
+MAX_DIFF = 1e-5
+
+
+def fail(why):
+    print("check_bench: " + why)
+    sys.exit(1)
+
+
+def check_json(path):
+    with open(path) as f:
+        doc = json.load(f)
+    if doc.get("schema") != "kiln-bench/1" or len(doc.get("runs", [])) != 1:
+        fail("schema or runs missing")
+    run = doc["runs"][0]
+    for key in RUN_FIELDS:
+        if key not in run:
+            fail("run lacks " + key)
+    if not run["probes"]["copy_gbps"] > 0 or not run["probes"]["sgemm_gflops"] > 0:
+        fail("probes not measured")
+    names = [w["name"] for w in run["workloads"]]
+    if names != WORKLOADS:
+        fail("workloads %s" % names)
+    for w in run["workloads"]:
+        for key in FIELDS:
+            if key not in w:
+                fail("%s lacks %s" % (w["name"], key))
+        for key in ["eager_ms", "traced_ms", "first_call_ms"]:
+            if not (isinstance(w[key], (int, float)) and w[key] > 0):
+                fail("%s: %s is %r" % (w["name"], key, w[key]))
+        if w["max_abs_diff"] is None or not math.isfinite(w["max_abs_diff"]) or w["max_abs_diff"] > MAX_DIFF:
+            fail("%s: traced differs from eager by %r" % (w["name"], w["max_abs_diff"]))
+        if w["kernels"] < 1:
+            fail("%s: no kernels" % w["name"])
+        if (w["limit_kind"] is None) != (w["name"] == "tiny"):
+            fail("%s: limit_kind %r" % (w["name"], w["limit_kind"]))
+
+
+def check_svg(path):
+    root = ET.parse(path).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    groups = [g.get("id") for g in root.iter(ns + "g")]
+    if groups != ["workload-" + n for n in WORKLOADS]:
+        fail("svg groups %s" % groups)
+
+
+def main():
+    bench = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([bench, "--quick", "--json", tmp + "/b.json", "--svg", tmp + "/b.svg"], check=True)
+        check_json(tmp + "/b.json")
+        check_svg(tmp + "/b.svg")
+    print("check_bench: json and svg are complete")
+
+
+main()
