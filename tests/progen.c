@@ -28,6 +28,7 @@ typedef struct {
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
     bool nonneg; /* an integer value known to be >= 0 (bools always are) */
+    int base;    /* the created value this tensor is (same object), or -1 */
 } vtype;
 
 typedef struct {
@@ -232,6 +233,8 @@ typedef struct {
     progen_options o;
     int target; /* instructions this program gets */
     int *cand;  /* scratch: candidate values */
+    /* Per created value: what kiln_assign must know (see progen.h). */
+    bool *read, *viewed, *assigned;
 } gen;
 
 /* How often each op is tried, relative to the others. */
@@ -255,6 +258,7 @@ static const unsigned char weights[PROGEN_OP_COUNT] = {
     [PROGEN_SILU] = 2,
     [PROGEN_FULL] = 1, [PROGEN_ZEROS] = 1, [PROGEN_ONES] = 1, [PROGEN_ARANGE] = 1,
     [PROGEN_RAND] = 1, [PROGEN_RANDN] = 1, [PROGEN_SCALAR] = 1, [PROGEN_FROM_DATA] = 1,
+    [PROGEN_ASSIGN] = 3,
 };
 
 static const double scalars[] = {0, 1, -1, 2, -2, 3, 0.5, -0.5, 1.5, 0.1, -0.0, 1e-3, 100, 7, -2.25};
@@ -319,11 +323,61 @@ static int random_axis(gen *g, int ndim, int resolved)
     return chance(&g->r, 1, 3) ? resolved - ndim : resolved;
 }
 
+static bool is_creation(progen_op op)
+{
+    return op >= PROGEN_FULL && op <= PROGEN_FROM_DATA;
+}
+
+static bool is_view(progen_op op)
+{
+    return op >= PROGEN_RESHAPE && op <= PROGEN_UNSQUEEZE && op != PROGEN_CONCAT;
+}
+
+/* The instruction's result is its operand itself: kiln_contiguous of a
+ * created (contiguous) tensor, kiln_cast to the dtype it has, kiln_assign. */
+static bool is_identity(const progen_program *p, const instr *ins)
+{
+    return ins->op == PROGEN_CONTIGUOUS || ins->op == PROGEN_ASSIGN ||
+           (ins->op == PROGEN_CAST && p->types[ins->a].dtype == ins->dtype);
+}
+
+/* Records how ins uses created values, and what an assignment changes. */
+static void note_uses(gen *g, const instr *ins, vtype *t)
+{
+    progen_program *p = g->p;
+    int self = p->n_inputs + p->n_instrs;
+    t->base = is_creation(ins->op) ? self : is_identity(p, ins) ? p->types[ins->a].base : -1;
+    if (ins->op == PROGEN_ASSIGN) {
+        int b = t->base;
+        g->assigned[b] = true;
+        for (int v = 0; v < self; v++) /* every name of the tensor sees the new values */
+            if (p->types[v].base == b)
+                p->types[v].nonneg = t->nonneg;
+    }
+    int ops[MAX_CONCAT + 3], n = 0;
+    if (ins->op == PROGEN_CONCAT)
+        for (int i = 0; i < ins->n_list; i++)
+            ops[n++] = ins->list[i];
+    else
+        for (int i = 0, abc[3] = {ins->a, ins->b, ins->c}; i < 3; i++)
+            if (abc[i] >= 0)
+                ops[n++] = abc[i];
+    for (int i = 0; i < n; i++) {
+        int b = p->types[ops[i]].base;
+        if (b < 0 || (i == 0 && is_identity(p, ins)))
+            continue;
+        g->read[b] |= !g->assigned[b];
+        g->viewed[b] |= is_view(ins->op);
+    }
+}
+
 static void append(gen *g, const instr *ins, const vtype *t)
 {
     progen_program *p = g->p;
+    vtype typed = *t;
+    note_uses(g, ins, &typed);
     p->instrs[p->n_instrs] = *ins;
-    p->types[p->n_inputs + p->n_instrs] = *t;
+    p->types[p->n_inputs + p->n_instrs] = typed;
     p->n_instrs++;
 }
 
@@ -395,7 +449,6 @@ static bool gen_scalar(gen *g, instr *ins, vtype *out)
 {
     ins->a = pick(g, 0, 0);
     const vtype *a = type_of(g, ins->a);
-    if (getenv("PROGEN_DEV_NO0D") && a->ndim == 0) return false; /* DEVHACK */
     double s = ins->op == PROGEN_POW_SCALAR ? PICK(&g->r, exponents) : PICK(&g->r, scalars);
     kiln_dtype dt = scalar_result(a->dtype, s);
     if (ins->op == PROGEN_POW_SCALAR && !is_float(dt) && s < 0)
@@ -784,7 +837,6 @@ static bool gen_float_composite(gen *g, instr *ins, vtype *out)
     ins->a = pick(g, FLOATS, 0);
     if (ins->a < 0)
         return false;
-    if (getenv("PROGEN_DEV_NO0D") && type_of(g, ins->a)->ndim == 0) return false; /* DEVHACK */
     *out = *type_of(g, ins->a);
     return true;
 }
@@ -852,6 +904,38 @@ static bool gen_create(gen *g, instr *ins, vtype *out)
     return true;
 }
 
+/* dst: a created tensor nothing has read or viewed; src: any value that
+ * broadcasts to it (converted to its dtype). */
+static bool gen_assign(gen *g, instr *ins, vtype *out)
+{
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++) {
+        int b = type_of(g, v)->base;
+        if (b >= 0 && !g->viewed[b] && (g->assigned[b] || !g->read[b]))
+            g->cand[n++] = v;
+    }
+    if (n == 0)
+        return false;
+    int dst = choose(g, n);
+    const vtype *d = type_of(g, dst);
+    n = 0;
+    for (int v = 0; v < n_values(g); v++) {
+        const vtype *s = type_of(g, v);
+        vtype t;
+        if (s->base != d->base && broadcast(d, s, &t) && t.ndim == d->ndim &&
+            !memcmp(t.shape, d->shape, (size_t)d->ndim * sizeof *d->shape))
+            g->cand[n++] = v;
+    }
+    if (n == 0)
+        return false;
+    ins->a = dst;
+    ins->b = choose(g, n);
+    const vtype *s = type_of(g, ins->b);
+    *out = *d;
+    out->nonneg = !is_float(s->dtype) && nonneg(s);
+    return true;
+}
+
 static bool generate(gen *g, instr *ins, vtype *out)
 {
     switch (ins->op) {
@@ -883,6 +967,7 @@ static bool generate(gen *g, instr *ins, vtype *out)
     case PROGEN_SOFTMAX: case PROGEN_LOG_SOFTMAX: return gen_softmax(g, ins, out);
     case PROGEN_LAYER_NORM: return gen_layer_norm(g, ins, out);
     case PROGEN_GELU: case PROGEN_SILU: return gen_float_composite(g, ins, out);
+    case PROGEN_ASSIGN: return gen_assign(g, ins, out);
     default: return gen_create(g, ins, out);
     }
 }
@@ -915,6 +1000,7 @@ static void gen_inputs(gen *g)
         base[d] = chance(&g->r, 1, 4) ? 1 : between(&g->r, 1, g->o.max_dim);
     for (int i = 0; i < p->n_inputs; i++) {
         vtype *t = &p->types[i];
+        t->base = -1;
         t->dtype = random_dtype(g);
         t->nonneg = is_int(t->dtype) && chance(&g->r, 1, 2);
         t->ndim = (int)between(&g->r, 0, base_rank);
@@ -963,6 +1049,14 @@ static progen_options with_defaults(const progen_options *opt)
     return o;
 }
 
+static void free_gen(gen *g)
+{
+    free(g->cand);
+    free(g->read);
+    free(g->viewed);
+    free(g->assigned);
+}
+
 progen_program *progen_new(uint64_t seed, const progen_options *opt)
 {
     progen_options o = with_defaults(opt);
@@ -982,8 +1076,12 @@ progen_program *progen_new(uint64_t seed, const progen_options *opt)
     p->n_inputs = (int)between(&g.r, 1, o.max_inputs);
     p->types = calloc((size_t)(p->n_inputs + g.target), sizeof *p->types);
     p->instrs = calloc((size_t)g.target, sizeof *p->instrs);
-    g.cand = malloc((size_t)(p->n_inputs + g.target) * sizeof *g.cand);
-    if (!p->types || !p->instrs || !g.cand)
+    size_t values = (size_t)(p->n_inputs + g.target);
+    g.cand = malloc(values * sizeof *g.cand);
+    g.read = calloc(values, sizeof *g.read);
+    g.viewed = calloc(values, sizeof *g.viewed);
+    g.assigned = calloc(values, sizeof *g.assigned);
+    if (!p->types || !p->instrs || !g.cand || !g.read || !g.viewed || !g.assigned)
         goto fail;
     gen_inputs(&g);
     while (p->n_instrs < g.target) {
@@ -1000,10 +1098,10 @@ progen_program *progen_new(uint64_t seed, const progen_options *opt)
             goto fail; /* the options leave no op that fits */
     }
     gen_outputs(&g);
-    free(g.cand);
+    free_gen(&g);
     return p;
 fail:
-    free(g.cand);
+    free_gen(&g);
     progen_free(p);
     return NULL;
 }
@@ -1077,6 +1175,15 @@ static int *operand_slot(instr *ins, int k)
     return NULL;
 }
 
+/* Marks the assignments before instruction `before` that give value v its values. */
+static void need_assignments(const progen_program *p, int before, int v, bool *needed)
+{
+    int b = p->types[v].base;
+    for (int j = 0; b >= 0 && j < before; j++)
+        if (p->instrs[j].op == PROGEN_ASSIGN && p->types[p->instrs[j].a].base == b)
+            needed[p->n_inputs + j] = true;
+}
+
 progen_program *progen_only_output(const progen_program *p, int k)
 {
     int nv = p->n_inputs + p->n_instrs;
@@ -1086,12 +1193,15 @@ progen_program *progen_only_output(const progen_program *p, int k)
     if (!needed || !map || !q || k < 0 || k >= p->n_outputs)
         goto fail;
     needed[p->outputs[k]] = true;
+    need_assignments(p, p->n_instrs, p->outputs[k], needed);
     for (int i = p->n_instrs - 1; i >= 0; i--) {
         if (!needed[p->n_inputs + i])
             continue;
         int ops[MAX_CONCAT + 3], n = operands_of(&p->instrs[i], ops);
-        for (int j = 0; j < n; j++)
+        for (int j = 0; j < n; j++) {
             needed[ops[j]] = true;
+            need_assignments(p, i, ops[j], needed);
+        }
     }
     q->seed = p->seed;
     q->n_inputs = p->n_inputs;
@@ -1110,7 +1220,9 @@ progen_program *progen_only_output(const progen_program *p, int k)
         for (int j = 0; j < n; j++)
             *operand_slot(&ins, j) = map[ops[j]];
         map[p->n_inputs + i] = q->n_inputs + q->n_instrs;
-        q->types[q->n_inputs + q->n_instrs] = p->types[p->n_inputs + i];
+        vtype t = p->types[p->n_inputs + i];
+        t.base = t.base >= 0 ? map[t.base] : -1;
+        q->types[q->n_inputs + q->n_instrs] = t;
         q->instrs[q->n_instrs++] = ins;
     }
     q->n_outputs = 1;
@@ -1297,6 +1409,9 @@ static void sb_call(strbuf *sb, const progen_program *p, const instr *ins)
         break;
     case PROGEN_WHERE:
         sb_printf(sb, "%s(v%d, v%d, v%d)", name, ins->a, ins->b, ins->c);
+        break;
+    case PROGEN_ASSIGN:
+        sb_printf(sb, "(%s(v%d, v%d), kiln_contiguous(v%d))", name, ins->a, ins->b, ins->a);
         break;
     case PROGEN_CAST:
         sb_printf(sb, "%s(v%d, %s)", name, ins->a, dtype_enum(ins->dtype));
@@ -1546,6 +1661,7 @@ static kiln_tensor *call(const instr *ins, kiln_tensor *const *v)
     case PROGEN_RANDN: return kiln_randn(ins->ndim, ins->shape, ins->seed);
     case PROGEN_SCALAR: return kiln_scalar(ins->x);
     case PROGEN_FROM_DATA: return random_tensor(ins->dtype, ins->ndim, ins->shape, ins->seed, ins->nonneg);
+    case PROGEN_ASSIGN: return kiln_assign(a, b) == 0 ? kiln_contiguous(a) : NULL;
     default: return NULL;
     }
 }

@@ -17,6 +17,13 @@
  * Every instruction is one public kiln call, and progen_run makes exactly
  * those calls, so it runs the same on eager tensors and on tracers.
  *
+ * Tensors the program creates (kiln_full, kiln_rand, ...) are eager even in a
+ * traced body, so a marked function captures them. kiln_assign writes only to
+ * such a tensor, and only where eager and traced runs must agree: before
+ * anything has read it (a captured tensor keeps what the last call assigned)
+ * and while no view of it exists (a view taken before an assignment would
+ * see the new values eagerly). An assign instruction's value is its dst.
+ *
  * Everything is derived from the seed with a counter-based generator: the
  * same seed and options give the same program and listing on any machine. */
 #ifndef KILN_TESTS_PROGEN_H
@@ -46,7 +53,8 @@
     _(SOFTMAX, softmax) _(LOG_SOFTMAX, log_softmax) _(LAYER_NORM, layer_norm)          \
     _(GELU, gelu) _(SILU, silu)                                                        \
     _(FULL, full) _(ZEROS, zeros) _(ONES, ones) _(ARANGE, arange) _(RAND, rand)        \
-    _(RANDN, randn) _(SCALAR, scalar) _(FROM_DATA, from_data)
+    _(RANDN, randn) _(SCALAR, scalar) _(FROM_DATA, from_data)                        \
+    _(ASSIGN, assign)
 
 typedef enum {
 #define PROGEN_ENUM(N, n) PROGEN_##N,

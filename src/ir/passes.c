@@ -109,7 +109,8 @@ static ir_ref fold(ir_graph *out, const ir_node *n, const ir_ref *operands, void
 int ir_pass_fold(ir_graph **g, ir_eval_fn eval)
 {
     int changes = 0;
-    return replace(g, rebuild(*g, NULL, fold, (void *)eval, &changes), changes);
+    ir_graph *next = rebuild(*g, NULL, fold, (void *)eval, &changes);
+    return replace(g, next, changes);
 }
 
 /* -- Algebraic simplification ---------------------------------------------- */
@@ -125,9 +126,12 @@ static bool is_negative_zero(const ir_graph *g, ir_ref r)
     return is_const(g, r, 0) && __builtin_signbit(g->nodes[r].params.value);
 }
 
+/* x can stand for n: same dtype and shape, and x promotes as n does (a scalar
+ * constant counts for less than the 0-d tensor it would replace). */
 static bool same_type(const ir_node *n, const ir_node *x)
 {
-    return n->dtype == x->dtype && n->ndim == x->ndim &&
+    bool scalar = x->op == OP_CONST && x->params.scalar;
+    return !scalar && n->dtype == x->dtype && n->ndim == x->ndim &&
            !memcmp(n->shape, x->shape, (size_t)n->ndim * sizeof *n->shape);
 }
 
@@ -264,7 +268,8 @@ int ir_pass_simplify(ir_graph **g, bool fast_math)
 {
     simplify_ctx ctx = {fast_math};
     int changes = 0;
-    return replace(g, rebuild(*g, NULL, simplify, &ctx, &changes), changes);
+    ir_graph *next = rebuild(*g, NULL, simplify, &ctx, &changes);
+    return replace(g, next, changes);
 }
 
 /* -- Dead code ------------------------------------------------------------- */
@@ -290,9 +295,9 @@ int ir_pass_dce(ir_graph **g)
             live[ir_operands(in, n)[i]] = true;
     }
     int changes = 0;
-    int status = replace(g, rebuild(in, live, NULL, NULL, &changes), dead);
+    ir_graph *next = rebuild(in, live, NULL, NULL, &changes);
     free(live);
-    return status;
+    return replace(g, next, dead);
 }
 
 /* -- All of them ----------------------------------------------------------- */

@@ -144,8 +144,8 @@ static int check_concat(checker *c, const ir_node *n)
 {
     int axis = n->params.axis;
     const ir_node *a = operand(c, 0);
-    if (axis < 0 || axis >= a->ndim)
-        return bad(c, "axis %d out of range", axis);
+    if (axis < 0 || axis >= a->ndim || n->ndim != a->ndim)
+        return bad(c, "axis %d out of range, or rank changed", axis);
     int64_t total = 0;
     kiln_dtype dt = a->dtype;
     for (uint32_t i = 0; i < n->n_operands; i++) {
