@@ -20,7 +20,6 @@ enum {
     MAX_RANK = 6,       /* values stay well inside KILN_MAX_DIMS */
     MAX_CONCAT = 3,
     ATTEMPTS = 2000,    /* tries to find one more instruction before giving up */
-    LINE_MAX_CHARS = 512,
 };
 
 typedef struct {

@@ -76,7 +76,7 @@ typedef struct {
     int min_ops, max_ops;  /* instructions in a program [5, 50] */
     int max_inputs;        /* 1 to PROGEN_MAX_INPUTS inputs [4] */
     unsigned dtypes;       /* PROGEN_DTYPE_BIT()s every value's dtype is one of [all five] */
-    int max_rank;          /* inputs have rank 0..max_rank [4]; values may grow to 6 */
+    int max_rank;          /* inputs have rank 0..max_rank, at most 4 [4]; values grow to 6 */
     int64_t max_dim;       /* inputs' sizes are 1..max_dim [7] */
     int64_t max_numel;     /* elements in any one value [4096] */
     uint64_t ops;          /* PROGEN_OP_BIT()s of the ops to use [all] */

@@ -327,6 +327,29 @@ START_TEST(test_writeback_converts_and_broadcasts)
 }
 END_TEST
 
+/* A tensor the body makes is new on every call: assigning to it inside the
+ * body must not carry its value into the next call. */
+static int accumulate_in_temporary(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *acc = kiln_zeros(KILN_F32, 1, (int64_t[]){3});
+    out[0] = kiln_add(acc, in[0]);
+    return kiln_assign(acc, out[0]) < 0 ? -1 : 0;
+}
+
+START_TEST(test_assign_to_a_tensor_made_in_the_body_is_not_written_back)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("temporary", accumulate_in_temporary, 1, 1, NULL, &o);
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){3}), *out, *want;
+    for (int call = 0; call < 3; call++) {
+        ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+        ck_assert_int_eq(accumulate_in_temporary(&x, &want, NULL), 0);
+        assert_same(out, want, "a temporary assigned in the body");
+    }
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* -- Fresh outputs --------------------------------------------------------- */
 
 typedef enum { IDENTITY, VIEW, CAPTURED, TWICE } alias_kind;
@@ -375,7 +398,7 @@ END_TEST
 /* -- Errors while tracing -------------------------------------------------- */
 
 typedef enum { READ_ITEM, READ_HOST, READ_AND_IGNORE, NULL_OUTPUT, EXTRA_OUTPUT, OP_ERROR,
-               ASSIGN_TRACED, READ_ASSIGNED_VIEW, RETURN_ERROR } body_fault;
+               ASSIGN_TRACED, READ_ASSIGNED_VIEW, READ_STALE_VIEW, RETURN_ERROR } body_fault;
 
 static kiln_tensor *weight, *weight_view;
 
@@ -398,6 +421,12 @@ static int faulty(kiln_tensor *const *in, kiln_tensor **out, void *user)
         out[0] = kiln_neg(weight_view);
         out[1] = out[0];
         return 0;
+    case READ_STALE_VIEW: { /* eagerly, head would show the assignment */
+        kiln_tensor *head = kiln_slice(weight, 0, 0, 2, 1);
+        kiln_assign(weight, kiln_reshape(in[0], 1, (int64_t[]){6}));
+        out[0] = out[1] = kiln_add_scalar(head, 0);
+        return 0;
+    }
     case RETURN_ERROR: return 42;
     }
     out[0] = in[0];
@@ -419,6 +448,7 @@ START_TEST(test_each_tracing_error_is_distinct)
         {OP_ERROR, {"kiln_add: shapes [2,3] and [4]", "tracing 'faulty' failed"}},
         {ASSIGN_TRACED, {"kiln_assign", "only tensors from outside the body"}},
         {READ_ASSIGNED_VIEW, {"reads a view of a tensor it assigned", "faulty"}},
+        {READ_STALE_VIEW, {"view taken before the tensor it views was assigned", "faulty"}},
         {RETURN_ERROR, {"returned 42", "faulty"}},
     };
     weight = kiln_zeros(KILN_F32, 1, (int64_t[]){6});
@@ -695,6 +725,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_captured_tensor_is_read_by_reference);
     tcase_add_test(tc, test_assign_to_captured_tensor_writes_back_every_call);
     tcase_add_test(tc, test_writeback_converts_and_broadcasts);
+    tcase_add_test(tc, test_assign_to_a_tensor_made_in_the_body_is_not_written_back);
     tcase_add_loop_test(tc, test_outputs_are_fresh_on_every_call, IDENTITY, TWICE + 1);
     tcase_add_test(tc, test_each_tracing_error_is_distinct);
     tcase_add_test(tc, test_body_that_keeps_failing_runs_eagerly_loudly);

@@ -26,8 +26,9 @@ static const reduce_fn reduce_fns[OP__COUNT] = {
 /* The stop that makes kiln_slice take len elements from start by step. */
 static int64_t slice_stop(const ir_node *n)
 {
-    int64_t len = n->shape[n->params.axis];
-    int64_t stop = n->params.start + len * n->params.step;
+    int64_t len = n->shape[n->params.axis], start = n->params.start, step = n->params.step;
+    /* One element: any stop one past start will do, and step may be huge. */
+    int64_t stop = len == 0 ? start : len == 1 ? start + (step > 0 ? 1 : -1) : start + len * step;
     return stop < 0 ? INT64_MIN : stop; /* a negative stop would count from the end */
 }
 

@@ -28,6 +28,7 @@ struct kiln_tensor {
     int64_t strides[KILN_MAX_DIMS]; /* in elements; 0 along broadcast axes */
     eager_storage *storage; /* NULL for a tracer */
     bool literal;         /* a scalar operand on the stack: traced as a constant */
+    bool born_in_trace;   /* made by the body being traced: a temporary of each call */
     eager_trace *trace;   /* a tracer's trace (it holds a reference), else NULL */
     ir_ref node;          /* a tracer's node in that trace's graph */
 };

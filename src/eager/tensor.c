@@ -79,6 +79,7 @@ static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, 
         memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->storage = NULL;
     t->literal = false;
+    t->born_in_trace = false;
     t->trace = NULL;
     t->node = 0;
     atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
@@ -97,6 +98,7 @@ kiln_tensor *tensor_new(const char *fn, kiln_dtype dt, int ndim, const int64_t *
     t->storage = storage_new((size_t)numel * eager_dtype_size(dt));
     if (!t->storage)
         goto nomem;
+    t->born_in_trace = recording();
     return t;
 nomem:
     tensor_drop(t);
@@ -132,6 +134,7 @@ kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, cons
     if (ndim)
         memcpy(t->strides, strides, (size_t)ndim * sizeof *strides);
     t->offset = offset;
+    t->born_in_trace = base->born_in_trace;
     t->storage = base->storage;
     atomic_fetch_add_explicit(&t->storage->refs, 1, memory_order_relaxed);
     return t;

@@ -3,7 +3,9 @@
  * ir_emit looks a node up before appending it, so equal nodes (same op,
  * dtype, shape, operands and parameters) are one node: common subexpression
  * elimination comes for free whenever a graph is built or rebuilt. Operands
- * of commutative ops are put in ascending order first, so a+b and b+a meet. */
+ * of commutative ops on integers and bools are put in ascending order first,
+ * so a+b and b+a meet; for floats the order shows (the first operand's NaN
+ * wins, max(+0,-0) keeps its first), so it stays. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,7 +111,8 @@ ir_ref ir_emit(ir_graph *g, ir_op op, kiln_dtype dt, int ndim, const int64_t *sh
     if (params)
         key.params = *params;
     ir_ref ordered[2];
-    if ((ir_ops[op].flags & FLAG_COMMUTATIVE) && n_operands == 2 && operands[0] > operands[1]) {
+    bool exact = !ir_dtype_is_float(dt); /* comparisons give bool: swapping them is exact */
+    if ((ir_ops[op].flags & FLAG_COMMUTATIVE) && exact && n_operands == 2 && operands[0] > operands[1]) {
         ordered[0] = operands[1];
         ordered[1] = operands[0];
         operands = ordered;

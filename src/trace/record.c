@@ -5,8 +5,10 @@
  * capture per tensor, retained, read afresh on every call). kiln_assign to a
  * captured tensor becomes a writeback, and later reads of that tensor in the
  * body see the assigned value. A body that then reads another view of the
- * same storage would see different values eagerly and traced, so the trace
- * fails instead. */
+ * same storage, or a traced view taken before the assignment, would see
+ * different values eagerly and traced, so the trace fails instead. A tensor
+ * the body made itself is a temporary of each call: assigning to it changes
+ * what the body reads later, but is not written back. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +18,7 @@ typedef struct {
     kiln_tensor *tensor; /* retained */
     ir_ref value;        /* the node holding its current value in the body */
     bool assigned;
+    ir_ref assigned_at;  /* graph size at the last assignment: older views are stale */
 } capture;
 
 struct recorder {
@@ -60,15 +63,38 @@ static int capture_index(recorder *rec, kiln_tensor *t)
     ir_ref node = ir_emit(rec->graph, OP_CAPTURE, t->dtype, t->ndim, t->shape, 0, NULL, &params);
     if (node == IR_NONE)
         return -1;
-    rec->captures[rec->n_captures] = (capture){kiln_retain(t), node, false};
+    rec->captures[rec->n_captures] = (capture){kiln_retain(t), node, false, 0};
     return rec->n_captures++;
+}
+
+/* A traced view (a chain of movement nodes) of a capture assigned after the
+ * view was taken: eagerly the view would show the new values. */
+static bool stale_view(const recorder *rec, ir_ref node)
+{
+    ir_ref start = node;
+    const ir_graph *g = rec->graph;
+    while (ir_ops[g->nodes[node].op].kind == KIND_MOVEMENT && g->nodes[node].op != OP_CONCAT)
+        node = ir_operands(g, &g->nodes[node])[0];
+    if (g->nodes[node].op != OP_CAPTURE || node == start)
+        return false;
+    const kiln_tensor *base = rec->captures[g->nodes[node].params.index].tensor;
+    for (int i = 0; i < rec->n_captures; i++)
+        if (rec->captures[i].assigned && rec->captures[i].assigned_at > start &&
+            kiln_shares_storage(rec->captures[i].tensor, base))
+            return true;
+    return false;
 }
 
 /* The node standing for operand t, or IR_NONE with an error set. */
 static ir_ref operand_node(recorder *rec, kiln_tensor *t)
 {
-    if (t->trace)
+    if (t->trace) {
+        if (stale_view(rec, t->node))
+            fail_trace(rec, "'%s' reads a view taken before the tensor it views was assigned: "
+                            "traced code would not see the assignment; take the view after it",
+                       rec->base.name);
         return t->node;
+    }
     if (t->literal) { /* a scalar operand: i64 (whole), f32 or f64, see elementwise.c */
         ir_params params = {.scalar = 1};
         const void *v = t->storage->data;
@@ -134,6 +160,7 @@ static int record_assign(eager_trace *trace, kiln_tensor *dst, kiln_tensor *src)
         return core_fail(CORE_NOMEM, "kiln_assign", "out of memory tracing '%s'", trace->name);
     rec->captures[i].value = value;
     rec->captures[i].assigned = true;
+    rec->captures[i].assigned_at = rec->graph->count;
     return 0;
 }
 
@@ -214,7 +241,7 @@ const char *recorder_failure(const recorder *rec)
 ir_graph *recorder_take_graph(recorder *rec, kiln_tensor ***captures, int *n_captures)
 {
     for (int i = 0; i < rec->n_captures; i++)
-        if (rec->captures[i].assigned &&
+        if (rec->captures[i].assigned && !rec->captures[i].tensor->born_in_trace &&
             ir_add_writeback(rec->graph, i, rec->captures[i].value) < 0)
             return NULL;
     kiln_tensor **taken = malloc((size_t)(rec->n_captures ? rec->n_captures : 1) * sizeof *taken);
