@@ -13,12 +13,12 @@
 
 #include "ir/ir.h"
 
-enum { KX_MAX_DIMS = KILN_MAX_DIMS };
+enum { KX_MAX_DIMS = KILN_MAX_DIMS, KX_MAX_BUFFERS = 64 };
 
 typedef enum {
     KX_LOAD,   /* an element of a view */
     KX_CONST,  /* a constant */
-    KX_ROW,    /* a reduction's value for this row */
+    KX_ROW,    /* a reduction's value for this row (a mean's in f64) */
     KX_CAST,   /* an operand converted to dtype */
     KX_OP,     /* an elementwise op of the ir op table, in its compute dtype */
 } kx_kind;
@@ -43,8 +43,8 @@ typedef struct {
 
 typedef struct {
     ir_op op;      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN */
-    int expr;      /* the value folded over the row */
-    kiln_dtype dtype;
+    int expr;      /* the value folded over the row, in the accumulator's dtype */
+    kiln_dtype dtype; /* the accumulator's: f64 or i64 for sums, else the input's */
 } kx_reduction;
 
 typedef struct {
@@ -55,6 +55,7 @@ typedef struct {
 typedef struct {
     int buffer;    /* a contiguous output of one element per row */
     int row;       /* which reduction's value */
+    kiln_dtype dtype; /* the output's */
 } kx_row_store;
 
 typedef struct {

@@ -1,14 +1,21 @@
-/* The INTERP backend: the optimised graph run node by node with the eager
- * kernels. It is the reference every compiled backend is checked against.
+/* Running a graph: node by node with the eager kernels (the INTERP backend,
+ * the reference every compiled backend is checked against), or step by step
+ * through the fused kernels the LLVM backend compiled, with the ops it leaves
+ * to eager (matmul through OpenBLAS, concat, ...) in between.
  *
  * Each value is released after its last use, so memory follows the graph's
  * liveness. Outputs that share storage with an input, a capture or a constant
  * are copied before writebacks run, so outputs are fresh and hold the values
  * of this call whatever happens to the caller's tensors afterwards. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/kernel.h"
 #include "trace/trace.h"
+#ifdef KILN_HAVE_LLVM
+#include "codegen_llvm/llvm.h"
+#endif
 
 struct interp_plan {
     ir_graph *graph;
@@ -18,7 +25,34 @@ struct interp_plan {
     uint32_t *last_use;    /* per node: the last node reading it; count for kept ones */
     int kernels;
     int64_t peak_bytes;
+    /* Native plans only: */
+    lowered low;           /* steps, and which nodes have buffers */
+    int *step_of;          /* per node: its step, or -1 */
+    void **fns;            /* per step: the compiled kernel, NULL for eager steps */
+    void *code;            /* the loaded object code */
 };
+
+static bool native(const interp_plan *p)
+{
+    return p->step_of != NULL;
+}
+
+/* The nodes whose values node r reads when it runs. */
+static const ir_ref *uses(const interp_plan *p, ir_ref r, uint32_t *n)
+{
+    const ir_node *node = &p->graph->nodes[r];
+    if (native(p) && p->step_of[r] >= 0 && p->low.steps[p->step_of[r]].kernel) {
+        const lower_step *s = &p->low.steps[p->step_of[r]];
+        *n = (uint32_t)s->n_inputs;
+        return s->buffers;
+    }
+    if (native(p) && p->step_of[r] < 0) {
+        *n = 0;
+        return NULL;
+    }
+    *n = node->n_operands;
+    return ir_operands(p->graph, node);
+}
 
 /* -- Planning -------------------------------------------------------------- */
 
@@ -27,9 +61,10 @@ static void plan_liveness(interp_plan *p)
     const ir_graph *g = p->graph;
     for (ir_ref r = 0; r < g->count; r++) {
         p->last_use[r] = r;
-        const ir_node *n = &g->nodes[r];
-        for (uint32_t i = 0; i < n->n_operands; i++)
-            p->last_use[ir_operands(g, n)[i]] = r;
+        uint32_t n;
+        const ir_ref *used = uses(p, r, &n);
+        for (uint32_t i = 0; i < n; i++)
+            p->last_use[used[i]] = r;
     }
     for (int i = 0; i < g->n_outputs; i++)
         p->last_use[g->outputs[i]] = g->count;
@@ -37,23 +72,30 @@ static void plan_liveness(interp_plan *p)
         p->last_use[g->writebacks[i].value] = g->count;
 }
 
-/* Peak bytes of computed values alive at once (views and sources cost none). */
+/* Whether node r makes a new buffer when it runs (views and sources do not). */
+static bool computes(const interp_plan *p, ir_ref r)
+{
+    if (native(p))
+        return p->step_of[r] >= 0;
+    return ir_node_computes(&p->graph->nodes[r]);
+}
+
+/* Peak bytes of computed values alive at once. */
 static void plan_memory(interp_plan *p)
 {
     const ir_graph *g = p->graph;
     int64_t live = 0;
     for (ir_ref r = 0; r < g->count; r++) {
-        const ir_node *n = &g->nodes[r];
-        if (!ir_node_computes(n))
+        if (!computes(p, r))
             continue;
         p->kernels++;
-        live += ir_node_numel(n) * (int64_t)kiln_dtype_size(n->dtype);
+        live += ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype);
         p->peak_bytes = live > p->peak_bytes ? live : p->peak_bytes;
-        for (uint32_t i = 0; i < n->n_operands; i++) {
-            ir_ref o = ir_operands(g, n)[i];
-            if (p->last_use[o] == r && ir_node_computes(&g->nodes[o]))
-                live -= ir_node_numel(&g->nodes[o]) * (int64_t)kiln_dtype_size(g->nodes[o].dtype);
-        }
+        uint32_t n;
+        const ir_ref *used = uses(p, r, &n);
+        for (uint32_t i = 0; i < n; i++)
+            if (p->last_use[used[i]] == r && computes(p, used[i]))
+                live -= ir_node_numel(&g->nodes[used[i]]) * (int64_t)kiln_dtype_size(g->nodes[used[i]].dtype);
     }
 }
 
@@ -73,10 +115,73 @@ static bool plan_consts(interp_plan *p)
     return true;
 }
 
-interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures)
+/* Lowers the graph and compiles its kernels; false (why says why) leaves p
+ * interpreted. */
+static bool plan_native(interp_plan *p, const plan_options *o, char *why, size_t size)
+{
+#ifndef KILN_HAVE_LLVM
+    (void)o;
+    snprintf(why, size, "this build of kiln has no LLVM backend");
+    return false;
+#else
+    if (lower_graph(p->graph, &p->low) < 0) {
+        snprintf(why, size, "out of memory lowering the graph");
+        return false;
+    }
+    int n = p->low.n_steps, n_kernels = 0;
+    p->step_of = malloc((p->graph->count ? p->graph->count : 1) * sizeof *p->step_of);
+    p->fns = calloc((size_t)n + 1, sizeof *p->fns);
+    kx_kernel **kernels = malloc(((size_t)n + 1) * sizeof *kernels);
+    llvm_kernel_fn *compiled = calloc((size_t)n + 1, sizeof *compiled);
+    bool ok = p->step_of && p->fns && kernels && compiled;
+    for (ir_ref r = 0; ok && r < p->graph->count; r++)
+        p->step_of[r] = -1;
+    for (int i = 0; ok && i < n; i++) {
+        p->step_of[p->low.steps[i].node] = i;
+        if (p->low.steps[i].kernel)
+            kernels[n_kernels++] = p->low.steps[i].kernel;
+    }
+    if (ok && o->dump) {
+        for (int i = 0; i < n_kernels; i++) {
+            char *text = kx_to_text(kernels[i]);
+            o->dump(o->dump_ctx, "kernels", text);
+            free(text);
+        }
+    }
+    char *before = NULL, *after = NULL;
+    llvm_options lo = {o->opt_level, o->dump ? &before : NULL, o->dump ? &after : NULL};
+    if (ok && n_kernels > 0)
+        ok = (p->code = llvm_compile(kernels, n_kernels, &lo, compiled, why, size)) != NULL;
+    if (before)
+        o->dump(o->dump_ctx, "llvm-before", before);
+    if (after)
+        o->dump(o->dump_ctx, "llvm-after", after);
+    free(before);
+    free(after);
+    for (int i = 0, k = 0; ok && i < n; i++)
+        if (p->low.steps[i].kernel)
+            p->fns[i] = (void *)(uintptr_t)compiled[k++];
+    free(kernels);
+    free(compiled);
+    if (!ok) {
+        if (!why[0])
+            snprintf(why, size, "out of memory compiling the graph");
+        free(p->step_of);
+        free(p->fns);
+        p->step_of = NULL;
+        p->fns = NULL;
+        lowered_free(&p->low);
+    }
+    return ok;
+#endif
+}
+
+interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures, const plan_options *o,
+                             char *why, size_t why_size)
 {
     interp_plan *p = calloc(1, sizeof *p);
     size_t count = g->count ? g->count : 1;
+    why[0] = '\0';
     if (p) {
         p->graph = g;
         p->captures = captures;
@@ -96,15 +201,28 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
         core_fail(CORE_NOMEM, "kiln_call", "out of memory planning a graph");
         return NULL;
     }
+    if (o->native)
+        plan_native(p, o, why, why_size);
     plan_liveness(p);
     plan_memory(p);
     return p;
+}
+
+bool interp_is_native(const interp_plan *p)
+{
+    return native(p);
 }
 
 void interp_plan_free(interp_plan *p)
 {
     if (!p)
         return;
+#ifdef KILN_HAVE_LLVM
+    llvm_code_free(p->code);
+#endif
+    lowered_free(&p->low);
+    free(p->step_of);
+    free(p->fns);
     for (ir_ref r = 0; p->consts && r < p->graph->count; r++)
         kiln_release(p->consts[r]);
     for (int i = 0; i < p->n_captures; i++)
@@ -158,11 +276,59 @@ static kiln_tensor *run_node(const interp_plan *p, ir_ref r, kiln_tensor *const 
     return t;
 }
 
+/* -- Native steps ---------------------------------------------------------- */
+
+typedef struct {
+    void *fn;
+    void **buffers;
+} kernel_call;
+
+static void run_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const kernel_call *c = ctx;
+#ifdef KILN_HAVE_LLVM
+    ((llvm_kernel_fn)c->fn)(c->buffers, begin, end);
+#else
+    (void)c, (void)begin, (void)end;
+#endif
+}
+
+/* Runs a compiled kernel over its input buffers into a new output tensor. */
+static kiln_tensor *run_kernel(const interp_plan *p, const lower_step *s, void *fn, kiln_tensor **values)
+{
+    const ir_node *n = &p->graph->nodes[s->node];
+    void *buffers[KX_MAX_BUFFERS];
+    kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
+    kiln_tensor *out = kiln_empty(n->dtype, n->ndim, n->shape);
+    eager_disown(out);
+    bool ok = out != NULL;
+    for (int i = 0; ok && i < s->n_inputs; i++) {
+        kiln_tensor *t = values[s->buffers[i]];
+        if (!eager_is_contiguous(t)) /* kernels address buffers as row-major */
+            t = staged[i] = eager_copy("kiln_call", t);
+        ok = t != NULL;
+        buffers[i] = ok ? eager_data(t) : NULL;
+    }
+    if (ok) {
+        buffers[s->n_inputs] = eager_data(out);
+        kernel_call call = {fn, buffers};
+        int64_t work = s->kernel->transcendental ? 4096 : 32768;
+        int64_t grain = s->kernel->cols > 0 ? work / s->kernel->cols : work;
+        core_parallel_for(s->kernel->rows, grain, run_rows, &call);
+    }
+    for (int i = 0; i < s->n_inputs; i++)
+        kiln_release(staged[i]);
+    if (!ok)
+        out = (kiln_release(out), NULL);
+    return out;
+}
+
 static void release_dead_operands(const interp_plan *p, ir_ref r, kiln_tensor **values)
 {
-    const ir_node *n = &p->graph->nodes[r];
-    for (uint32_t i = 0; i < n->n_operands; i++) {
-        ir_ref o = ir_operands(p->graph, n)[i];
+    uint32_t n;
+    const ir_ref *used = uses(p, r, &n);
+    for (uint32_t i = 0; i < n; i++) {
+        ir_ref o = used[i];
         if (p->last_use[o] == r && values[o]) {
             kiln_release(values[o]);
             values[o] = NULL;
@@ -224,7 +390,11 @@ int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out)
     memset(values, 0, g->count * sizeof *values);
     int status = 0;
     for (ir_ref r = 0; r < g->count && status == 0; r++) {
-        values[r] = run_node(p, r, in, values);
+        if (native(p) && !p->low.materialized[r])
+            continue; /* computed inside the kernels that use it */
+        bool kernel = native(p) && p->step_of[r] >= 0 && p->fns[p->step_of[r]];
+        values[r] = kernel ? run_kernel(p, &p->low.steps[p->step_of[r]], p->fns[p->step_of[r]], values)
+                           : run_node(p, r, in, values);
         if (!values[r])
             status = -CORE_NOMEM; /* the op has set the message */
         else

@@ -19,7 +19,8 @@ struct kiln_fn {
     int n_in, n_out;
     void *user;
     kiln_jit_options opts;
-    bool jit_off, log, dump_graph; /* KILN_JIT=0, KILN_LOG=1, KILN_DUMP has graph */
+    bool jit_off, log;             /* KILN_JIT=0, KILN_LOG=1 */
+    bool dump_graph, dump_kernels, dump_llvm; /* KILN_DUMP=graph,kernels,llvm */
     char dump_dir[512];            /* KILN_DUMP_DIR, default "." */
     pthread_mutex_t lock;          /* guards everything below */
     specialization *specs;         /* retrace_limit of them at most */
@@ -137,6 +138,36 @@ static void dump_graph(const kiln_fn *f, int spec, const char *stage, const ir_g
     dump_file(f, spec, name, "dot", dot);
     free(text);
     free(dot);
+}
+
+typedef struct {
+    const kiln_fn *f;
+    int spec, kernels;
+} dump_target;
+
+/* plan_options.dump: kernels one file each, LLVM IR before and after. */
+static void dump_stage(void *ctx, const char *stage, const char *text)
+{
+    dump_target *t = ctx;
+    bool kernel = !strcmp(stage, "kernels");
+    if ((kernel && !t->f->dump_kernels) || (!kernel && !t->f->dump_llvm))
+        return;
+    char name[64];
+    if (kernel)
+        snprintf(name, sizeof name, "kernel-%d", t->kernels++);
+    else
+        snprintf(name, sizeof name, "%s", stage);
+    dump_file(t->f, t->spec, name, kernel ? "txt" : "ll", text);
+}
+
+/* Whether f's graphs are lowered and compiled by LLVM. */
+static bool compiles_natively(const kiln_fn *f)
+{
+#ifdef KILN_HAVE_LLVM
+    return f->opts.backend == KILN_BACKEND_LLVM || f->opts.backend == KILN_BACKEND_AUTO;
+#else
+    return false;
+#endif
 }
 
 /* -- Tracing --------------------------------------------------------------- */
@@ -266,11 +297,18 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     }
     dump_graph(f, f->n_specs, "after", g);
     kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
-    interp_plan *plan = inputs ? interp_plan_new(g, captures, n_captures) : NULL;
+    dump_target target = {f, f->n_specs, 0};
+    plan_options po = {.native = compiles_natively(f), .opt_level = f->opts.opt_level,
+                       .dump = f->dump_kernels || f->dump_llvm ? dump_stage : NULL, .dump_ctx = &target};
+    char why[512];
+    interp_plan *plan = inputs ? interp_plan_new(g, captures, n_captures, &po, why, sizeof why) : NULL;
     if (!plan) {
         free(inputs);
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
     }
+    if (why[0])
+        fprintf(stderr, "kiln: warning: '%s': compiling failed (%s); interpreting this signature\n",
+                f->name, why);
     memcpy(inputs, sig, (size_t)f->n_in * sizeof *inputs);
     int k = f->n_specs++;
     f->specs[k] = (specialization){inputs, plan};
@@ -279,8 +317,8 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     f->stats.peak_bytes = interp_peak_bytes(plan);
     double ms = now_ms() - start;
     f->stats.compile_ms += ms;
-    jit_log(f, "traced %u nodes, %u after passes, %d kernels, in %.3f ms", traced_nodes,
-            interp_graph(plan)->count, interp_kernels(plan), ms);
+    jit_log(f, "traced %u nodes, %u after passes, %d kernels (%s), in %.3f ms", traced_nodes,
+            interp_graph(plan)->count, interp_kernels(plan), interp_is_native(plan) ? "LLVM" : "interpreted", ms);
     return k;
 }
 
@@ -418,9 +456,12 @@ kiln_jit_options kiln_jit_defaults(void)
 
 static int check_options(const kiln_jit_options *o)
 {
-    if (o->backend == KILN_BACKEND_LLVM || o->backend == KILN_BACKEND_NVRTC)
-        return core_fail(CORE_DEVICE, "kiln_jit", "the %s backend is not in this build of kiln",
-                         o->backend == KILN_BACKEND_LLVM ? "LLVM" : "NVRTC");
+#ifndef KILN_HAVE_LLVM
+    if (o->backend == KILN_BACKEND_LLVM)
+        return core_fail(CORE_DEVICE, "kiln_jit", "the LLVM backend is not in this build of kiln");
+#endif
+    if (o->backend == KILN_BACKEND_NVRTC)
+        return core_fail(CORE_DEVICE, "kiln_jit", "the NVRTC backend is not in this build of kiln");
     if ((unsigned)o->backend > KILN_BACKEND_INTERP || o->opt_level < 0 || o->opt_level > 3 ||
         o->retrace_limit < 0)
         return core_fail(CORE_VALUE, "kiln_jit", "bad options: backend %d, opt_level %d, retrace_limit %d",
@@ -463,6 +504,8 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     f->log = core_env_int("KILN_LOG", 0) != 0;
     const char *dump = getenv("KILN_DUMP");
     f->dump_graph = dump && strstr(dump, "graph");
+    f->dump_kernels = dump && strstr(dump, "kernels");
+    f->dump_llvm = dump && strstr(dump, "llvm");
     const char *dir = getenv("KILN_DUMP_DIR");
     snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir && *dir ? dir : ".");
     pthread_mutex_init(&f->lock, NULL);

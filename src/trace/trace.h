@@ -29,9 +29,22 @@ void recorder_release(recorder *rec);
 
 typedef struct interp_plan interp_plan;
 
+typedef struct {
+    bool native;  /* lower into fused kernels compiled by LLVM */
+    int opt_level;
+    /* Called with each stage's text (stage "kernels", "llvm-before",
+     * "llvm-after") when not NULL. */
+    void (*dump)(void *ctx, const char *stage, const char *text);
+    void *dump_ctx;
+} plan_options;
+
 /* A plan to run g (taking ownership of it and of captures). NULL when out of
- * memory; captures are released then. */
-interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures);
+ * memory; captures are released then. A native plan that cannot be compiled
+ * is interpreted instead, and why says why ("" when all went as asked). */
+interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures, const plan_options *o,
+                             char *why, size_t why_size);
+/* Whether the plan runs compiled kernels. */
+bool interp_is_native(const interp_plan *p);
 void interp_plan_free(interp_plan *p);
 /* Runs the plan: n_out new unowned references in out; 0 or a negative error. */
 int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out);

@@ -1,0 +1,442 @@
+/* Kernel IR to LLVM IR: a loop over rows around one loop over the row's
+ * elements per reduction and one for the stores, written so that LLVM's loop
+ * vectorizer widens the inner loops.
+ *
+ * Each kernel becomes two functions: its body, whose buffer pointers are
+ * separate noalias parameters (outputs are fresh, so they never alias an
+ * input, and the vectorizer needs to know it), and an entry with the common
+ * signature void(ptr buffers, i64 begin, i64 end) that loads the pointers and
+ * calls the body. Sums may be reassociated (as eager's vectorized sums are);
+ * nothing else is. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Core.h>
+
+#include "codegen_llvm/internal.h"
+#include "codegen_llvm/math.h"
+
+typedef struct {
+    LLVMContextRef ctx;
+    LLVMModuleRef module;
+    LLVMBuilderRef b;
+    LLVMValueRef fn;
+    const kx_kernel *k;
+    LLVMValueRef *buffers;   /* the body's pointer parameters */
+    LLVMValueRef *view_base; /* per view: the row's first element index */
+    LLVMValueRef *rows;      /* per reduction: its value for this row */
+    LLVMValueRef *memo;      /* per expression, in the current loop */
+    LLVMValueRef i;          /* the current loop's element index */
+    LLVMTypeRef i64;
+} gen;
+
+/* -- Types and constants --------------------------------------------------- */
+
+static LLVMTypeRef type_of(LLVMContextRef ctx, kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F32: return LLVMFloatTypeInContext(ctx);
+    case KILN_F64: return LLVMDoubleTypeInContext(ctx);
+    case KILN_I32: return LLVMInt32TypeInContext(ctx);
+    case KILN_I64: return LLVMInt64TypeInContext(ctx);
+    default: return LLVMInt8TypeInContext(ctx); /* bool: 0 or 1 in a byte */
+    }
+}
+
+static LLVMValueRef constant(gen *g, kiln_dtype dt, double v)
+{
+    if (ir_dtype_is_float(dt))
+        return LLVMConstReal(type_of(g->ctx, dt), v);
+    return LLVMConstInt(type_of(g->ctx, dt), (unsigned long long)(long long)v, 1);
+}
+
+static LLVMValueRef i64c(gen *g, int64_t v)
+{
+    return LLVMConstInt(g->i64, (unsigned long long)v, 1);
+}
+
+/* Calls an overloaded intrinsic such as llvm.maximum on values of type t. */
+static LLVMValueRef intrinsic(gen *g, const char *name, LLVMTypeRef t, LLVMValueRef *args, unsigned n)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->module, id, &t, 1);
+    LLVMTypeRef ft = LLVMIntrinsicGetType(g->ctx, id, &t, 1);
+    return LLVMBuildCall2(g->b, ft, f, args, n, "");
+}
+
+static LLVMValueRef bool_of(gen *g, LLVMValueRef bit)
+{
+    return LLVMBuildZExt(g->b, bit, type_of(g->ctx, KILN_BOOL), "");
+}
+
+/* -- Conversions, as kiln_cast converts ------------------------------------ */
+
+static LLVMValueRef convert(gen *g, LLVMValueRef v, kiln_dtype from, kiln_dtype to)
+{
+    if (from == to)
+        return v;
+    LLVMTypeRef t = type_of(g->ctx, to);
+    bool f_from = ir_dtype_is_float(from), f_to = ir_dtype_is_float(to);
+    if (to == KILN_BOOL) {
+        LLVMValueRef nonzero = f_from ? LLVMBuildFCmp(g->b, LLVMRealUNE, v, constant(g, from, 0), "")
+                                      : LLVMBuildICmp(g->b, LLVMIntNE, v, constant(g, from, 0), "");
+        return bool_of(g, nonzero);
+    }
+    if (f_from && f_to)
+        return to == KILN_F64 ? LLVMBuildFPExt(g->b, v, t, "") : LLVMBuildFPTrunc(g->b, v, t, "");
+    if (f_from) { /* saturating, NaN to 0: what eager does */
+        LLVMTypeRef types[2] = {t, type_of(g->ctx, from)};
+        unsigned id = LLVMLookupIntrinsicID("llvm.fptosi.sat", 15);
+        LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->module, id, types, 2);
+        return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, types, 2), f, &v, 1, "");
+    }
+    if (f_to)
+        return from == KILN_BOOL ? LLVMBuildUIToFP(g->b, v, t, "") : LLVMBuildSIToFP(g->b, v, t, "");
+    if (from == KILN_BOOL)
+        return LLVMBuildZExt(g->b, v, t, "");
+    return to == KILN_I64 ? LLVMBuildSExt(g->b, v, t, "") : LLVMBuildTrunc(g->b, v, t, "");
+}
+
+/* -- Elementwise ops ------------------------------------------------------- */
+
+static LLVMValueRef float_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
+{
+    LLVMBuilderRef b = g->b;
+    LLVMTypeRef t = type_of(g->ctx, dt);
+    switch (op) {
+    case OP_ADD: return LLVMBuildFAdd(b, a[0], a[1], "");
+    case OP_SUB: return LLVMBuildFSub(b, a[0], a[1], "");
+    case OP_MUL: return LLVMBuildFMul(b, a[0], a[1], "");
+    case OP_DIV: return LLVMBuildFDiv(b, a[0], a[1], "");
+    case OP_POW: return intrinsic(g, "llvm.pow", t, a, 2);
+    case OP_MAXIMUM:
+    case OP_MINIMUM: { /* the first operand when greater (smaller) or NaN, as eager */
+        LLVMValueRef better = LLVMBuildFCmp(b, op == OP_MAXIMUM ? LLVMRealOGT : LLVMRealOLT, a[0], a[1], "");
+        LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, a[0], a[0], "");
+        return LLVMBuildSelect(b, LLVMBuildOr(b, better, nan, ""), a[0], a[1], "");
+    }
+    case OP_EQ: return bool_of(g, LLVMBuildFCmp(b, LLVMRealOEQ, a[0], a[1], ""));
+    case OP_NE: return bool_of(g, LLVMBuildFCmp(b, LLVMRealUNE, a[0], a[1], ""));
+    case OP_LT: return bool_of(g, LLVMBuildFCmp(b, LLVMRealOLT, a[0], a[1], ""));
+    case OP_LE: return bool_of(g, LLVMBuildFCmp(b, LLVMRealOLE, a[0], a[1], ""));
+    case OP_GT: return bool_of(g, LLVMBuildFCmp(b, LLVMRealOGT, a[0], a[1], ""));
+    case OP_GE: return bool_of(g, LLVMBuildFCmp(b, LLVMRealOGE, a[0], a[1], ""));
+    case OP_NEG: return LLVMBuildFNeg(b, a[0], "");
+    case OP_ABS: return intrinsic(g, "llvm.fabs", t, a, 1);
+    case OP_SQRT: return intrinsic(g, "llvm.sqrt", t, a, 1);
+    case OP_RSQRT: return LLVMBuildFDiv(b, constant(g, dt, 1), intrinsic(g, "llvm.sqrt", t, a, 1), "");
+    case OP_RELU: { /* x > 0 ? x : (x == x ? 0 : x) */
+        LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealOGT, a[0], constant(g, dt, 0), "");
+        LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, a[0], a[0], "");
+        return LLVMBuildSelect(b, LLVMBuildOr(b, pos, nan, ""), a[0], constant(g, dt, 0), "");
+    }
+    default: return math_emit(g->module, b, op, a[0]);
+    }
+}
+
+static LLVMValueRef int_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
+{
+    LLVMBuilderRef b = g->b;
+    bool is_bool = dt == KILN_BOOL;
+    switch (op) {
+    case OP_ADD: return is_bool ? LLVMBuildOr(b, a[0], a[1], "") : LLVMBuildAdd(b, a[0], a[1], "");
+    case OP_SUB: return LLVMBuildSub(b, a[0], a[1], "");
+    case OP_MUL: return is_bool ? LLVMBuildAnd(b, a[0], a[1], "") : LLVMBuildMul(b, a[0], a[1], "");
+    case OP_MAXIMUM:
+        return is_bool ? LLVMBuildOr(b, a[0], a[1], "") : intrinsic(g, "llvm.smax", type_of(g->ctx, dt), a, 2);
+    case OP_MINIMUM:
+        return is_bool ? LLVMBuildAnd(b, a[0], a[1], "") : intrinsic(g, "llvm.smin", type_of(g->ctx, dt), a, 2);
+    case OP_EQ: return bool_of(g, LLVMBuildICmp(b, LLVMIntEQ, a[0], a[1], ""));
+    case OP_NE: return bool_of(g, LLVMBuildICmp(b, LLVMIntNE, a[0], a[1], ""));
+    case OP_LT: return bool_of(g, LLVMBuildICmp(b, is_bool ? LLVMIntULT : LLVMIntSLT, a[0], a[1], ""));
+    case OP_LE: return bool_of(g, LLVMBuildICmp(b, is_bool ? LLVMIntULE : LLVMIntSLE, a[0], a[1], ""));
+    case OP_GT: return bool_of(g, LLVMBuildICmp(b, is_bool ? LLVMIntUGT : LLVMIntSGT, a[0], a[1], ""));
+    case OP_GE: return bool_of(g, LLVMBuildICmp(b, is_bool ? LLVMIntUGE : LLVMIntSGE, a[0], a[1], ""));
+    case OP_NEG: return LLVMBuildNeg(b, a[0], "");
+    case OP_ABS: {
+        LLVMValueRef neg = LLVMBuildICmp(b, LLVMIntSLT, a[0], constant(g, dt, 0), "");
+        return LLVMBuildSelect(b, neg, LLVMBuildNeg(b, a[0], ""), a[0], "");
+    }
+    case OP_RELU: {
+        LLVMValueRef pos = LLVMBuildICmp(b, LLVMIntSGT, a[0], constant(g, dt, 0), "");
+        return LLVMBuildSelect(b, pos, a[0], constant(g, dt, 0), "");
+    }
+    default: return NULL;
+    }
+}
+
+/* -- Expressions ----------------------------------------------------------- */
+
+static LLVMValueRef expr(gen *g, int e);
+
+static LLVMValueRef load(gen *g, const kx_view *v)
+{
+    LLVMValueRef index = g->view_base[v - g->k->views];
+    if (v->inner_stride)
+        index = LLVMBuildAdd(g->b, index, LLVMBuildMul(g->b, g->i, i64c(g, v->inner_stride), ""), "");
+    LLVMTypeRef t = type_of(g->ctx, v->dtype);
+    LLVMValueRef at = LLVMBuildGEP2(g->b, t, g->buffers[v->buffer], &index, 1, "");
+    return LLVMBuildLoad2(g->b, t, at, "");
+}
+
+static LLVMValueRef compute(gen *g, const kx_expr *e)
+{
+    switch (e->kind) {
+    case KX_LOAD: return load(g, &g->k->views[e->view]);
+    case KX_CONST: return constant(g, e->dtype, e->value);
+    case KX_ROW: return g->rows[e->row];
+    case KX_CAST: return convert(g, expr(g, e->args[0]), g->k->exprs[e->args[0]].dtype, e->dtype);
+    case KX_OP: break;
+    }
+    LLVMValueRef a[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3 && e->args[i] >= 0; i++)
+        a[i] = expr(g, e->args[i]);
+    if (e->op == OP_WHERE) {
+        LLVMValueRef cond = LLVMBuildICmp(g->b, LLVMIntNE, a[0], constant(g, KILN_BOOL, 0), "");
+        return LLVMBuildSelect(g->b, cond, a[1], a[2], "");
+    }
+    kiln_dtype operand = g->k->exprs[e->args[0]].dtype;
+    return ir_dtype_is_float(operand) ? float_op(g, e->op, operand, a) : int_op(g, e->op, operand, a);
+}
+
+static LLVMValueRef expr(gen *g, int e)
+{
+    if (!g->memo[e])
+        g->memo[e] = compute(g, &g->k->exprs[e]);
+    return g->memo[e];
+}
+
+/* -- Loops ----------------------------------------------------------------- */
+
+typedef struct {
+    LLVMBasicBlockRef header;
+    LLVMValueRef index;
+} loop;
+
+/* Starts a loop of count > 0 iterations at the builder; the body follows. */
+static loop loop_begin(gen *g, const char *name)
+{
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+    loop l = {LLVMAppendBasicBlockInContext(g->ctx, g->fn, name), NULL};
+    LLVMBuildBr(g->b, l.header);
+    LLVMPositionBuilderAtEnd(g->b, l.header);
+    l.index = LLVMBuildPhi(g->b, g->i64, "i");
+    LLVMValueRef zero = i64c(g, 0);
+    LLVMAddIncoming(l.index, &zero, &pre, 1);
+    return l;
+}
+
+/* Closes the loop after count iterations; the builder continues after it. */
+static void loop_end(gen *g, loop *l, LLVMValueRef count)
+{
+    LLVMValueRef next = LLVMBuildAdd(g->b, l->index, i64c(g, 1), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+    LLVMAddIncoming(l->index, &next, &latch, 1);
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "after");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, count, ""), l->header, after);
+    LLVMPositionBuilderAtEnd(g->b, after);
+}
+
+static void clear_memo(gen *g)
+{
+    memset(g->memo, 0, (size_t)g->k->n_exprs * sizeof *g->memo);
+}
+
+static double reduction_init(ir_op op, bool is_float)
+{
+    if (op == OP_SUM || op == OP_MEAN)
+        return 0;
+    if (is_float)
+        return op == OP_MAX ? -__builtin_inf() : __builtin_inf();
+    return op == OP_MAX ? -0x1p63 : 0x1p63 - 1024; /* i64 extremes as doubles */
+}
+
+static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLVMValueRef v)
+{
+    bool is_float = ir_dtype_is_float(r->dtype);
+    LLVMTypeRef t = type_of(g->ctx, r->dtype);
+    LLVMValueRef args[2] = {acc, v};
+    if (r->op == OP_SUM || r->op == OP_MEAN) {
+        if (!is_float)
+            return LLVMBuildAdd(g->b, acc, v, "");
+        LLVMValueRef sum = LLVMBuildFAdd(g->b, acc, v, "");
+        LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc); /* lets the sum vectorize */
+        return sum;
+    }
+    if (is_float) /* llvm.maximum propagates NaN, as eager's max does */
+        return intrinsic(g, r->op == OP_MAX ? "llvm.maximum" : "llvm.minimum", t, args, 2);
+    return intrinsic(g, r->op == OP_MAX ? "llvm.smax" : "llvm.smin", t, args, 2);
+}
+
+static LLVMValueRef init_value(gen *g, const kx_reduction *r)
+{
+    if (r->dtype == KILN_I64 && r->op != OP_SUM && r->op != OP_MEAN)
+        return LLVMConstInt(g->i64, r->op == OP_MAX ? (1ull << 63) : ~(1ull << 63), 0);
+    return constant(g, r->dtype, reduction_init(r->op, ir_dtype_is_float(r->dtype)));
+}
+
+/* One reduction's loop over the row; its value (a mean's in f64). */
+static LLVMValueRef reduce_row(gen *g, const kx_reduction *r)
+{
+    LLVMValueRef init = init_value(g, r), count = i64c(g, g->k->cols);
+    LLVMValueRef acc_final = init;
+    if (g->k->cols > 0) {
+        LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+        loop l = loop_begin(g, "reduce");
+        LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
+        LLVMAddIncoming(acc, &init, &pre, 1);
+        g->i = l.index;
+        clear_memo(g);
+        acc_final = combine(g, r, acc, expr(g, r->expr));
+        LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+        LLVMAddIncoming(acc, &acc_final, &latch, 1);
+        loop_end(g, &l, count);
+    }
+    if (r->op != OP_MEAN)
+        return acc_final;
+    LLVMValueRef sum = convert(g, acc_final, r->dtype, KILN_F64);
+    return LLVMBuildFDiv(g->b, sum, LLVMConstReal(LLVMDoubleTypeInContext(g->ctx), (double)g->k->cols), "");
+}
+
+static void store_row(gen *g)
+{
+    const kx_kernel *k = g->k;
+    if (k->n_stores == 0 || k->cols == 0)
+        return;
+    loop l = loop_begin(g, "store");
+    g->i = l.index;
+    clear_memo(g);
+    for (int s = 0; s < k->n_stores; s++) {
+        const kx_view *v = &k->views[k->stores[s].view];
+        LLVMValueRef value = convert(g, expr(g, k->stores[s].expr), k->exprs[k->stores[s].expr].dtype, v->dtype);
+        LLVMValueRef index = LLVMBuildAdd(g->b, g->view_base[k->stores[s].view],
+                                          LLVMBuildMul(g->b, g->i, i64c(g, v->inner_stride), ""), "");
+        LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->buffers[v->buffer], &index, 1, "");
+        LLVMBuildStore(g->b, value, at);
+    }
+    loop_end(g, &l, i64c(g, k->cols));
+}
+
+/* -- Rows ------------------------------------------------------------------ */
+
+/* Each view's first element of row: its offset plus the row's outer index
+ * times the outer strides. */
+static void view_bases(gen *g, LLVMValueRef row)
+{
+    const kx_kernel *k = g->k;
+    LLVMValueRef index[KX_MAX_DIMS];
+    LLVMValueRef rest = row;
+    for (int d = k->n_outer - 1; d >= 0; d--) {
+        index[d] = d ? LLVMBuildSRem(g->b, rest, i64c(g, k->outer[d]), "") : rest;
+        if (d)
+            rest = LLVMBuildSDiv(g->b, rest, i64c(g, k->outer[d]), "");
+    }
+    for (int v = 0; v < k->n_views; v++) {
+        LLVMValueRef base = i64c(g, k->views[v].offset);
+        for (int d = 0; d < k->n_outer; d++)
+            if (k->views[v].outer_strides[d])
+                base = LLVMBuildAdd(g->b, base,
+                                    LLVMBuildMul(g->b, index[d], i64c(g, k->views[v].outer_strides[d]), ""), "");
+        g->view_base[v] = base;
+    }
+}
+
+static void emit_row(gen *g, LLVMValueRef row)
+{
+    const kx_kernel *k = g->k;
+    view_bases(g, row);
+    for (int r = 0; r < k->n_reductions; r++)
+        g->rows[r] = reduce_row(g, &k->reductions[r]);
+    store_row(g);
+    for (int s = 0; s < k->n_row_stores; s++) {
+        const kx_row_store *rs = &k->row_stores[s];
+        kiln_dtype from = k->reductions[rs->row].op == OP_MEAN ? KILN_F64 : k->reductions[rs->row].dtype;
+        LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, rs->dtype), g->buffers[rs->buffer], &row, 1, "");
+        LLVMBuildStore(g->b, convert(g, g->rows[rs->row], from, rs->dtype), at);
+    }
+}
+
+/* body(begin, end, buffers...): the rows [begin, end). */
+static LLVMValueRef emit_body(gen *g, const char *name)
+{
+    const kx_kernel *k = g->k;
+    LLVMTypeRef params[2 + KX_MAX_BUFFERS];
+    params[0] = params[1] = g->i64;
+    for (int i = 0; i < k->n_buffers; i++)
+        params[2 + i] = LLVMPointerTypeInContext(g->ctx, 0);
+    LLVMTypeRef type = LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 2 + (unsigned)k->n_buffers, 0);
+    g->fn = LLVMAddFunction(g->module, name, type);
+    LLVMSetLinkage(g->fn, LLVMInternalLinkage);
+    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+    for (int i = 0; i < k->n_buffers; i++) {
+        LLVMAddAttributeAtIndex(g->fn, 3 + (unsigned)i, LLVMCreateEnumAttribute(g->ctx, noalias, 0));
+        g->buffers[i] = LLVMGetParam(g->fn, 2 + (unsigned)i);
+    }
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "entry");
+    LLVMBasicBlockRef rows = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
+    LLVMPositionBuilderAtEnd(g->b, entry);
+    LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), rows, done);
+    LLVMPositionBuilderAtEnd(g->b, rows);
+    LLVMValueRef row = LLVMBuildPhi(g->b, g->i64, "row");
+    LLVMAddIncoming(row, &begin, &entry, 1);
+    emit_row(g, row);
+    LLVMValueRef next = LLVMBuildAdd(g->b, row, i64c(g, 1), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+    LLVMAddIncoming(row, &next, &latch, 1);
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, end, ""), rows, done);
+    LLVMPositionBuilderAtEnd(g->b, done);
+    LLVMBuildRetVoid(g->b);
+    return g->fn;
+}
+
+/* entry(buffers, begin, end): loads the pointers and calls the body. */
+static void emit_entry(gen *g, LLVMValueRef body, const char *name)
+{
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0);
+    LLVMTypeRef params[3] = {ptr, g->i64, g->i64};
+    LLVMValueRef fn = LLVMAddFunction(g->module, name, LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 3, 0));
+    LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, fn, "entry"));
+    LLVMValueRef args[2 + KX_MAX_BUFFERS];
+    args[0] = LLVMGetParam(fn, 1);
+    args[1] = LLVMGetParam(fn, 2);
+    for (int i = 0; i < g->k->n_buffers; i++) {
+        LLVMValueRef index = i64c(g, i);
+        LLVMValueRef at = LLVMBuildGEP2(g->b, ptr, LLVMGetParam(fn, 0), &index, 1, "");
+        args[2 + i] = LLVMBuildLoad2(g->b, ptr, at, "");
+    }
+    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(body), body, args, 2 + (unsigned)g->k->n_buffers, "");
+    LLVMBuildRetVoid(g->b);
+}
+
+int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, char *err, size_t err_size)
+{
+    if (k->n_buffers > KX_MAX_BUFFERS) {
+        snprintf(err, err_size, "a kernel with %d buffers (at most %d)", k->n_buffers, KX_MAX_BUFFERS);
+        return -1;
+    }
+    LLVMContextRef ctx = LLVMGetModuleContext(module);
+    gen g = {.ctx = ctx, .module = module, .b = LLVMCreateBuilderInContext(ctx), .k = k,
+             .i64 = LLVMInt64TypeInContext(ctx)};
+    LLVMValueRef buffers[KX_MAX_BUFFERS];
+    g.buffers = buffers;
+    g.view_base = calloc((size_t)k->n_views + 1, sizeof *g.view_base);
+    g.rows = calloc((size_t)k->n_reductions + 1, sizeof *g.rows);
+    g.memo = calloc((size_t)k->n_exprs + 1, sizeof *g.memo);
+    int status = -1;
+    if (g.view_base && g.rows && g.memo) {
+        char body_name[128];
+        snprintf(body_name, sizeof body_name, "%s.body", name);
+        emit_entry(&g, emit_body(&g, body_name), name);
+        status = 0;
+    } else {
+        snprintf(err, err_size, "out of memory generating a kernel");
+    }
+    free(g.view_base);
+    free(g.rows);
+    free(g.memo);
+    LLVMDisposeBuilder(g.b);
+    return status;
+}

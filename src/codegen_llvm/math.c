@@ -1,0 +1,385 @@
+/* Transcendental functions as LLVM IR: inline f32 polynomial approximations
+ * that the loop vectorizer widens, and libm calls for f64, sin and cos.
+ *
+ * An f32 approximation is built only from arithmetic, compares, selects,
+ * bitcasts, integer ops and intrinsics with vector forms (llvm.fabs,
+ * llvm.rint, llvm.copysign, llvm.minnum), never a call, so a loop applying
+ * it vectorizes. Every branch of an approximation is computed and the answer
+ * picked by select, as a vector lane would. Special values follow libm: NaN
+ * passes through, infinities and signed zeros come out as libm gives them.
+ * The errors measured by tests/test_llvm_math.c are in math.h.
+ *
+ * The polynomials marked "fitted" were fitted for kiln with mpmath (50
+ * digits): a weighted Remez exchange minimising the largest relative error
+ * (absolute in the ulps of the result for erf's tail) on the interval named,
+ * each leading coefficient rounded to float and the rest refitted. */
+#include "codegen_llvm/math.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
+/* Not INFINITY and NAN: meson puts this folder on the include path, so
+ * <math.h> here finds codegen_llvm/math.h. */
+#define INF __builtin_inf()
+#define QNAN __builtin_nan("")
+
+/* -- IR helpers --------------------------------------------------------- */
+
+/* Where the code goes: the builder, the floating type (float, or double for
+ * sigmoid's libm form) and i32 for the float bit tricks. */
+typedef struct {
+    LLVMModuleRef m;
+    LLVMBuilderRef b;
+    LLVMTypeRef t;
+    LLVMTypeRef i32;
+} emitter;
+
+static LLVMValueRef e_const(const emitter *e, double v)
+{
+    return LLVMConstReal(e->t, v);
+}
+
+static LLVMValueRef e_int(const emitter *e, int32_t v)
+{
+    return LLVMConstInt(e->i32, (unsigned long long)(int64_t)v, 1);
+}
+
+static LLVMValueRef e_add(const emitter *e, LLVMValueRef x, LLVMValueRef y)
+{
+    return LLVMBuildFAdd(e->b, x, y, "");
+}
+
+static LLVMValueRef e_sub(const emitter *e, LLVMValueRef x, LLVMValueRef y)
+{
+    return LLVMBuildFSub(e->b, x, y, "");
+}
+
+static LLVMValueRef e_mul(const emitter *e, LLVMValueRef x, LLVMValueRef y)
+{
+    return LLVMBuildFMul(e->b, x, y, "");
+}
+
+static LLVMValueRef e_div(const emitter *e, LLVMValueRef x, LLVMValueRef y)
+{
+    return LLVMBuildFDiv(e->b, x, y, "");
+}
+
+static LLVMValueRef e_select(const emitter *e, LLVMValueRef c, LLVMValueRef x, LLVMValueRef y)
+{
+    return LLVMBuildSelect(e->b, c, x, y, "");
+}
+
+static LLVMValueRef e_fcmp(const emitter *e, LLVMRealPredicate p, LLVMValueRef x, LLVMValueRef y)
+{
+    return LLVMBuildFCmp(e->b, p, x, y, "");
+}
+
+static LLVMValueRef e_to_bits(const emitter *e, LLVMValueRef x)
+{
+    return LLVMBuildBitCast(e->b, x, e->i32, "");
+}
+
+static LLVMValueRef e_from_bits(const emitter *e, LLVMValueRef i)
+{
+    return LLVMBuildBitCast(e->b, i, e->t, "");
+}
+
+/* A call of the overloaded intrinsic name (llvm.fabs, ...) on operands of type e->t. */
+static LLVMValueRef e_intrinsic(const emitter *e, const char *name, LLVMValueRef *args, unsigned n)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMTypeRef t = e->t;
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(e->m, id, &t, 1);
+    LLVMTypeRef fty = LLVMIntrinsicGetType(LLVMGetModuleContext(e->m), id, &t, 1);
+    return LLVMBuildCall2(e->b, fty, fn, args, n, "");
+}
+
+static LLVMValueRef e_fabs(const emitter *e, LLVMValueRef x)
+{
+    return e_intrinsic(e, "llvm.fabs", &x, 1);
+}
+
+/* min(x, c) for a constant c; min(NaN, c) is c. */
+static LLVMValueRef e_min(const emitter *e, LLVMValueRef x, double c)
+{
+    LLVMValueRef args[] = {x, e_const(e, c)};
+    return e_intrinsic(e, "llvm.minnum", args, 2);
+}
+
+static LLVMValueRef e_max(const emitter *e, LLVMValueRef x, double c)
+{
+    LLVMValueRef args[] = {x, e_const(e, c)};
+    return e_intrinsic(e, "llvm.maxnum", args, 2);
+}
+
+/* |mag| with the sign of sign. */
+static LLVMValueRef e_copysign(const emitter *e, LLVMValueRef mag, LLVMValueRef sign)
+{
+    LLVMValueRef args[] = {mag, sign};
+    return e_intrinsic(e, "llvm.copysign", args, 2);
+}
+
+/* c[0] + x (c[1] + x (c[2] + ...)), by Horner's rule. */
+static LLVMValueRef e_horner(const emitter *e, LLVMValueRef x, const double *c, int n)
+{
+    LLVMValueRef acc = e_const(e, c[n - 1]);
+    for (int i = n - 2; i >= 0; i--)
+        acc = e_add(e, e_mul(e, acc, x), e_const(e, c[i]));
+    return acc;
+}
+
+/* x where x is NaN, else r: the approximations below clamp their inputs,
+ * which turns NaN into a number, so each ends by passing NaN through. */
+static LLVMValueRef nan_passthrough(const emitter *e, LLVMValueRef x, LLVMValueRef r)
+{
+    return e_select(e, e_fcmp(e, LLVMRealUNO, x, x), x, r);
+}
+
+/* -- exp ---------------------------------------------------------------- */
+
+/* exp(x) = 2^k exp(r), k = rint(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2].
+ * ln 2 is split Cody-Waite style (Cephes expf.c): EXP_LN2_HI has 9
+ * significant bits, so k * EXP_LN2_HI is exact for |k| <= 2^15. */
+#define EXP_LOG2E 1.44269504088896341
+#define EXP_LN2_HI 0.693359375
+#define EXP_LN2_LO -2.12194440e-4
+/* exp(r) = 1 + r + r^2 P(r), P from Cephes expf.c (S. L. Moshier), lowest
+ * degree first. */
+static const double exp_p[] = {
+    5.0000001201E-1, 1.6666665459E-1, 4.1665795894E-2,
+    8.3334519073E-3, 1.3981999507E-3, 1.9875691500E-4,
+};
+/* Past these exp(x) is inf, or below half the least subnormal so 0:
+ * log(FLT_MAX) = 88.72, log(2^-150) = -103.97. Clamping here keeps k in
+ * [-150, 128] and lets the scaling below produce the inf and the 0. */
+#define EXP_CLAMP_HI 89.0
+#define EXP_CLAMP_LO -104.0
+
+/* 2^k for integer k in [-126, 127], from the exponent bits. */
+static LLVMValueRef pow2i(const emitter *e, LLVMValueRef k)
+{
+    LLVMValueRef biased = LLVMBuildAdd(e->b, k, e_int(e, 127), "");
+    return e_from_bits(e, LLVMBuildShl(e->b, biased, e_int(e, 23), ""));
+}
+
+/* exp(x + lo) for a correction |lo| << ulp(x)'s worth of x (lo may be NULL);
+ * no NaN handling. */
+static LLVMValueRef exp_core(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
+{
+    x = e_max(e, e_min(e, x, EXP_CLAMP_HI), EXP_CLAMP_LO);
+    LLVMValueRef kf = e_mul(e, x, e_const(e, EXP_LOG2E));
+    kf = e_intrinsic(e, "llvm.rint", &kf, 1);
+    LLVMValueRef r = e_sub(e, x, e_mul(e, kf, e_const(e, EXP_LN2_HI)));
+    r = e_sub(e, r, e_mul(e, kf, e_const(e, EXP_LN2_LO)));
+    if (lo)
+        r = e_add(e, r, lo);
+    LLVMValueRef r2 = e_mul(e, r, r);
+    LLVMValueRef p = e_add(e, e_add(e, e_mul(e, r2, e_horner(e, r, exp_p, COUNT(exp_p))), r),
+                         e_const(e, 1.0));
+    /* 2^k in two factors, each a normal float, so that a result in the
+     * subnormal range is rounded once, by the last multiply, and one past
+     * FLT_MAX becomes inf. */
+    LLVMValueRef k = LLVMBuildFPToSI(e->b, kf, e->i32, "");
+    LLVMValueRef k1 = LLVMBuildAShr(e->b, k, e_int(e, 1), "");
+    LLVMValueRef k2 = LLVMBuildSub(e->b, k, k1, "");
+    return e_mul(e, e_mul(e, p, pow2i(e, k1)), pow2i(e, k2));
+}
+
+static LLVMValueRef exp_f32(const emitter *e, LLVMValueRef x)
+{
+    return nan_passthrough(e, x, exp_core(e, x, NULL));
+}
+
+/* -- log ---------------------------------------------------------------- */
+
+/* log(x) = k ln 2 + log(m), m in [sqrt(1/2), sqrt(2)); with f = m - 1 and
+ * s = f / (2 + f), log(m) = 2 atanh(s) = f - f^2/2 + s (f^2/2 + R(s^2)).
+ * Method and constants from FreeBSD's e_logf.c (as in musl's logf). */
+#define LOG_LN2_HI 6.9313812256e-01 /* 0x3f317180: k * LOG_LN2_HI exact */
+#define LOG_LN2_LO 9.0580006145e-06 /* 0x3717f7d1 */
+/* R(z) = z (Lg1 + z (Lg2 + ...)): a fit to (log(m) - 2s)/s - s^2/3 ... in
+ * FreeBSD's terms; Lg1..Lg4 = 0xaaaaaa.0p-24, 0xccce13.0p-25, 0x91e9ee.0p-25,
+ * 0xf89e26.0p-26. */
+static const double log_lg[] = {
+    0.66666662693, 0.40000972152, 0.28498786688, 0.24279078841,
+};
+#define LOG_SQRT_HALF_BITS 0x3f3504f3 /* sqrt(1/2) as float bits */
+#define FLT_MIN_ 0x1p-126
+#define SUBNORMAL_SCALE 0x1p23
+
+static LLVMValueRef log_f32(const emitter *e, LLVMValueRef x)
+{
+    /* A subnormal scaled by 2^23 is normal; its exponent is 23 too large. */
+    LLVMValueRef sub_ = e_fcmp(e, LLVMRealOLT, x, e_const(e, FLT_MIN_));
+    LLVMValueRef xs = e_select(e, sub_, e_mul(e, x, e_const(e, SUBNORMAL_SCALE)), x);
+    LLVMValueRef kadj = e_select(e, sub_, e_int(e, -23), e_int(e, 0));
+
+    /* Offsetting the bits by 1 - sqrt(1/2) moves the exponent step from
+     * m = 2 to m = sqrt(2), so the mantissa comes out in [sqrt(1/2), sqrt(2)). */
+    LLVMValueRef ix = LLVMBuildAdd(e->b, e_to_bits(e, xs), e_int(e, 0x3f800000 - LOG_SQRT_HALF_BITS), "");
+    LLVMValueRef k = LLVMBuildSub(e->b, LLVMBuildLShr(e->b, ix, e_int(e, 23), ""), e_int(e, 127), "");
+    k = LLVMBuildAdd(e->b, k, kadj, "");
+    LLVMValueRef mbits = LLVMBuildAdd(e->b, LLVMBuildAnd(e->b, ix, e_int(e, 0x007fffff), ""),
+                                      e_int(e, LOG_SQRT_HALF_BITS), "");
+    LLVMValueRef f = e_sub(e, e_from_bits(e, mbits), e_const(e, 1.0));
+
+    LLVMValueRef s = e_div(e, f, e_add(e, e_const(e, 2.0), f));
+    LLVMValueRef z = e_mul(e, s, s);
+    LLVMValueRef R = e_mul(e, z, e_horner(e, z, log_lg, COUNT(log_lg)));
+    LLVMValueRef hfsq = e_mul(e, e_mul(e, e_const(e, 0.5), f), f);
+    LLVMValueRef dk = LLVMBuildSIToFP(e->b, k, e->t, "");
+    /* Summed smallest first, the exact k ln2_hi last. */
+    LLVMValueRef r = e_add(e, e_mul(e, s, e_add(e, hfsq, R)), e_mul(e, dk, e_const(e, LOG_LN2_LO)));
+    r = e_add(e, e_sub(e, r, hfsq), f);
+    r = e_add(e, r, e_mul(e, dk, e_const(e, LOG_LN2_HI)));
+
+    r = e_select(e, e_fcmp(e, LLVMRealOEQ, x, e_const(e, INF)), x, r);
+    r = e_select(e, e_fcmp(e, LLVMRealOEQ, x, e_const(e, 0.0)), e_const(e, -INF), r);
+    r = e_select(e, e_fcmp(e, LLVMRealOLT, x, e_const(e, 0.0)), e_const(e, QNAN), r);
+    return nan_passthrough(e, x, r);
+}
+
+/* -- tanh --------------------------------------------------------------- */
+
+/* Below TANH_SMALL, tanh(x) = x + x z Q(z), z = x^2; Q fitted on [0, 0.625]
+ * (relative error 4.5e-9). */
+#define TANH_SMALL 0.625
+static const double tanh_q[] = {
+    -0.333332807, 0.133314058, -0.0537365153, 0.0206281729, -0.00569230551,
+};
+/* Above, tanh|x| = 1 - 2 / (exp(2|x|) + 1), well conditioned there; past
+ * 9.01 it rounds to 1, so |x| is clamped to keep exp finite. */
+#define TANH_CLAMP 10.0
+
+static LLVMValueRef tanh_f32(const emitter *e, LLVMValueRef x)
+{
+    LLVMValueRef z = e_mul(e, x, x);
+    LLVMValueRef small = e_add(e, x, e_mul(e, x, e_mul(e, z, e_horner(e, z, tanh_q, COUNT(tanh_q)))));
+
+    LLVMValueRef a = e_fabs(e, x);
+    LLVMValueRef ex = exp_core(e, e_mul(e, e_const(e, 2.0), e_min(e, a, TANH_CLAMP)), NULL);
+    LLVMValueRef q = e_div(e, e_const(e, 2.0), e_add(e, ex, e_const(e, 1.0)));
+    LLVMValueRef large = e_sub(e, e_const(e, 1.0), q);
+
+    /* tanh is odd; the sign also makes tanh(-0) = -0, which x + x z Q is not. */
+    LLVMValueRef r = e_select(e, e_fcmp(e, LLVMRealOLT, a, e_const(e, TANH_SMALL)), small, large);
+    return nan_passthrough(e, x, e_copysign(e, r, x));
+}
+
+/* -- sigmoid ------------------------------------------------------------ */
+
+/* Given t = exp(-|x|) <= 1: sigmoid(x) = 1 / (1 + t) for x >= 0 and
+ * t / (1 + t) for x < 0, which stays accurate where sigmoid(x) ~ exp(x) is
+ * tiny or subnormal (1 / (1 + exp(-x)) would overflow to 0 below -88.7).
+ * d = 1 + t loses the low bits of t; they are err = t - (d - 1) exactly,
+ * and r0 = num / d is corrected to num / (d + err) ~ r0 - r0 err / d, where
+ * 1 / d is r0 for x >= 0 and 1 - r0 for x < 0. */
+static LLVMValueRef sigmoid_from_exp(const emitter *e, LLVMValueRef x, LLVMValueRef t)
+{
+    LLVMValueRef one = e_const(e, 1.0);
+    LLVMValueRef d = e_add(e, one, t);
+    LLVMValueRef err = e_sub(e, t, e_sub(e, d, one));
+    LLVMValueRef neg = e_fcmp(e, LLVMRealOLT, x, e_const(e, 0.0));
+    LLVMValueRef r0 = e_div(e, e_select(e, neg, t, one), d);
+    LLVMValueRef inv_d = e_select(e, neg, e_sub(e, one, r0), r0);
+    LLVMValueRef r = e_sub(e, r0, e_mul(e, e_mul(e, r0, err), inv_d));
+    return nan_passthrough(e, x, r);
+}
+
+static LLVMValueRef sigmoid_f32(const emitter *e, LLVMValueRef x)
+{
+    return sigmoid_from_exp(e, x, exp_core(e, LLVMBuildFNeg(e->b, e_fabs(e, x), ""), NULL));
+}
+
+/* -- erf ---------------------------------------------------------------- */
+
+/* Below ERF_SMALL, erf(x) = x + x P(x^2): P fitted on [0, 0.875] to
+ * erf(x)/x - 1 (relative error of erf 1.4e-8). Adding x apart keeps the
+ * rounding of the leading coefficient 2/sqrt(pi) - 1 small against erf. */
+#define ERF_SMALL 0.875
+static const double erf_p[] = {
+    0.128379151, -0.376125038, 0.112819217, -0.0267704688, 0.00499887997, -0.000602009532,
+};
+/* Above, erf(x) = 1 - exp(-x^2) G(x - ERF_MID), G fitted on [0.875, 4] to
+ * erfcx(x) = exp(x^2) erfc(x) weighted by exp(-x^2), so that the absolute
+ * error of erfc is at most 0.1 ulp of erf(x) ~ 1. erf(4) is 1 in float, so
+ * |x| is clamped to ERF_CLAMP. */
+#define ERF_MID 2.375
+#define ERF_CLAMP 4.0
+static const double erf_g[] = {
+    0.220507324,   -0.0809664056, 0.0281722806,  -0.0095158089, 0.00271923165,
+    -0.000914606382, 0.000636718527, 0.000279303116, 0.00014277939,
+};
+
+static LLVMValueRef erf_f32(const emitter *e, LLVMValueRef x)
+{
+    LLVMValueRef z = e_mul(e, x, x);
+    LLVMValueRef small = e_add(e, x, e_mul(e, x, e_horner(e, z, erf_p, COUNT(erf_p))));
+
+    /* exp(-a^2) with a^2 carried as hi + lo (FreeBSD's s_erff.c trick): a
+     * with its low 12 mantissa bits cleared squares exactly, and
+     * a^2 - ah^2 = (a - ah)(a + ah) is small. */
+    LLVMValueRef a = e_min(e, e_fabs(e, x), ERF_CLAMP);
+    LLVMValueRef ah = e_from_bits(e, LLVMBuildAnd(e->b, e_to_bits(e, a), e_int(e, (int32_t)0xfffff000), ""));
+    LLVMValueRef lo = e_mul(e, e_sub(e, a, ah), e_add(e, a, ah));
+    LLVMValueRef ex = exp_core(e, LLVMBuildFNeg(e->b, e_mul(e, ah, ah), ""), LLVMBuildFNeg(e->b, lo, ""));
+    LLVMValueRef erfc = e_mul(e, ex, e_horner(e, e_sub(e, a, e_const(e, ERF_MID)), erf_g, COUNT(erf_g)));
+    LLVMValueRef large = e_sub(e, e_const(e, 1.0), erfc);
+
+    /* erf is odd: large is for |x|, and the sign keeps erf(-0) = -0. */
+    LLVMValueRef r = e_select(e, e_fcmp(e, LLVMRealOLT, a, e_const(e, ERF_SMALL)), small, large);
+    return nan_passthrough(e, x, e_copysign(e, r, x));
+}
+
+/* -- libm calls --------------------------------------------------------- */
+
+/* A call of the libm function name, of type e->t(e->t), declared in the
+ * module if it is not yet. */
+static LLVMValueRef libm_call(const emitter *e, const char *name, LLVMValueRef x)
+{
+    LLVMTypeRef t = e->t;
+    LLVMTypeRef fty = LLVMFunctionType(t, &t, 1, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(e->m, name);
+    if (!fn)
+        fn = LLVMAddFunction(e->m, name, fty);
+    return LLVMBuildCall2(e->b, fty, fn, &x, 1, "");
+}
+
+static LLVMValueRef sigmoid_f64(const emitter *e, LLVMValueRef x)
+{
+    return sigmoid_from_exp(e, x, libm_call(e, "exp", LLVMBuildFNeg(e->b, e_fabs(e, x), "")));
+}
+
+/* -- Dispatch ----------------------------------------------------------- */
+
+LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x)
+{
+    emitter e = {m, b, LLVMTypeOf(x), LLVMInt32TypeInContext(LLVMGetModuleContext(m))};
+    switch (LLVMGetTypeKind(e.t)) {
+    case LLVMFloatTypeKind:
+        switch (op) {
+        case OP_EXP: return exp_f32(&e, x);
+        case OP_LOG: return log_f32(&e, x);
+        case OP_TANH: return tanh_f32(&e, x);
+        case OP_SIGMOID: return sigmoid_f32(&e, x);
+        case OP_ERF: return erf_f32(&e, x);
+        case OP_SIN: return libm_call(&e, "sinf", x);
+        case OP_COS: return libm_call(&e, "cosf", x);
+        default: return NULL;
+        }
+    case LLVMDoubleTypeKind:
+        switch (op) {
+        case OP_EXP: return libm_call(&e, "exp", x);
+        case OP_LOG: return libm_call(&e, "log", x);
+        case OP_TANH: return libm_call(&e, "tanh", x);
+        case OP_SIGMOID: return sigmoid_f64(&e, x);
+        case OP_ERF: return libm_call(&e, "erf", x);
+        case OP_SIN: return libm_call(&e, "sin", x);
+        case OP_COS: return libm_call(&e, "cos", x);
+        default: return NULL;
+        }
+    default:
+        return NULL;
+    }
+}

@@ -1,0 +1,345 @@
+/* The LLVM backend against eager: every op, the standard workloads, random
+ * programs; how many kernels the workloads fuse into; vectorized code.
+ *
+ * Tolerances: compiled code may reassociate sums and uses polynomial
+ * transcendentals (their own error is asserted in test_llvm_math), so floats
+ * compare within |got - want| <= 1e-5 * |want| + 1e-5 for f32 and 1e-12 for
+ * f64 elementwise, and 1e-4 (f32) relative for workloads with reductions;
+ * integers and bools exactly. */
+#include <dirent.h>
+#include <unistd.h>
+
+#include "../bench/workloads.h"
+#include "progen.h"
+#include "test_common.h"
+
+static int64_t live_at_start;
+
+static void setup(void)
+{
+    kiln_clear_error();
+    live_at_start = kiln_live_tensors();
+    kiln_scope_begin();
+}
+
+static void teardown(void)
+{
+    kiln_scope_end();
+    ck_assert_int_eq(kiln_live_tensors(), live_at_start);
+}
+
+/* Workloads own their inputs (workload_free releases them): no scope around. */
+static void setup_unscoped(void)
+{
+    kiln_clear_error();
+    live_at_start = kiln_live_tensors();
+}
+
+static void teardown_unscoped(void)
+{
+    ck_assert_int_eq(kiln_live_tensors(), live_at_start);
+}
+
+static kiln_jit_options llvm(void)
+{
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = KILN_BACKEND_LLVM;
+    return o;
+}
+
+/* got within tolerance of want (same dtype and shape); NaN matches NaN. */
+static void assert_close(kiln_tensor *got, kiln_tensor *want, double rel, double abs_tol, const char *what)
+{
+    ck_assert_msg(got && want, "%s: missing result (%s)", what, kiln_last_error());
+    ck_assert_msg(kiln_dtype_of(got) == kiln_dtype_of(want), "%s: dtype %s, eager %s", what,
+                  kiln_dtype_name(kiln_dtype_of(got)), kiln_dtype_name(kiln_dtype_of(want)));
+    ck_assert_int_eq(kiln_ndim(got), kiln_ndim(want));
+    for (int d = 0; d < kiln_ndim(got); d++)
+        ck_assert_int_eq(kiln_shape(got)[d], kiln_shape(want)[d]);
+    double *g = test_values(got), *w = test_values(want);
+    bool exact = kiln_dtype_of(want) != KILN_F32 && kiln_dtype_of(want) != KILN_F64;
+    for (int64_t i = 0; i < kiln_numel(want); i++) {
+        if (isnan(w[i]) && isnan(g[i]))
+            continue;
+        if (isinf(w[i]) || exact) {
+            ck_assert_msg(g[i] == w[i], "%s: element %lld is %.9g, eager %.9g", what, (long long)i, g[i], w[i]);
+            continue;
+        }
+        ck_assert_msg(fabs(g[i] - w[i]) <= rel * fabs(w[i]) + abs_tol, "%s: element %lld is %.9g, eager %.9g",
+                      what, (long long)i, g[i], w[i]);
+    }
+    free(g);
+    free(w);
+}
+
+static int64_t kernels_of(const kiln_fn *f)
+{
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    return s.kernels;
+}
+
+/* -- Ops on awkward layouts ------------------------------------------------ */
+
+typedef kiln_tensor *(*op_case)(kiln_tensor *a, kiln_tensor *b);
+
+#define CASE(name, expr) \
+    static kiln_tensor *name(kiln_tensor *a, kiln_tensor *b) { (void)a; (void)b; return expr; }
+CASE(c_chain, kiln_add(kiln_mul_scalar(kiln_sub(a, b), 0.5), kiln_div(a, kiln_add_scalar(kiln_abs(b), 1))))
+CASE(c_compare_where, kiln_where(kiln_gt(a, b), kiln_maximum(a, b), kiln_minimum(a, b)))
+CASE(c_transcendental, kiln_add(kiln_add(kiln_exp(kiln_neg(kiln_abs(a))), kiln_tanh(b)),
+                                kiln_add(kiln_sigmoid(a), kiln_erf(b))))
+CASE(c_log_sqrt, kiln_add(kiln_log(kiln_add_scalar(kiln_abs(a), 0.5)), kiln_rsqrt(kiln_add_scalar(kiln_abs(b), 1))))
+CASE(c_trig_pow, kiln_add(kiln_sin(a), kiln_mul(kiln_cos(b), kiln_pow(kiln_abs(a), kiln_cast(b, KILN_F32)))))
+CASE(c_relu_neg, kiln_relu(kiln_neg(kiln_sub(a, b))))
+CASE(c_casts, kiln_add(kiln_cast(kiln_cast(a, KILN_I32), KILN_F64), kiln_cast(kiln_gt(a, b), KILN_F32)))
+CASE(c_transposed, kiln_add(kiln_transpose(a, 0, 1), kiln_transpose(b, 0, 1)))
+CASE(c_broadcast, kiln_mul(a, kiln_slice(b, 0, 0, 1, 1)))
+CASE(c_sliced, kiln_add(kiln_slice(a, 1, -1, INT64_MIN, -2), kiln_slice(b, 1, 0, INT64_MAX, 2)))
+CASE(c_reshaped, kiln_exp(kiln_reshape(kiln_add(a, b), 2, (const int64_t[]){-1, 3})))
+CASE(c_expanded, kiln_add(kiln_expand(kiln_unsqueeze(kiln_sum(a, 0, false), 0), 2, (const int64_t[]){4, 6}), b))
+CASE(c_row_sum, kiln_sum(kiln_mul(a, b), -1, false))
+CASE(c_row_mean_keep, kiln_sub(a, kiln_mean(a, -1, true)))
+CASE(c_row_max_min, kiln_sub(kiln_max(a, -1, true), kiln_min(b, 1, true)))
+CASE(c_softmax, kiln_softmax(a, -1))
+CASE(c_log_softmax, kiln_log_softmax(b, 1))
+CASE(c_layer_norm, kiln_layer_norm(a, kiln_slice(b, 0, 0, 1, 1), kiln_slice(b, 0, 1, 2, 1), 1e-5))
+CASE(c_matmul_epilogue, kiln_gelu(kiln_add(kiln_matmul(a, kiln_transpose(b, 0, 1)), kiln_scalar(0.5))))
+CASE(c_column_sum, kiln_sum(a, 0, true))
+CASE(c_integer, kiln_add(kiln_mul(kiln_cast(a, KILN_I64), kiln_cast(b, KILN_I64)),
+                         kiln_cast(kiln_sum(kiln_cast(a, KILN_I32), -1, true), KILN_I64)))
+CASE(c_bools, kiln_add(kiln_mul(kiln_gt(a, b), kiln_lt(a, b)), kiln_ge(a, b)))
+
+static const struct {
+    const char *name;
+    op_case fn;
+    double rel; /* f32 tolerance, relative */
+} CASES[] = {
+    {"chain", c_chain, 1e-6}, {"compare_where", c_compare_where, 0}, {"transcendental", c_transcendental, 4e-6},
+    {"log_sqrt", c_log_sqrt, 4e-6}, {"trig_pow", c_trig_pow, 4e-6}, {"relu_neg", c_relu_neg, 0},
+    {"casts", c_casts, 0}, {"transposed", c_transposed, 0}, {"broadcast", c_broadcast, 0},
+    {"sliced", c_sliced, 0}, {"reshaped", c_reshaped, 2e-6}, {"expanded", c_expanded, 1e-6},
+    {"row_sum", c_row_sum, 1e-5}, {"row_mean_keep", c_row_mean_keep, 1e-5}, {"row_max_min", c_row_max_min, 0},
+    {"softmax", c_softmax, 1e-5}, {"log_softmax", c_log_softmax, 1e-5}, {"layer_norm", c_layer_norm, 1e-4},
+    {"matmul_epilogue", c_matmul_epilogue, 1e-5}, {"column_sum", c_column_sum, 1e-6}, {"integer", c_integer, 0},
+    {"bools", c_bools, 0},
+};
+
+static int case_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = CASES[*(const int *)user].fn(in[0], in[1]);
+    return out[0] ? 0 : -1;
+}
+
+/* Each case on f32 and f64 [4,6] operands whose rows are not a multiple of
+ * any vector width. */
+START_TEST(test_ops_compiled_match_eager)
+{
+    int which = _i;
+    static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64};
+    for (int d = 0; d < 2; d++) {
+        kiln_tensor *in[2] = {kiln_cast(kiln_mul_scalar(kiln_randn(2, (int64_t[]){4, 6}, 1), 2), dtypes[d]),
+                              kiln_cast(kiln_mul_scalar(kiln_randn(2, (int64_t[]){4, 6}, 2), 2), dtypes[d])};
+        kiln_tensor *want = NULL, *got = NULL;
+        ck_assert_int_eq(case_body(in, &want, &which), 0);
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit(CASES[which].name, case_body, 2, 1, &which, &o);
+        ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", CASES[which].name, kiln_last_error());
+        char what[80];
+        snprintf(what, sizeof what, "%s on %s", CASES[which].name, kiln_dtype_name(dtypes[d]));
+        double rel = dtypes[d] == KILN_F32 ? CASES[which].rel : 1e-12;
+        assert_close(got, want, rel, rel, what);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* -- Workloads ------------------------------------------------------------- */
+
+START_TEST(test_workloads_compiled_match_eager)
+{
+    const workload *w = &workloads[_i];
+    kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
+    workload_state state = {0};
+    ck_assert_int_eq(w->setup(true, in, &state), 0);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, &o);
+    kiln_tensor *want = NULL, *got = NULL;
+    kiln_scope_begin();
+    ck_assert_int_eq(w->body(in, &want, &state), 0);
+    ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", w->name, kiln_last_error());
+    assert_close(got, want, 1e-4, 1e-5, w->name);
+    kiln_scope_end();
+    kiln_fn_free(f);
+    workload_free(w, in, &state);
+}
+END_TEST
+
+/* The issue's counts: one kernel for gelu, softmax and layer norm; the mlp's
+ * two matmuls and at most two epilogues. */
+START_TEST(test_workloads_fuse)
+{
+    static const struct {
+        const char *name;
+        int kernels;
+    } WANT[] = {{"gelu", 1}, {"softmax", 1}, {"layernorm", 1}, {"mlp", 4}, {"tiny", 1}};
+    for (size_t i = 0; i < sizeof WANT / sizeof *WANT; i++) {
+        const workload *w = workload_find(WANT[i].name);
+        kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
+        workload_state state = {0};
+        ck_assert_int_eq(w->setup(true, in, &state), 0);
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, &o);
+        ck_assert_int_eq(kiln_call(f, in, &out), 0);
+        kiln_release(out);
+        ck_assert_msg(kernels_of(f) <= WANT[i].kernels, "%s: %lld kernels, want %d", w->name,
+                      (long long)kernels_of(f), WANT[i].kernels);
+        kiln_fn_free(f);
+        workload_free(w, in, &state);
+    }
+}
+END_TEST
+
+START_TEST(test_traced_mlp_and_attention_peak_below_eager)
+{
+    const char *names[] = {"mlp", "attention"};
+    for (int i = 0; i < 2; i++) {
+        const workload *w = workload_find(names[i]);
+        kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
+        workload_state state = {0};
+        ck_assert_int_eq(w->setup(true, in, &state), 0);
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, &o);
+        ck_assert_int_eq(kiln_call(f, in, &out), 0);
+        kiln_release(out);
+        int64_t base = kiln_live_bytes();
+        kiln_reset_peak_live_bytes();
+        kiln_scope_begin();
+        ck_assert_int_eq(w->body(in, &out, &state), 0);
+        kiln_scope_end();
+        int64_t eager = kiln_peak_live_bytes() - base;
+        kiln_reset_peak_live_bytes();
+        kiln_scope_begin();
+        ck_assert_int_eq(kiln_call(f, in, &out), 0);
+        kiln_scope_end();
+        int64_t traced = kiln_peak_live_bytes() - base;
+        ck_assert_msg(traced < eager, "%s: traced peak %lld, eager %lld", w->name, (long long)traced,
+                      (long long)eager);
+        kiln_fn_free(f);
+        workload_free(w, in, &state);
+    }
+}
+END_TEST
+
+/* -- Random programs ------------------------------------------------------- */
+
+START_TEST(test_random_programs_compiled_match_eager)
+{
+    int count = (int)(getenv("KILN_PROGEN_COUNT") ? atoi(getenv("KILN_PROGEN_COUNT")) : 150);
+    for (int s = 1; s <= count; s++) {
+        kiln_scope_begin();
+        progen_program *p = progen_new((uint64_t)s, NULL);
+        int n_in = progen_n_inputs(p), n_out = progen_n_outputs(p);
+        kiln_tensor *in[16], *want[8] = {NULL}, *got[8] = {NULL};
+        for (int i = 0; i < n_in; i++)
+            in[i] = progen_make_input(p, i, (uint64_t)s * 31 + (uint64_t)i);
+        ck_assert_int_eq(progen_run(p, in, want), 0);
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit("random", progen_body, n_in, n_out, p, &o);
+        int status = kiln_call(f, in, got);
+        char *listing = status == 0 ? NULL : progen_describe(p);
+        ck_assert_msg(status == 0, "seed %d: %s\n%s", s, kiln_last_error(), listing ? listing : "");
+        for (int i = 0; i < n_out; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "seed %d out[%d]", s, i);
+            assert_close(got[i], want[i], 1e-4, 1e-4, what);
+        }
+        kiln_fn_free(f);
+        progen_free(p);
+        kiln_scope_end();
+    }
+}
+END_TEST
+
+/* -- Vectorized code ------------------------------------------------------- */
+
+static char *read_dumped(const char *dir, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char *text = NULL;
+    while (d && (e = readdir(d)) && !text) {
+        size_t n = strlen(e->d_name), k = strlen(suffix);
+        if (n < k || strcmp(e->d_name + n - k, suffix))
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *in = fopen(path, "r");
+        text = calloc(1, 1 << 22);
+        if (in) {
+            size_t got = fread(text, 1, (1 << 22) - 1, in);
+            text[got] = '\0';
+            fclose(in);
+        }
+    }
+    if (d)
+        closedir(d);
+    return text;
+}
+
+START_TEST(test_gelu_loop_is_vectorized)
+{
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("KILN_DUMP", "kernels,llvm", 1);
+    setenv("KILN_DUMP_DIR", dir, 1);
+    const workload *w = workload_find("gelu");
+    kiln_tensor *in[1], *out;
+    workload_state state = {0};
+    ck_assert_int_eq(w->setup(true, in, &state), 0);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("gelu", w->body, 1, 1, &state, &o);
+    unsetenv("KILN_DUMP");
+    unsetenv("KILN_DUMP_DIR");
+    ck_assert_int_eq(kiln_call(f, in, &out), 0);
+    kiln_release(out);
+    char *after = read_dumped(dir, "llvm-after.ll"), *kernel = read_dumped(dir, "kernel-0.txt");
+    ck_assert_ptr_nonnull(after);
+    ck_assert_ptr_nonnull(kernel);
+    ck_assert_msg(strstr(after, "x float>"), "the gelu loop has no vector of floats");
+    ck_assert_ptr_nonnull(strstr(kernel, "tanh"));
+    free(after);
+    free(kernel);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    kiln_fn_free(f);
+    workload_free(w, in, &state);
+}
+END_TEST
+
+static Suite *llvm_suite(void)
+{
+    Suite *s = suite_create("llvm");
+    TCase *ops = tcase_create("ops");
+    tcase_add_checked_fixture(ops, setup, teardown);
+    tcase_set_timeout(ops, 120);
+    tcase_add_loop_test(ops, test_ops_compiled_match_eager, 0, (int)(sizeof CASES / sizeof *CASES));
+    suite_add_tcase(s, ops);
+    TCase *wl = tcase_create("workloads");
+    tcase_add_checked_fixture(wl, setup_unscoped, teardown_unscoped);
+    tcase_set_timeout(wl, 300);
+    tcase_add_loop_test(wl, test_workloads_compiled_match_eager, 0, workload_count);
+    tcase_add_test(wl, test_workloads_fuse);
+    tcase_add_test(wl, test_traced_mlp_and_attention_peak_below_eager);
+    tcase_add_test(wl, test_gelu_loop_is_vectorized);
+    suite_add_tcase(s, wl);
+    TCase *random = tcase_create("random");
+    tcase_add_checked_fixture(random, setup, teardown);
+    tcase_set_timeout(random, 600);
+    tcase_add_test(random, test_random_programs_compiled_match_eager);
+    suite_add_tcase(s, random);
+    return s;
+}
+
+KILN_TEST_MAIN(llvm_suite)

@@ -1,0 +1,556 @@
+/* The transcendental functions of src/codegen_llvm/math.c, JIT-compiled in a
+ * loop: each f32 approximation measured in ulps against libm over a dense
+ * sweep of the float range and its thresholds, the f64 and sin/cos libm
+ * calls checked, and the f32 loops shown to vectorize. */
+#include "test_common.h"
+
+#include <float.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "codegen_llvm/math.h"
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define UNDER_VALGRIND() RUNNING_ON_VALGRIND
+#endif
+#endif
+#ifndef UNDER_VALGRIND
+#define UNDER_VALGRIND() 0
+#endif
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
+
+/* The sweep takes every SWEEP_STRIDE-th float bit pattern (an odd stride, so
+ * every low mantissa bit varies): 2^32 / 251, about 17 million inputs, or
+ * 65 thousand under valgrind. -DSWEEP_STRIDE=1u makes it exhaustive (about
+ * 80 s a function: run with CK_TIMEOUT_MULTIPLIER=10). Around each
+ * threshold it also takes the WINDOW patterns either side. */
+#ifndef SWEEP_STRIDE
+#define SWEEP_STRIDE 251u
+#endif
+#define SWEEP_STRIDE_VALGRIND 65521u
+#define WINDOW 4096
+#define WINDOW_VALGRIND 256
+#define BLOCK (1 << 20)
+
+/* -- Building and running a loop ---------------------------------------- */
+
+/* The ops' names, without linking the IR module for its table. */
+static const char *op_name(ir_op op)
+{
+    switch (op) {
+    case OP_EXP: return "exp";
+    case OP_LOG: return "log";
+    case OP_TANH: return "tanh";
+    case OP_SIGMOID: return "sigmoid";
+    case OP_ERF: return "erf";
+    case OP_SIN: return "sin";
+    case OP_COS: return "cos";
+    default: return "?";
+    }
+}
+
+/* f(in, out, n): out[i] = op(in[i]) for i < n, in the type t. */
+typedef void (*loop_fn)(const void *in, void *out, int64_t n);
+
+/* Aborts the test with LLVM's message if err is set; takes ownership of err. */
+static void check_llvm(LLVMErrorRef err, const char *what)
+{
+    if (!err)
+        return;
+    char buf[512];
+    char *msg = LLVMGetErrorMessage(err);
+    snprintf(buf, sizeof buf, "%s", msg);
+    LLVMDisposeErrorMessage(msg);
+    ck_abort_msg("%s: %s", what, buf);
+}
+
+/* Adds to m the function f applying op to each element; false if math_emit
+ * refuses op. */
+static bool build_loop(LLVMModuleRef m, ir_op op, LLVMTypeRef t)
+{
+    LLVMContextRef ctx = LLVMGetModuleContext(m);
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(ctx, 0);
+    LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
+    LLVMTypeRef params[] = {ptr, ptr, i64};
+    LLVMValueRef fn = LLVMAddFunction(m, "f", LLVMFunctionType(LLVMVoidTypeInContext(ctx), params, 3, 0));
+    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+    LLVMAddAttributeAtIndex(fn, 1, LLVMCreateEnumAttribute(ctx, noalias, 0));
+    LLVMAddAttributeAtIndex(fn, 2, LLVMCreateEnumAttribute(ctx, noalias, 0));
+    LLVMValueRef in = LLVMGetParam(fn, 0), out = LLVMGetParam(fn, 1), n = LLVMGetParam(fn, 2);
+
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(ctx, fn, "entry");
+    LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(ctx, fn, "loop");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(ctx, fn, "done");
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx);
+    LLVMValueRef zero = LLVMConstInt(i64, 0, 0);
+
+    LLVMPositionBuilderAtEnd(b, entry);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSGT, n, zero, ""), loop, done);
+
+    LLVMPositionBuilderAtEnd(b, loop);
+    LLVMValueRef i = LLVMBuildPhi(b, i64, "i");
+    LLVMValueRef x = LLVMBuildLoad2(b, t, LLVMBuildGEP2(b, t, in, &i, 1, ""), "x");
+    LLVMValueRef y = math_emit(m, b, op, x);
+    if (y) {
+        LLVMBuildStore(b, y, LLVMBuildGEP2(b, t, out, &i, 1, ""));
+        LLVMValueRef next = LLVMBuildNSWAdd(b, i, LLVMConstInt(i64, 1, 0), "");
+        LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, n, ""), loop, done);
+        LLVMAddIncoming(i, (LLVMValueRef[]){zero, next}, (LLVMBasicBlockRef[]){entry, loop}, 2);
+        LLVMPositionBuilderAtEnd(b, done);
+        LLVMBuildRetVoid(b);
+    }
+    LLVMDisposeBuilder(b);
+    if (!y)
+        return false;
+
+    char *msg = NULL;
+    bool broken = LLVMVerifyModule(m, LLVMReturnStatusAction, &msg);
+    ck_assert_msg(!broken, "invalid module: %s", msg);
+    LLVMDisposeMessage(msg);
+    return true;
+}
+
+/* Runs default<O2> on m for the host CPU and its features (AVX2 or
+ * AVX-512 here), as kiln's code generator does. */
+static void optimize(LLVMModuleRef m)
+{
+    char *triple = LLVMGetDefaultTargetTriple();
+    char *cpu = LLVMGetHostCPUName();
+    char *features = LLVMGetHostCPUFeatures();
+    LLVMTargetRef target;
+    char *msg = NULL;
+    ck_assert_msg(!LLVMGetTargetFromTriple(triple, &target, &msg), "no target: %s", msg);
+    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features,
+                                                      LLVMCodeGenLevelDefault, LLVMRelocDefault,
+                                                      LLVMCodeModelJITDefault);
+    LLVMSetTarget(m, triple);
+    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(m, layout);
+    LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
+    LLVMErrorRef err = LLVMRunPasses(m, "default<O2>", tm, options);
+    LLVMDisposePassBuilderOptions(options);
+    LLVMDisposeTargetData(layout);
+    LLVMDisposeTargetMachine(tm);
+    LLVMDisposeMessage(features);
+    LLVMDisposeMessage(cpu);
+    LLVMDisposeMessage(triple);
+    check_llvm(err, "running default<O2>");
+}
+
+/* A JIT holding one optimized loop. */
+typedef struct {
+    LLVMOrcLLJITRef jit;
+    loop_fn fn;
+} kernel;
+
+static kernel kernel_new(ir_op op, bool f64)
+{
+    static bool initialized;
+    if (!initialized) {
+        LLVMInitializeNativeTarget();
+        LLVMInitializeNativeAsmPrinter();
+        initialized = true;
+    }
+    kernel k = {0};
+    check_llvm(LLVMOrcCreateLLJIT(&k.jit, NULL), "creating the JIT");
+    /* libm's expf, sin, ... are found in this process. */
+    LLVMOrcDefinitionGeneratorRef gen;
+    check_llvm(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
+                   &gen, LLVMOrcLLJITGetGlobalPrefix(k.jit), NULL, NULL),
+               "searching the process");
+    LLVMOrcJITDylibRef dylib = LLVMOrcLLJITGetMainJITDylib(k.jit);
+    LLVMOrcJITDylibAddGenerator(dylib, gen);
+
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    LLVMContextRef ctx = LLVMOrcThreadSafeContextGetContext(tsc);
+    LLVMModuleRef m = LLVMModuleCreateWithNameInContext("math", ctx);
+    ck_assert(build_loop(m, op, f64 ? LLVMDoubleTypeInContext(ctx) : LLVMFloatTypeInContext(ctx)));
+    optimize(m);
+    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(m, tsc);
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    check_llvm(LLVMOrcLLJITAddLLVMIRModule(k.jit, dylib, tsm), "adding the module");
+
+    LLVMOrcExecutorAddress addr = 0;
+    check_llvm(LLVMOrcLLJITLookup(k.jit, &addr, "f"), "looking up f");
+    k.fn = (loop_fn)(uintptr_t)addr;
+    return k;
+}
+
+static void kernel_free(kernel *k)
+{
+    check_llvm(LLVMOrcDisposeLLJIT(k->jit), "disposing the JIT");
+}
+
+/* -- Measuring ulps ----------------------------------------------------- */
+
+static float from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* The error of got in ulps of the float nearest want, want being the exact
+ * value to double precision; INFINITY for a wrong special value (NaN for a
+ * number or the reverse, a wrong infinity, a zero of the wrong sign). An
+ * infinity that stands for a finite result counts as 2^128, one ulp past
+ * FLT_MAX. */
+static double ulp_error(float got, double want)
+{
+    float wantf = (float)want;
+    if (isnan(want) || isnan(got))
+        return isnan(want) && isnan(got) ? 0 : INFINITY;
+    if (isinf(wantf) && got == wantf)
+        return 0;
+    if (isinf(want))
+        return INFINITY;
+    if (wantf == 0 && got == 0)
+        return signbit(wantf) == signbit(got) ? 0 : INFINITY;
+    double g = isinf(got) ? copysign(0x1p128, got) : got;
+    int e = 128;
+    if (!isinf(wantf))
+        frexpf(wantf, &e);
+    double ulp = ldexp(1.0, (e < -125 ? -125 : e) - 24);
+    return fabs(g - want) / ulp;
+}
+
+typedef struct {
+    double (*ref)(double);
+    long count;
+    double max_ulp;
+    float max_at, max_got;
+    double max_want;
+    long failures;
+    float fail_at, fail_got;
+    double fail_want;
+} tally;
+
+static void measure(kernel *k, tally *t, const float *in, float *out, size_t n)
+{
+    k->fn(in, out, (int64_t)n);
+    for (size_t i = 0; i < n; i++) {
+        double want = t->ref(in[i]);
+        double err = ulp_error(out[i], want);
+        if (isinf(err)) {
+            if (t->failures++ == 0) {
+                t->fail_at = in[i];
+                t->fail_got = out[i];
+                t->fail_want = want;
+            }
+        } else if (err > t->max_ulp) {
+            t->max_ulp = err;
+            t->max_at = in[i];
+            t->max_got = out[i];
+            t->max_want = want;
+        }
+    }
+    t->count += (long)n;
+}
+
+/* Values every function must get right. */
+static const uint32_t special_bits[] = {
+    0x00000000, 0x80000000, 0x7f800000, 0xff800000, /* +-0, +-inf */
+    0x7fc00000, 0xffc00000, 0x7f800001, 0x7fffffff, /* quiet, negative, signalling NaN */
+    0x00000001, 0x80000001, 0x007fffff, 0x00800000, /* subnormals, FLT_MIN */
+    0x7f7fffff, 0xff7fffff, 0x3f800000, 0xbf800000, /* +-FLT_MAX, +-1 */
+};
+
+/* Sweeps the float range, the specials, and WINDOW patterns either side of
+ * each centre (2^4 WINDOW either side of the first, a function's most
+ * delicate point); asserts no special value is wrong and the largest error
+ * is at most max_ulp. */
+static void sweep(ir_op op, double (*ref)(double), const char *name, double max_ulp,
+                  const float *centres, int ncentres)
+{
+    bool valgrind = UNDER_VALGRIND();
+    uint32_t stride = valgrind ? SWEEP_STRIDE_VALGRIND : SWEEP_STRIDE;
+    int window = valgrind ? WINDOW_VALGRIND : WINDOW;
+    kernel k = kernel_new(op, false);
+    tally t = {.ref = ref};
+    float *in = malloc(BLOCK * sizeof *in), *out = malloc(BLOCK * sizeof *out);
+    ck_assert(in && out);
+
+    size_t n = 0;
+    for (uint64_t u = 0; u <= UINT32_MAX; u += stride) {
+        in[n++] = from_bits((uint32_t)u);
+        if (n == BLOCK) {
+            measure(&k, &t, in, out, n);
+            n = 0;
+        }
+    }
+    measure(&k, &t, in, out, n);
+
+    n = 0;
+    for (int i = 0; i < COUNT(special_bits); i++)
+        in[n++] = from_bits(special_bits[i]);
+    measure(&k, &t, in, out, n);
+    for (int c = 0; c < ncentres; c++) {
+        int w = c == 0 ? window << 4 : window;
+        n = 0;
+        for (int d = -w; d <= w; d++)
+            in[n++] = from_bits(to_bits(centres[c]) + (uint32_t)d);
+        measure(&k, &t, in, out, n);
+    }
+
+    printf("%-8s max %.3f ulp at x = %.9g (%a): got %.9g, want %.9g; %ld inputs\n", name,
+           t.max_ulp, t.max_at, t.max_at, t.max_got, t.max_want, t.count);
+    free(in);
+    free(out);
+    kernel_free(&k);
+    ck_assert_msg(t.failures == 0, "%s: %ld wrong special values, first %s(%a) = %a, want %a",
+                  name, t.failures, name, t.fail_at, t.fail_got, t.fail_want);
+    ck_assert_msg(t.max_ulp <= max_ulp, "%s: %.3f ulp at %a, over the %g of math.h", name,
+                  t.max_ulp, t.max_at, max_ulp);
+}
+
+/* -- f32 approximations ------------------------------------------------- */
+
+static double ref_sigmoid(double x)
+{
+    return 1 / (1 + exp(-x));
+}
+
+START_TEST(f32_exp)
+{
+    /* Overflow, the least normal and subnormal results, rounding to 0, the
+     * steps of the reduction at +-ln2/2, tiny |x|. */
+    const float c[] = {88.7228394f, -87.3365479f, -103.278931f, -103.972076f, 0.346573591f,
+                       -0.346573591f, 1e-7f, -1e-7f, 0x1p-149f, 20.0f};
+    sweep(OP_EXP, exp, "exp", MATH_F32_MAX_ULP_EXP, c, COUNT(c));
+}
+END_TEST
+
+START_TEST(f32_log)
+{
+    /* Near 1 where log is small, the mantissa split at sqrt(1/2) and
+     * sqrt(2), the normal/subnormal boundary, the least subnormals, FLT_MAX. */
+    const float c[] = {1.0f, 0.707106769f, 1.41421354f, 0x1p-126f, 0x1p-149f, FLT_MAX, 2.0f,
+                       0.5f, 1e-30f, -1.0f};
+    sweep(OP_LOG, log, "log", MATH_F32_MAX_ULP_LOG, c, COUNT(c));
+}
+END_TEST
+
+START_TEST(f32_tanh)
+{
+    /* The switch between the two formulas, saturation at 1, tiny |x|. */
+    const float c[] = {0.625f, -0.625f, 9.01f, -9.01f, 0x1p-12f, -0x1p-12f, 0x1p-149f,
+                       -0x1p-149f, 0.3f, 2.0f};
+    sweep(OP_TANH, tanh, "tanh", MATH_F32_MAX_ULP_TANH, c, COUNT(c));
+}
+END_TEST
+
+START_TEST(f32_sigmoid)
+{
+    /* Around 0, where 1 + exp(-x) stops mattering, the tiny and subnormal
+     * results near exp's thresholds, and saturation at 1. */
+    const float c[] = {0x1p-149f, -0x1p-149f, -16.6355324f, 16.6355324f, -87.3365479f,
+                       -88.7228394f, -103.278931f, -103.972076f, 0.5f, -0.5f};
+    sweep(OP_SIGMOID, ref_sigmoid, "sigmoid", MATH_F32_MAX_ULP_SIGMOID, c, COUNT(c));
+}
+END_TEST
+
+START_TEST(f32_erf)
+{
+    /* The switch between the two formulas, saturation at 1, tiny |x|, the
+     * centre of the tail's fit. */
+    const float c[] = {0.875f, -0.875f, 3.9f, -3.9f, 4.0f, 0x1p-149f, -0x1p-149f, 1e-3f,
+                       2.375f, 1.5f};
+    sweep(OP_ERF, erf, "erf", MATH_F32_MAX_ULP_ERF, c, COUNT(c));
+}
+END_TEST
+
+/* -- libm calls --------------------------------------------------------- */
+
+/* About four hundred values across [-20, 20], and the specials. */
+static int libm_inputs(double *x)
+{
+    static const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-300, -1e-300,
+                                      4.9e-324, 1e300, -1e300, 709.0, 710.0, -745.0, -720.0};
+    int n = 0;
+    for (int i = -200; i <= 200; i++)
+        x[n++] = i * 0.1 + 0.0123;
+    for (int i = 0; i < COUNT(specials); i++)
+        x[n++] = specials[i];
+    return n;
+}
+
+static bool same(double got, double want)
+{
+    return (isnan(got) && isnan(want)) || memcmp(&got, &want, sizeof got) == 0;
+}
+
+START_TEST(f64_libm)
+{
+    static const struct {
+        ir_op op;
+        double (*fn)(double);
+    } cases[] = {
+        {OP_EXP, exp}, {OP_LOG, log}, {OP_TANH, tanh}, {OP_ERF, erf}, {OP_SIN, sin}, {OP_COS, cos},
+    };
+    double x[512], y[512];
+    int n = libm_inputs(x);
+    for (int c = 0; c < COUNT(cases); c++) {
+        kernel k = kernel_new(cases[c].op, true);
+        k.fn(x, y, n);
+        kernel_free(&k);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(same(y[i], cases[c].fn(x[i])), "%s(%a) = %a, libm says %a",
+                          op_name(cases[c].op), x[i], y[i], cases[c].fn(x[i]));
+    }
+}
+END_TEST
+
+/* The error of got in ulps of the double nearest want. */
+static double ulp_error_f64(double got, long double want)
+{
+    double wantd = (double)want;
+    if (isnan(got) || isnan(wantd))
+        return isnan(got) && isnan(wantd) ? 0 : INFINITY;
+    if (got == wantd)
+        return 0;
+    int e;
+    frexp(wantd, &e);
+    return (double)(fabsl((long double)got - want) / ldexpl(1.0L, (e < -1021 ? -1021 : e) - 53));
+}
+
+START_TEST(f64_sigmoid)
+{
+    double x[512], y[512];
+    int n = libm_inputs(x);
+    kernel k = kernel_new(OP_SIGMOID, true);
+    k.fn(x, y, n);
+    kernel_free(&k);
+    /* Valgrind computes long double in double precision: the reference
+     * itself is then off by an ulp or so. */
+    double tolerance = UNDER_VALGRIND() ? 3 : 2, worst = 0;
+    for (int i = 0; i < n; i++) {
+        long double want = 1.0L / (1.0L + expl(-(long double)x[i]));
+        double err = ulp_error_f64(y[i], want);
+        ck_assert_msg(err <= tolerance, "sigmoid(%a) = %a, want %La (%g ulp)", x[i], y[i], want,
+                      err);
+        worst = err > worst ? err : worst;
+    }
+    printf("sigmoid f64: max %.3f ulp\n", worst);
+}
+END_TEST
+
+START_TEST(f32_sin_cos)
+{
+    float x[512], y[512];
+    int n = 0;
+    for (int i = -200; i <= 200; i++)
+        x[n++] = (float)i * 0.1f + 0.0123f;
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, 0x1p-149f};
+    for (int i = 0; i < COUNT(specials); i++)
+        x[n++] = specials[i];
+    for (int c = 0; c < 2; c++) {
+        kernel k = kernel_new(c ? OP_COS : OP_SIN, false);
+        k.fn(x, y, n);
+        kernel_free(&k);
+        for (int i = 0; i < n; i++) {
+            float want = c ? cosf(x[i]) : sinf(x[i]);
+            ck_assert_msg((isnan(y[i]) && isnan(want)) || to_bits(y[i]) == to_bits(want),
+                          "%s(%a) = %a, libm says %a", c ? "cos" : "sin", x[i], y[i], want);
+        }
+    }
+}
+END_TEST
+
+START_TEST(other_ops_refused)
+{
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef m = LLVMModuleCreateWithNameInContext("math", ctx);
+    ck_assert(!build_loop(m, OP_ADD, LLVMFloatTypeInContext(ctx)));
+    LLVMDisposeModule(m);
+    m = LLVMModuleCreateWithNameInContext("math", ctx);
+    ck_assert(!build_loop(m, OP_EXP, LLVMHalfTypeInContext(ctx)));
+    LLVMDisposeModule(m);
+    LLVMContextDispose(ctx);
+}
+END_TEST
+
+/* -- Vectorization ------------------------------------------------------ */
+
+/* The widest <N x float> in ir, or 0. */
+static int widest_float_vector(const char *ir)
+{
+    int widest = 0;
+    for (const char *p = strstr(ir, " x float>"); p; p = strstr(p + 1, " x float>")) {
+        const char *q = p;
+        while (q > ir && q[-1] >= '0' && q[-1] <= '9')
+            q--;
+        if (q > ir && q[-1] == '<' && atoi(q) > widest)
+            widest = atoi(q);
+    }
+    return widest;
+}
+
+START_TEST(f32_vectorizes)
+{
+    static const ir_op ops[] = {OP_EXP, OP_LOG, OP_TANH, OP_SIGMOID, OP_ERF};
+    LLVMInitializeNativeTarget();
+    for (int i = 0; i < COUNT(ops); i++) {
+        LLVMContextRef ctx = LLVMContextCreate();
+        LLVMModuleRef m = LLVMModuleCreateWithNameInContext("math", ctx);
+        ck_assert(build_loop(m, ops[i], LLVMFloatTypeInContext(ctx)));
+        optimize(m);
+        /* Nothing but intrinsics is called: a call would stop the widening. */
+        for (LLVMValueRef fn = LLVMGetFirstFunction(m); fn; fn = LLVMGetNextFunction(fn)) {
+            size_t len;
+            const char *name = LLVMGetValueName2(fn, &len);
+            ck_assert_msg(!LLVMIsDeclaration(fn) || strncmp(name, "llvm.", 5) == 0,
+                          "%s calls %s", op_name(ops[i]), name);
+        }
+        char *ir = LLVMPrintModuleToString(m);
+        int width = widest_float_vector(ir);
+        LLVMDisposeMessage(ir);
+        LLVMDisposeModule(m);
+        LLVMContextDispose(ctx);
+        printf("%-8s vectorized as <%d x float>\n", op_name(ops[i]), width);
+        ck_assert_msg(width >= 4, "the %s loop did not vectorize", op_name(ops[i]));
+    }
+}
+END_TEST
+
+static Suite *llvm_math_suite(void)
+{
+    Suite *s = suite_create("llvm_math");
+    TCase *tc = tcase_create("f32");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, f32_exp);
+    tcase_add_test(tc, f32_log);
+    tcase_add_test(tc, f32_tanh);
+    tcase_add_test(tc, f32_sigmoid);
+    tcase_add_test(tc, f32_erf);
+    tcase_add_test(tc, f32_vectorizes);
+    tcase_add_test(tc, f32_sin_cos);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("f64");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, f64_libm);
+    tcase_add_test(tc, f64_sigmoid);
+    tcase_add_test(tc, other_ops_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KILN_TEST_MAIN(llvm_math_suite)
