@@ -238,6 +238,7 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     kiln_fn_stats_t stats;
     kiln_fn_stats(f, &stats);
     res->kernels = stats.kernels;
+    res->backend = kiln_fn_backend(f);
     res->peak_eager_bytes = peak_of_run(w, NULL, in, &state);
     res->peak_traced_bytes = peak_of_run(w, f, in, &state);
 
@@ -324,6 +325,7 @@ int main(int argc, char **argv)
             continue;
         measure(&workloads[i], &opt, &run.probes, &run.results[run.count++]);
     }
+    snprintf(run.backend, sizeof run.backend, "%s", run.count && run.results[0].backend ? run.results[0].backend : "?");
     bench_print_table(&run, stdout);
     if (opt.compare && bench_print_comparison(&run, opt.compare, stdout) < 0)
         return 1;

@@ -41,8 +41,8 @@ static const char *num(char *buf, size_t size, double v, const char *fmt)
 
 void bench_print_table(const bench_run *run, FILE *out)
 {
-    fprintf(out, "kiln-bench: %s, %d threads%s; copy %.1f GB/s, sgemm %.1f GFLOP/s; medians of %d runs\n",
-            run->cpu, run->threads, run->quick ? ", quick sizes" : "", run->probes.copy_gbps,
+    fprintf(out, "kiln-bench: %s, %d threads%s; traced by %s; copy %.1f GB/s, sgemm %.1f GFLOP/s; medians of %d runs\n",
+            run->cpu, run->threads, run->quick ? ", quick sizes" : "", run->backend, run->probes.copy_gbps,
             run->probes.sgemm_gflops, run->count ? run->results[0].reps : 0);
     fprintf(out, "%-10s %-18s %10s %10s %8s %10s %9s %7s %10s %10s %9s %9s %8s\n", "workload", "size",
             "eager ms", "traced ms", "speedup", "1st call", "disk hit", "kernels", "peak eager",
@@ -51,7 +51,7 @@ void bench_print_table(const bench_run *run, FILE *out)
         const bench_result *r = &run->results[i];
         char b[8][32];
         fprintf(out, "%-10s %-18s %10s %10s %8s %10s %9s %7d %9.1fM %9.1fM %9.2g %9s %8s\n", r->name,
-                r->size, num(b[0], 32, r->eager_ms, "%.3f"), num(b[1], 32, r->traced_ms, "%.3f"),
+                r->size, num(b[0], 32, r->eager_ms, "%.4g"), num(b[1], 32, r->traced_ms, "%.4g"),
                 num(b[2], 32, r->eager_ms / r->traced_ms, "%.2fx"), num(b[3], 32, r->first_call_ms, "%.3f"),
                 num(b[4], 32, r->disk_hit_ms, "%.3f"), r->kernels, (double)r->peak_eager_bytes / 1e6,
                 (double)r->peak_traced_bytes / 1e6, r->max_abs_diff, num(b[5], 32, r->limit_ms, "%.3f"),
@@ -96,7 +96,7 @@ int bench_write_json(const bench_run *run, const char *path)
     }
     fprintf(out, "{\n  \"schema\": \"kiln-bench/1\",\n  \"runs\": [\n    {\n");
     fprintf(out, "      \"system\": \"kiln 0.1.0\", \"eager_label\": \"eager\", "
-                 "\"traced_label\": \"traced (INTERP)\", \"device\": \"cpu\",\n");
+                 "\"traced_label\": \"traced (%s)\", \"device\": \"cpu\",\n", run->backend);
     fprintf(out, "      \"threads\": %d, \"quick\": %s,\n", run->threads, run->quick ? "true" : "false");
     fprintf(out, "      \"machine\": {\"cpu\": \"%s\", \"cores\": %d},\n", run->cpu, run->cores);
     fprintf(out, "      \"probes\": {\"copy_gbps\": %.6g, \"sgemm_gflops\": %.6g},\n", run->probes.copy_gbps,
@@ -110,7 +110,7 @@ int bench_write_json(const bench_run *run, const char *path)
 
 /* -- SVG ------------------------------------------------------------------- */
 
-enum { SVG_WIDTH = 860, SVG_LEFT = 150, SVG_RIGHT = 60, SVG_BAR = 14, SVG_GROUP = 64, SVG_TOP = 56 };
+enum { SVG_WIDTH = 900, SVG_LEFT = 150, SVG_RIGHT = 150, SVG_BAR = 14, SVG_GROUP = 64, SVG_TOP = 56 };
 
 /* x of a time on the chart's log scale, from lo to hi milliseconds. */
 static double svg_x(double ms, double lo, double hi)
@@ -219,8 +219,8 @@ static void print_peer_run(const bench_run *run, json_object *peer, FILE *out)
         json_object *w = find_workload(peer, r->name);
         double pe = w ? field(w, "eager_ms") : NAN, pt = w ? field(w, "traced_ms") : NAN;
         char b[4][32];
-        fprintf(out, "%-10s %12.3f %12s %12s %14s %14s\n", r->name, r->traced_ms,
-                num(b[0], 32, pe, "%.3f"), num(b[1], 32, pt, "%.3f"),
+        fprintf(out, "%-10s %12.4g %12s %12s %14s %14s\n", r->name, r->traced_ms,
+                num(b[0], 32, pe, "%.4g"), num(b[1], 32, pt, "%.4g"),
                 num(b[2], 32, pe / r->traced_ms, "%.2fx"), num(b[3], 32, pt / r->traced_ms, "%.2fx"));
     }
 }

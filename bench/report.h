@@ -23,11 +23,13 @@ typedef struct {
     double max_abs_diff;
     double limit_ms;
     const char *limit_kind; /* "memory", "compute" or NULL */
+    const char *backend;    /* kiln_fn_backend of the traced side */
     int reps;
 } bench_result;
 
 typedef struct {
     char cpu[128];
+    char backend[16]; /* what ran the traced side: "llvm" or "interp" */
     int cores, threads;
     bool quick;
     bench_probes probes;

@@ -297,6 +297,9 @@ KILN_API int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s);
  * running it. target: "host" ("cpu:<name>" and "cuda:sm_XX" arrive with the
  * LLVM and CUDA backends). */
 KILN_API int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target);
+/* "llvm" when f's last specialization runs compiled kernels, "interp" when it
+ * is interpreted, NULL before the first trace. */
+KILN_API const char *kiln_fn_backend(const kiln_fn *f);
 /* The canonical text of the optimised graph of f's last specialization,
  * malloc'd (free it), or NULL when f has none. */
 KILN_API char *kiln_fn_graph_text(const kiln_fn *f);

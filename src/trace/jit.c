@@ -535,6 +535,18 @@ int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s)
     return 0;
 }
 
+const char *kiln_fn_backend(const kiln_fn *f)
+{
+    if (!f) {
+        core_fail_null("kiln_fn_backend", "f");
+        return NULL;
+    }
+    pthread_mutex_lock((pthread_mutex_t *)&f->lock);
+    const char *name = !f->n_specs ? NULL : interp_is_native(f->specs[f->last].plan) ? "llvm" : "interp";
+    pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
+    return name;
+}
+
 char *kiln_fn_graph_text(const kiln_fn *f)
 {
     if (!f) {
