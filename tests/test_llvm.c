@@ -7,6 +7,7 @@
  * f64 elementwise, and 1e-4 (f32) relative for workloads with reductions;
  * integers and bools exactly. */
 #include <dirent.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "../bench/workloads.h"
@@ -145,6 +146,7 @@ START_TEST(test_ops_compiled_match_eager)
         kiln_jit_options o = llvm();
         kiln_fn *f = kiln_jit(CASES[which].name, case_body, 2, 1, &which, &o);
         ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", CASES[which].name, kiln_last_error());
+        ck_assert_str_eq(kiln_fn_backend(f), "llvm");
         char what[80];
         snprintf(what, sizeof what, "%s on %s", CASES[which].name, kiln_dtype_name(dtypes[d]));
         double rel = dtypes[d] == KILN_F32 ? CASES[which].rel : 1e-12;
@@ -168,6 +170,7 @@ START_TEST(test_workloads_compiled_match_eager)
     kiln_scope_begin();
     ck_assert_int_eq(w->body(in, &want, &state), 0);
     ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", w->name, kiln_last_error());
+    ck_assert_str_eq(kiln_fn_backend(f), "llvm");
     assert_close(got, want, 1e-4, 1e-5, w->name);
     kiln_scope_end();
     kiln_fn_free(f);
@@ -249,6 +252,7 @@ START_TEST(test_random_programs_compiled_match_eager)
         int status = kiln_call(f, in, got);
         char *listing = status == 0 ? NULL : progen_describe(p);
         ck_assert_msg(status == 0, "seed %d: %s\n%s", s, kiln_last_error(), listing ? listing : "");
+        ck_assert_str_eq(kiln_fn_backend(f), "llvm");
         for (int i = 0; i < n_out; i++) {
             char what[64];
             snprintf(what, sizeof what, "seed %d out[%d]", s, i);
@@ -258,6 +262,48 @@ START_TEST(test_random_programs_compiled_match_eager)
         progen_free(p);
         kiln_scope_end();
     }
+}
+END_TEST
+
+/* -- Threads --------------------------------------------------------------- */
+
+typedef struct {
+    int seed, failures;
+} compile_job;
+
+/* Marks, compiles and checks a few random programs: threads compile at once. */
+static void *compile_programs(void *p)
+{
+    compile_job *job = p;
+    for (int s = job->seed; s < job->seed + 8; s++) {
+        kiln_scope_begin();
+        progen_program *prog = progen_new((uint64_t)s, NULL);
+        kiln_tensor *in[16], *want[8] = {NULL}, *got[8] = {NULL};
+        for (int i = 0; i < progen_n_inputs(prog); i++)
+            in[i] = progen_make_input(prog, i, (uint64_t)s);
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit("threaded", progen_body, progen_n_inputs(prog), progen_n_outputs(prog), prog, &o);
+        if (progen_run(prog, in, want) != 0 || kiln_call(f, in, got) != 0)
+            job->failures++;
+        for (int i = 0; i < progen_n_outputs(prog) && got[0]; i++)
+            job->failures += kiln_dtype_of(got[i]) != kiln_dtype_of(want[i]) ||
+                             kiln_numel(got[i]) != kiln_numel(want[i]);
+        kiln_fn_free(f);
+        progen_free(prog);
+        kiln_scope_end();
+    }
+    return NULL;
+}
+
+START_TEST(test_compiles_from_several_threads)
+{
+    pthread_t threads[3];
+    compile_job jobs[3] = {{100, 0}, {200, 0}, {300, 0}};
+    for (int i = 0; i < 3; i++)
+        pthread_create(&threads[i], NULL, compile_programs, &jobs[i]);
+    for (int i = 0; i < 3; i++)
+        pthread_join(threads[i], NULL);
+    ck_assert_int_eq(jobs[0].failures + jobs[1].failures + jobs[2].failures, 0);
 }
 END_TEST
 
@@ -338,6 +384,7 @@ static Suite *llvm_suite(void)
     tcase_add_checked_fixture(random, setup, teardown);
     tcase_set_timeout(random, 600);
     tcase_add_test(random, test_random_programs_compiled_match_eager);
+    tcase_add_test(random, test_compiles_from_several_threads);
     suite_add_tcase(s, random);
     return s;
 }
