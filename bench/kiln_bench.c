@@ -2,6 +2,10 @@
  * machine's limits (a copy-bandwidth probe and an OpenBLAS sgemm measured in
  * the same run) and, with --compare, against peers (bench/peers.py).
  *
+ * A workload's limit is the larger of its memory floor (the bytes it must move
+ * over the copy bandwidth) and its compute floor (its matrix products timed
+ * alone with cblas_sgemm in the same run).
+ *
  * Timing: a monotonic clock around the call only, 2 warm-ups, medians of
  * --reps runs. Each timed run includes releasing what it made, eager and
  * traced alike. The JSON schema is docs/bench-json.md. */
@@ -174,6 +178,42 @@ static double probe_sgemm_gflops(bool quick, int reps)
     return 2.0 * n * (double)n * n / (median(samples, reps) * 1e6);
 }
 
+/* The median time of a workload's matrix products done by cblas_sgemm alone
+ * on buffers made once: what its compute needs on this machine. */
+static double time_gemms(const workload_state *state, int reps)
+{
+    if (state->n_gemms == 0)
+        return 0;
+    float *buf[WORKLOAD_MAX_GEMMS][3];
+    for (int g = 0; g < state->n_gemms; g++) {
+        const workload_gemm *p = &state->gemms[g];
+        size_t sizes[3] = {(size_t)(p->m * p->k), (size_t)(p->k * p->n), (size_t)(p->m * p->n)};
+        for (int i = 0; i < 3; i++) {
+            buf[g][i] = calloc(sizes[i], sizeof(float));
+            if (!buf[g][i]) {
+                fprintf(stderr, "kiln-bench: out of memory for the sgemm reference\n");
+                exit(1);
+            }
+        }
+    }
+    double samples[MAX_REPS];
+    for (int r = -WARMUPS; r < reps; r++) {
+        double start = now_ms();
+        for (int g = 0; g < state->n_gemms; g++) {
+            const workload_gemm *p = &state->gemms[g];
+            for (int64_t c = 0; c < p->count; c++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p->m, (int)p->n, (int)p->k, 1,
+                            buf[g][0], (int)p->k, buf[g][1], (int)p->n, 0, buf[g][2], (int)p->n);
+        }
+        if (r >= 0)
+            samples[r] = now_ms() - start;
+    }
+    for (int g = 0; g < state->n_gemms; g++)
+        for (int i = 0; i < 3; i++)
+            free(buf[g][i]);
+    return median(samples, reps);
+}
+
 /* -- One workload ---------------------------------------------------------- */
 
 /* The largest |a - b| over two tensors of one shape. */
@@ -250,9 +290,9 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     kiln_scope_end();
 
     double memory_ms = state.bytes / (probes->copy_gbps * 1e6);
-    double compute_ms = state.flops / (probes->sgemm_gflops * 1e6);
+    double compute_ms = time_gemms(&state, opt->reps);
     res->limit_ms = memory_ms > compute_ms ? memory_ms : compute_ms;
-    res->limit_kind = state.bytes == 0 && state.flops == 0 ? NULL
+    res->limit_kind = state.bytes == 0 && state.n_gemms == 0 ? NULL
                     : memory_ms > compute_ms ? "memory" : "compute";
     if (!res->limit_kind)
         res->limit_ms = NAN;

@@ -155,9 +155,9 @@ int bench_write_svg(const bench_run *run, const char *path)
     fprintf(out, "  <style>.eager{fill:#9e9e9e}.traced{fill:#e8710a}.limit{fill:#1a73e8}</style>\n");
     fprintf(out, "  <text x=\"10\" y=\"18\" font-size=\"14\">kiln-bench: milliseconds per run, log scale "
                  "(shorter is faster)</text>\n");
-    fprintf(out, "  <text x=\"10\" y=\"36\">%s, %d threads; limit = bytes / %.1f GB/s copy or flops / %.1f "
-                 "GFLOP/s sgemm</text>\n", run->cpu, run->threads, run->probes.copy_gbps,
-            run->probes.sgemm_gflops);
+    fprintf(out, "  <text x=\"10\" y=\"36\">%s, %d threads, traced by %s; limit = bytes / %.1f GB/s copy, or "
+                 "the workload's matrix products by OpenBLAS sgemm alone</text>\n", run->cpu, run->threads,
+            run->backend, run->probes.copy_gbps);
     for (int i = 0; i < run->count; i++) {
         const bench_result *r = &run->results[i];
         double y = SVG_TOP + i * SVG_GROUP;

@@ -111,7 +111,9 @@ static int mlp_setup(bool quick, kiln_tensor **in, workload_state *s)
     s->weights[1] = normal(1, &h, 8, 0.1);
     s->weights[2] = normal(2, (int64_t[]){h, k}, 9, 1 / sqrt((double)h));
     s->weights[3] = normal(1, &k, 10, 0.1);
-    s->flops = 4.0 * (double)m * (double)k * (double)h;
+    s->gemms[0] = (workload_gemm){1, m, k, h};
+    s->gemms[1] = (workload_gemm){1, m, h, k};
+    s->n_gemms = 2;
     snprintf(s->size, sizeof s->size, "%lldx%lld, %lldx%lld", (long long)m, (long long)k, (long long)k,
              (long long)h);
     return all_made(in, 1) | all_made(s->weights, 4);
@@ -122,9 +124,11 @@ static int attention_setup(bool quick, kiln_tensor **in, workload_state *s)
     int64_t shape[4] = {quick ? 2 : 8, quick ? 2 : 8, quick ? 32 : 256, quick ? 16 : 64};
     for (int i = 0; i < 3; i++)
         in[i] = normal(4, shape, 11 + (uint64_t)i, 1);
-    double heads = (double)(shape[0] * shape[1]), seq = (double)shape[2], dim = (double)shape[3];
-    s->flops = 4.0 * heads * seq * seq * dim;
-    s->bytes = 4.0 * 4.0 * heads * seq * dim; /* q, k, v in, the result out */
+    int64_t heads = shape[0] * shape[1], seq = shape[2], dim = shape[3];
+    s->gemms[0] = (workload_gemm){heads, seq, dim, seq}; /* q @ kᵀ */
+    s->gemms[1] = (workload_gemm){heads, seq, seq, dim}; /* weights @ v */
+    s->n_gemms = 2;
+    s->bytes = 4.0 * 4.0 * (double)(heads * seq * dim); /* q, k, v in, the result out */
     snprintf(s->size, sizeof s->size, "%lldx%lldx%lldx%lld", (long long)shape[0], (long long)shape[1],
              (long long)shape[2], (long long)shape[3]);
     return all_made(in, 3);

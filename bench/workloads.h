@@ -9,11 +9,19 @@
 
 enum { WORKLOAD_MAX_INPUTS = 3, WORKLOAD_MAX_WEIGHTS = 4 };
 
+enum { WORKLOAD_MAX_GEMMS = 2 };
+
+/* A matrix product a workload cannot do without: count times m x k by k x n. */
+typedef struct {
+    int64_t count, m, k, n;
+} workload_gemm;
+
 /* One workload's data at one size. */
 typedef struct {
     kiln_tensor *weights[WORKLOAD_MAX_WEIGHTS]; /* captured by the body; NULL when unused */
     double bytes;  /* the least bytes a run must read and write, 0 if not memory-bound */
-    double flops;  /* its floating-point operations, 0 if not compute-bound */
+    workload_gemm gemms[WORKLOAD_MAX_GEMMS];    /* its products, timed alone as its compute limit */
+    int n_gemms;
     char size[64]; /* the size, for people */
 } workload_state;
 
