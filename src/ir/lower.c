@@ -36,6 +36,7 @@ typedef struct {
 typedef struct {
     const ir_graph *g;
     bool *mat;
+    bool *eager_view; /* a view taken eagerly for an eager op */
     kx_kernel *k;
     ir_ref root;
     int root_ndim;
@@ -450,14 +451,30 @@ static bool runs_eagerly(const ir_graph *g, const ir_node *n)
     }
 }
 
-static void mark_materialized(const ir_graph *g, bool *mat)
+static bool is_view(const ir_node *n)
 {
-    for (ir_ref r = 0; r < g->count; r++) {
+    return ir_ops[n->op].kind == KIND_MOVEMENT && n->op != OP_CONCAT;
+}
+
+/* An operand of an eager op: a view of a buffer is taken eagerly (a
+ * transposed weight reaches BLAS as a transposed view, not a copy). */
+static void mark_eager_operand(const ir_graph *g, bool *mat, bool *view, ir_ref r)
+{
+    mat[r] = true;
+    if (!is_view(&g->nodes[r]))
+        return;
+    view[r] = true;
+    mark_eager_operand(g, mat, view, ir_operands(g, &g->nodes[r])[0]);
+}
+
+static void mark_materialized(const ir_graph *g, bool *mat, bool *view)
+{
+    for (ir_ref r = g->count; r-- > 0;) { /* users first: views they take are marked before */
         const ir_node *n = &g->nodes[r];
-        bool eager = runs_eagerly(g, n);
-        mat[r] = (ir_ops[n->op].kind == KIND_SOURCE && n->op != OP_CONST) || eager;
+        bool eager = runs_eagerly(g, n) || view[r];
+        mat[r] |= (ir_ops[n->op].kind == KIND_SOURCE && n->op != OP_CONST) || eager;
         for (uint32_t i = 0; eager && i < n->n_operands; i++)
-            mat[ir_operands(g, n)[i]] = true;
+            mark_eager_operand(g, mat, view, ir_operands(g, n)[i]);
     }
     for (int i = 0; i < g->n_outputs; i++)
         mat[g->outputs[i]] = true;
@@ -488,7 +505,7 @@ static ir_ref try_lower(builder *b, lowered *out)
         if (!b->mat[r] || ir_ops[n->op].kind == KIND_SOURCE)
             continue;
         lower_step step = {.node = r};
-        if (!runs_eagerly(g, n)) {
+        if (!runs_eagerly(g, n) && !b->eager_view[r]) {
             step.kernel = build_kernel(b, r);
             if (!step.kernel)
                 return b->nomem ? r : b->failed;
@@ -520,9 +537,13 @@ int lower_graph(const ir_graph *g, lowered *out)
     memset(out, 0, sizeof *out);
     builder b = {.g = g};
     b.mat = calloc(g->count ? g->count : 1, sizeof *b.mat);
-    if (!b.mat)
+    b.eager_view = calloc(g->count ? g->count : 1, sizeof *b.eager_view);
+    if (!b.mat || !b.eager_view) {
+        free(b.mat);
+        free(b.eager_view);
         return -1;
-    mark_materialized(g, b.mat);
+    }
+    mark_materialized(g, b.mat, b.eager_view);
     for (;;) {
         ir_ref again = try_lower(&b, out);
         if (again == IR_NONE || b.nomem)
@@ -536,6 +557,7 @@ int lower_graph(const ir_graph *g, lowered *out)
     }
     free(b.buffers);
     free(b.memo);
+    free(b.eager_view);
     if (b.nomem) {
         lowered_free(out);
         free(b.mat);

@@ -75,9 +75,10 @@ static void plan_liveness(interp_plan *p)
 /* Whether node r makes a new buffer when it runs (views and sources do not). */
 static bool computes(const interp_plan *p, ir_ref r)
 {
-    if (native(p))
-        return p->step_of[r] >= 0;
-    return ir_node_computes(&p->graph->nodes[r]);
+    if (native(p) && p->step_of[r] < 0)
+        return false;
+    bool kernel = native(p) && p->low.steps[p->step_of[r]].kernel;
+    return kernel || ir_node_computes(&p->graph->nodes[r]);
 }
 
 /* Peak bytes of computed values alive at once. */
