@@ -417,8 +417,7 @@ size_t kiln_dtype_size(kiln_dtype dt)
 
 const char *kiln_dtype_name(kiln_dtype dt)
 {
-    static const char *const names[] = {"f32", "f64", "i32", "i64", "bool"};
-    return (unsigned)dt > KILN_BOOL ? "?" : names[dt];
+    return (unsigned)dt > KILN_BOOL ? "?" : ir_dtype_names[dt];
 }
 
 int kiln_ndim(const kiln_tensor *t)

@@ -54,6 +54,9 @@ typedef struct {
 
 extern const ir_op_info ir_ops[OP__COUNT];
 
+/* "f32", "f64", "i32", "i64", "bool": the names kiln prints and parses. */
+extern const char *const ir_dtype_names[KILN_BOOL + 1];
+
 static inline bool ir_dtype_is_float(kiln_dtype dt)
 {
     return dt == KILN_F32 || dt == KILN_F64;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "ir/kernel.h"
+#include "ir/strbuf.h"
 
 /* node index[j] = bias[j] + coef[j] * kernel index[src[j]] (src -1: bias only). */
 typedef struct {
@@ -570,78 +571,44 @@ int lower_graph(const ir_graph *g, lowered *out)
 
 /* -- Text ------------------------------------------------------------------ */
 
-static const char *const dtype_names[] = {"f32", "f64", "i32", "i64", "bool"};
-
-static bool put(char **text, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static bool put(char **text, size_t *len, size_t *cap, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(*text ? *text + *len : NULL, *text ? *cap - *len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return false;
-        if (*text && *len + (size_t)n < *cap) {
-            *len += (size_t)n;
-            return true;
-        }
-        size_t grown = *cap ? *cap * 2 : 1024;
-        while (grown <= *len + (size_t)n)
-            grown *= 2;
-        char *p = realloc(*text, grown);
-        if (!p)
-            return false;
-        *text = p;
-        *cap = grown;
-    }
-}
-
 char *kx_to_text(const kx_kernel *k)
 {
-    char *t = NULL;
-    size_t len = 0, cap = 0;
-    bool ok = put(&t, &len, &cap, "kernel rows=%lld cols=%lld outer=[", (long long)k->rows, (long long)k->cols);
+    strbuf t = {0};
+    strbuf_put(&t, "kernel rows=%lld cols=%lld outer=[", (long long)k->rows, (long long)k->cols);
     for (int d = 0; d < k->n_outer; d++)
-        ok &= put(&t, &len, &cap, d ? ",%lld" : "%lld", (long long)k->outer[d]);
-    ok &= put(&t, &len, &cap, "] buffers=%d\n", k->n_buffers);
+        strbuf_put(&t, d ? ",%lld" : "%lld", (long long)k->outer[d]);
+    strbuf_put(&t, "] buffers=%d\n", k->n_buffers);
     for (int i = 0; i < k->n_views; i++) {
         const kx_view *v = &k->views[i];
-        ok &= put(&t, &len, &cap, "view %d = b%d %s offset=%lld strides=[", i, v->buffer, dtype_names[v->dtype],
+        strbuf_put(&t, "view %d = b%d %s offset=%lld strides=[", i, v->buffer, ir_dtype_names[v->dtype],
                   (long long)v->offset);
         for (int d = 0; d < k->n_outer; d++)
-            ok &= put(&t, &len, &cap, "%lld,", (long long)v->outer_strides[d]);
-        ok &= put(&t, &len, &cap, "%lld]\n", (long long)v->inner_stride);
+            strbuf_put(&t, "%lld,", (long long)v->outer_strides[d]);
+        strbuf_put(&t, "%lld]\n", (long long)v->inner_stride);
     }
     for (int i = 0; i < k->n_exprs; i++) {
         const kx_expr *e = &k->exprs[i];
-        ok &= put(&t, &len, &cap, "e%d = ", i);
+        strbuf_put(&t, "e%d = ", i);
         switch (e->kind) {
-        case KX_LOAD: ok &= put(&t, &len, &cap, "load view%d", e->view); break;
-        case KX_CONST: ok &= put(&t, &len, &cap, "const %.17g", e->value); break;
-        case KX_ROW: ok &= put(&t, &len, &cap, "row r%d", e->row); break;
-        case KX_CAST: ok &= put(&t, &len, &cap, "cast e%d", e->args[0]); break;
+        case KX_LOAD: strbuf_put(&t, "load view%d", e->view); break;
+        case KX_CONST: strbuf_put(&t, "const %.17g", e->value); break;
+        case KX_ROW: strbuf_put(&t, "row r%d", e->row); break;
+        case KX_CAST: strbuf_put(&t, "cast e%d", e->args[0]); break;
         case KX_OP:
-            ok &= put(&t, &len, &cap, "%s", ir_ops[e->op].name);
+            strbuf_put(&t, "%s", ir_ops[e->op].name);
             for (int a = 0; a < 3 && e->args[a] >= 0; a++)
-                ok &= put(&t, &len, &cap, " e%d", e->args[a]);
+                strbuf_put(&t, " e%d", e->args[a]);
             break;
         }
-        ok &= put(&t, &len, &cap, " : %s\n", dtype_names[e->dtype]);
+        strbuf_put(&t, " : %s\n", ir_dtype_names[e->dtype]);
     }
     for (int i = 0; i < k->n_reductions; i++)
-        ok &= put(&t, &len, &cap, "r%d = %s e%d : %s\n", i, ir_ops[k->reductions[i].op].name,
-                  k->reductions[i].expr, dtype_names[k->reductions[i].dtype]);
+        strbuf_put(&t, "r%d = %s e%d : %s\n", i, ir_ops[k->reductions[i].op].name,
+                  k->reductions[i].expr, ir_dtype_names[k->reductions[i].dtype]);
     for (int i = 0; i < k->n_stores; i++)
-        ok &= put(&t, &len, &cap, "store view%d e%d\n", k->stores[i].view, k->stores[i].expr);
+        strbuf_put(&t, "store view%d e%d\n", k->stores[i].view, k->stores[i].expr);
     for (int i = 0; i < k->n_row_stores; i++)
-        ok &= put(&t, &len, &cap, "store_row b%d r%d : %s\n", k->row_stores[i].buffer, k->row_stores[i].row,
-                  dtype_names[k->row_stores[i].dtype]);
-    if (!ok) {
-        free(t);
-        return NULL;
-    }
-    return t;
+        strbuf_put(&t, "store_row b%d r%d : %s\n", k->row_stores[i].buffer, k->row_stores[i].row,
+                  ir_dtype_names[k->row_stores[i].dtype]);
+    return strbuf_finish(&t);
 }

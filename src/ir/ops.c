@@ -7,6 +7,8 @@ const ir_op_info ir_ops[OP__COUNT] = {
 #include "ir/ops.def"
 };
 
+const char *const ir_dtype_names[KILN_BOOL + 1] = {"f32", "f64", "i32", "i64", "bool"};
+
 static int category(kiln_dtype dt)
 {
     return dt == KILN_BOOL ? 0 : ir_dtype_is_float(dt) ? 2 : 1;

@@ -19,149 +19,100 @@
 #include <string.h>
 
 #include "ir/ir.h"
-
-/* -- A growing string ------------------------------------------------------ */
-
-typedef struct {
-    char *data;
-    size_t len, cap;
-    bool failed;
-} text;
-
-static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...)
-{
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->data ? t->data + t->len : NULL, t->data ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = true;
-            return;
-        }
-        if (t->data && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap <= t->len + (size_t)n)
-            cap *= 2;
-        char *p = realloc(t->data, cap);
-        if (!p) {
-            t->failed = true;
-            return;
-        }
-        t->data = p;
-        t->cap = cap;
-    }
-}
-
-static char *finish(text *t)
-{
-    if (t->failed || !t->data) {
-        free(t->data);
-        return NULL;
-    }
-    return t->data;
-}
+#include "ir/strbuf.h"
 
 /* -- Printing -------------------------------------------------------------- */
 
-static const char *dtype_names[] = {"f32", "f64", "i32", "i64", "bool"};
-
-static void put_type(text *t, const ir_node *n)
+static void put_type(strbuf *t, const ir_node *n)
 {
-    put(t, "%s[", dtype_names[n->dtype]);
+    strbuf_put(t, "%s[", ir_dtype_names[n->dtype]);
     for (int d = 0; d < n->ndim; d++)
-        put(t, d ? ",%lld" : "%lld", (long long)n->shape[d]);
-    put(t, "]");
+        strbuf_put(t, d ? ",%lld" : "%lld", (long long)n->shape[d]);
+    strbuf_put(t, "]");
 }
 
-static void put_axis(text *t, int axis)
+static void put_axis(strbuf *t, int axis)
 {
     if (axis == KILN_ALL)
-        put(t, " axis=all");
+        strbuf_put(t, " axis=all");
     else
-        put(t, " axis=%d", axis);
+        strbuf_put(t, " axis=%d", axis);
 }
 
-static void put_params(text *t, const ir_node *n)
+static void put_params(strbuf *t, const ir_node *n)
 {
     const ir_params *p = &n->params;
     switch (ir_ops[n->op].kind) {
     case KIND_SOURCE:
         if (n->op == OP_CONST)
-            put(t, " %.17g%s", p->value, p->scalar ? " scalar" : "");
+            strbuf_put(t, " %.17g%s", p->value, p->scalar ? " scalar" : "");
         else
-            put(t, " %lld", (long long)p->index);
+            strbuf_put(t, " %lld", (long long)p->index);
         return;
     case KIND_REDUCTION:
         put_axis(t, p->axis);
-        put(t, " keepdim=%d", p->keepdim);
+        strbuf_put(t, " keepdim=%d", p->keepdim);
         return;
     default:
         break;
     }
     if (n->op == OP_SLICE) {
         put_axis(t, p->axis);
-        put(t, " start=%lld step=%lld", (long long)p->start, (long long)p->step);
+        strbuf_put(t, " start=%lld step=%lld", (long long)p->start, (long long)p->step);
     } else if (n->op == OP_CONCAT) {
         put_axis(t, p->axis);
     } else if (n->op == OP_PERMUTE) {
-        put(t, " perm=");
+        strbuf_put(t, " perm=");
         for (int d = 0; d < n->ndim; d++)
-            put(t, d ? ",%d" : "%d", p->perm[d]);
+            strbuf_put(t, d ? ",%d" : "%d", p->perm[d]);
     }
 }
 
 char *ir_to_text(const ir_graph *g)
 {
-    text t = {0};
-    put(&t, "kiln-graph 1\n");
+    strbuf t = {0};
+    strbuf_put(&t, "kiln-graph 1\n");
     for (ir_ref r = 0; r < g->count; r++) {
         const ir_node *n = &g->nodes[r];
-        put(&t, "%%%u = %s", r, ir_ops[n->op].name);
+        strbuf_put(&t, "%%%u = %s", r, ir_ops[n->op].name);
         for (uint32_t i = 0; i < n->n_operands; i++)
-            put(&t, " %%%u", ir_operands(g, n)[i]);
+            strbuf_put(&t, " %%%u", ir_operands(g, n)[i]);
         put_params(&t, n);
-        put(&t, " : ");
+        strbuf_put(&t, " : ");
         put_type(&t, n);
-        put(&t, "\n");
+        strbuf_put(&t, "\n");
     }
-    put(&t, "output");
+    strbuf_put(&t, "output");
     for (int i = 0; i < g->n_outputs; i++)
-        put(&t, " %%%u", g->outputs[i]);
-    put(&t, "\n");
+        strbuf_put(&t, " %%%u", g->outputs[i]);
+    strbuf_put(&t, "\n");
     for (int i = 0; i < g->n_writebacks; i++)
-        put(&t, "writeback %lld %%%u\n", (long long)g->writebacks[i].capture, g->writebacks[i].value);
-    return finish(&t);
+        strbuf_put(&t, "writeback %lld %%%u\n", (long long)g->writebacks[i].capture, g->writebacks[i].value);
+    return strbuf_finish(&t);
 }
 
 char *ir_to_dot(const ir_graph *g, const char *name)
 {
-    text t = {0};
-    put(&t, "digraph \"%s\" {\n  node [shape=box, fontname=monospace];\n", name ? name : "kiln");
+    strbuf t = {0};
+    strbuf_put(&t, "digraph \"%s\" {\n  node [shape=box, fontname=monospace];\n", name ? name : "kiln");
     for (ir_ref r = 0; r < g->count; r++) {
         const ir_node *n = &g->nodes[r];
-        put(&t, "  n%u [label=\"%%%u %s", r, r, ir_ops[n->op].name);
+        strbuf_put(&t, "  n%u [label=\"%%%u %s", r, r, ir_ops[n->op].name);
         put_params(&t, n);
-        put(&t, "\\n");
+        strbuf_put(&t, "\\n");
         put_type(&t, n);
-        put(&t, "\"%s];\n", ir_ops[n->op].kind == KIND_SOURCE ? ", style=rounded" : "");
+        strbuf_put(&t, "\"%s];\n", ir_ops[n->op].kind == KIND_SOURCE ? ", style=rounded" : "");
         for (uint32_t i = 0; i < n->n_operands; i++)
-            put(&t, "  n%u -> n%u;\n", ir_operands(g, n)[i], r);
+            strbuf_put(&t, "  n%u -> n%u;\n", ir_operands(g, n)[i], r);
     }
     for (int i = 0; i < g->n_outputs; i++)
-        put(&t, "  out%d [label=\"output %d\", shape=plaintext];\n  n%u -> out%d;\n", i, i,
+        strbuf_put(&t, "  out%d [label=\"output %d\", shape=plaintext];\n  n%u -> out%d;\n", i, i,
             g->outputs[i], i);
     for (int i = 0; i < g->n_writebacks; i++)
-        put(&t, "  wb%d [label=\"writeback capture %lld\", shape=plaintext];\n  n%u -> wb%d;\n", i,
+        strbuf_put(&t, "  wb%d [label=\"writeback capture %lld\", shape=plaintext];\n  n%u -> wb%d;\n", i,
             (long long)g->writebacks[i].capture, g->writebacks[i].value, i);
-    put(&t, "}\n");
-    return finish(&t);
+    strbuf_put(&t, "}\n");
+    return strbuf_finish(&t);
 }
 
 /* -- Parsing --------------------------------------------------------------- */
@@ -230,7 +181,7 @@ static int parse_type(parser *ps, const char *s, ir_node *n)
     size_t len = open ? (size_t)(open - s) : 0;
     n->dtype = (kiln_dtype)-1;
     for (int d = 0; d < 5; d++)
-        if (len == strlen(dtype_names[d]) && !strncmp(s, dtype_names[d], len))
+        if (len == strlen(ir_dtype_names[d]) && !strncmp(s, ir_dtype_names[d], len))
             n->dtype = (kiln_dtype)d;
     if ((int)n->dtype < 0)
         return fail(ps, "bad type \"%s\"", s);
