@@ -265,6 +265,27 @@ START_TEST(test_random_programs_compiled_match_eager)
 }
 END_TEST
 
+/* Compiled float sums accumulate in f64, as eager's do: 1e8 + 1 - 1e8 is 1. */
+static int cancelling_sums(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_sum(in[0], -1, false);
+    out[1] = kiln_mean(in[0], 1, true);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+START_TEST(test_sums_keep_what_cancels)
+{
+    float values[3] = {1e8f, 1, -1e8f};
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){1, 3}, values), *out[2];
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("cancel", cancelling_sums, 1, 2, NULL, &o);
+    ck_assert_int_eq(kiln_call(f, &x, out), 0);
+    ck_assert_double_eq(kiln_item(out[0]), 1);
+    ck_assert_double_eq_tol(kiln_item(out[1]), 1.0 / 3, 1e-7);
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* -- Threads --------------------------------------------------------------- */
 
 typedef struct {
@@ -371,6 +392,7 @@ static Suite *llvm_suite(void)
     tcase_add_checked_fixture(ops, setup, teardown);
     tcase_set_timeout(ops, 120);
     tcase_add_loop_test(ops, test_ops_compiled_match_eager, 0, (int)(sizeof CASES / sizeof *CASES));
+    tcase_add_test(ops, test_sums_keep_what_cancels);
     suite_add_tcase(s, ops);
     TCase *wl = tcase_create("workloads");
     tcase_add_checked_fixture(wl, setup_unscoped, teardown_unscoped);

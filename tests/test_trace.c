@@ -327,6 +327,33 @@ START_TEST(test_writeback_converts_and_broadcasts)
 }
 END_TEST
 
+/* b = a; a = c: the first writeback must read a before the second writes it. */
+static kiln_tensor *capture_a, *capture_b, *capture_c;
+
+static int chained_assigns(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    if (kiln_assign(capture_b, capture_a) < 0 || kiln_assign(capture_a, capture_c) < 0)
+        return -1;
+    out[0] = kiln_add(in[0], capture_b);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_writebacks_read_before_they_write)
+{
+    capture_a = kiln_full(KILN_F32, 1, (int64_t[]){1}, 1);
+    capture_b = kiln_full(KILN_F32, 1, (int64_t[]){1}, 2);
+    capture_c = kiln_full(KILN_F32, 1, (int64_t[]){1}, 3);
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("chained", chained_assigns, 1, 1, NULL, &o);
+    kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){1}), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(capture_a), 3);
+    ck_assert_double_eq(kiln_item(capture_b), 1);
+    ck_assert_double_eq(kiln_item(out), 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* A tensor the body makes is new on every call: assigning to it inside the
  * body must not carry its value into the next call. */
 static int accumulate_in_temporary(kiln_tensor *const *in, kiln_tensor **out, void *user)
@@ -726,6 +753,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_assign_to_captured_tensor_writes_back_every_call);
     tcase_add_test(tc, test_writeback_converts_and_broadcasts);
     tcase_add_test(tc, test_assign_to_a_tensor_made_in_the_body_is_not_written_back);
+    tcase_add_test(tc, test_writebacks_read_before_they_write);
     tcase_add_loop_test(tc, test_outputs_are_fresh_on_every_call, IDENTITY, TWICE + 1);
     tcase_add_test(tc, test_each_tracing_error_is_distinct);
     tcase_add_test(tc, test_body_that_keeps_failing_runs_eagerly_loudly);

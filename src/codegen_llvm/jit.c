@@ -53,6 +53,8 @@ static LLVMTargetMachineRef host_machine(char *err, size_t size)
         char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
         tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
                                      LLVMCodeModelDefault);
+        if (!tm)
+            snprintf(err, size, "LLVM cannot target %s (%s)", triple, cpu);
         LLVMDisposeMessage(cpu);
         LLVMDisposeMessage(features);
     }

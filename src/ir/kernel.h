@@ -44,7 +44,7 @@ typedef struct {
 typedef struct {
     ir_op op;      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN */
     int expr;      /* the value folded over the row, in the accumulator's dtype */
-    kiln_dtype dtype; /* the accumulator's: the input's for floats, i64 for integers */
+    kiln_dtype dtype; /* the accumulator's: f64 or i64 for sums, else the input's */
 } kx_reduction;
 
 typedef struct {

@@ -270,10 +270,10 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
         return -1;
     }
     imap whole = identity_map(in->ndim);
-    /* Float sums accumulate in their own dtype: vectorized, the partial sums
-     * of the lanes keep f32 rows of thousands within 1e-6 of eager's f64 sum,
-     * at half the cost. Integers sum in i64, as eager does. */
-    kiln_dtype acc = ir_dtype_is_float(in->dtype) ? in->dtype : KILN_I64;
+    /* As eager: float sums in f64 (cancellation in f32 loses whole values),
+     * integers in i64, extremes in the input's dtype. */
+    bool sums = n->op == OP_SUM || n->op == OP_MEAN;
+    kiln_dtype acc = !ir_dtype_is_float(in->dtype) ? KILN_I64 : sums ? KILN_F64 : in->dtype;
     int e = cast(b, build(b, input, &whole), acc);
     if (e < 0)
         return -1;

@@ -370,15 +370,35 @@ static int take_outputs(const interp_plan *p, kiln_tensor *const *in, kiln_tenso
     return 0;
 }
 
+static bool written_back(const interp_plan *p, const kiln_tensor *t)
+{
+    for (int i = 0; i < p->graph->n_writebacks; i++)
+        if (kiln_shares_storage(p->captures[p->graph->writebacks[i].capture], t))
+            return true;
+    return false;
+}
+
+/* Every value is read before any capture is written: a value that shares
+ * storage with a capture being written back is copied first (b = a; a = c
+ * must give b the old a, as it does eagerly). */
 static int write_back(const interp_plan *p, kiln_tensor **values)
 {
-    for (int i = 0; i < p->graph->n_writebacks; i++) {
-        const ir_writeback *w = &p->graph->writebacks[i];
-        int status = kiln_assign(p->captures[w->capture], values[w->value]);
-        if (status < 0)
-            return status;
+    int n = p->graph->n_writebacks, status = 0;
+    kiln_tensor **sources = calloc((size_t)n + 1, sizeof *sources);
+    if (!sources)
+        return core_fail(CORE_NOMEM, "kiln_call", "out of memory writing back");
+    for (int i = 0; i < n && status == 0; i++) {
+        kiln_tensor *v = values[p->graph->writebacks[i].value];
+        sources[i] = written_back(p, v) ? eager_copy("kiln_call", v) : kiln_retain(v);
+        if (!sources[i])
+            status = -CORE_NOMEM;
     }
-    return 0;
+    for (int i = 0; i < n && status == 0; i++)
+        status = kiln_assign(p->captures[p->graph->writebacks[i].capture], sources[i]);
+    for (int i = 0; i < n; i++)
+        kiln_release(sources[i]);
+    free(sources);
+    return status < 0 ? status : 0;
 }
 
 int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out)

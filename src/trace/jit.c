@@ -301,7 +301,14 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     plan_options po = {.native = compiles_natively(f), .opt_level = f->opts.opt_level,
                        .dump = f->dump_kernels || f->dump_llvm ? dump_stage : NULL, .dump_ctx = &target};
     char why[512];
-    interp_plan *plan = inputs ? interp_plan_new(g, captures, n_captures, &po, why, sizeof why) : NULL;
+    if (!inputs) {
+        ir_graph_free(g);
+        for (int i = 0; i < n_captures; i++)
+            kiln_release(captures[i]);
+        free(captures);
+        return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
+    }
+    interp_plan *plan = interp_plan_new(g, captures, n_captures, &po, why, sizeof why);
     if (!plan) {
         free(inputs);
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
@@ -565,9 +572,14 @@ static int check_spec(const kiln_spec *s, int i)
         s->device != KILN_CPU)
         return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d: dtype %d, ndim %d, device %d",
                          i, (int)s->dtype, s->ndim, (int)s->device);
-    for (int d = 0; d < s->ndim; d++)
+    int64_t nonzero = 1;
+    for (int d = 0; d < s->ndim; d++) {
         if (s->shape[d] < 0)
             return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d has a negative size", i);
+        if (s->shape[d] > 0 && nonzero > (INT64_C(1) << 59) / s->shape[d])
+            return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d has too many elements", i);
+        nonzero *= s->shape[d] > 0 ? s->shape[d] : 1;
+    }
     return 0;
 }
 

@@ -147,11 +147,16 @@ static ir_ref conformed(recorder *rec, ir_ref value, const kiln_tensor *t)
 static int record_assign(eager_trace *trace, kiln_tensor *dst, kiln_tensor *src)
 {
     recorder *rec = (recorder *)trace;
-    if (dst->trace)
+    if (dst->trace) { /* eagerly this could write through a view: never drop it silently */
+        fail_trace(rec, "kiln_assign to a value traced in '%s' (an input, or a view taken in the "
+                        "body): only tensors from outside the body can be assigned; return the new "
+                        "value instead",
+                   trace->name);
         return core_fail(CORE_STATE, "kiln_assign",
                          "dst is a value traced in '%s': only tensors from outside the body "
                          "(captured) can be assigned; return the new value instead",
                          trace->name);
+    }
     ir_ref value = operand_node(rec, src);
     int i = value == IR_NONE ? -1 : capture_index(rec, dst);
     if (i >= 0)
