@@ -470,7 +470,9 @@ static bool gen_where(gen *g, instr *ins, vtype *out)
     for (int v = 0; v < n_values(g); v++)
         if (broadcast(type_of(g, cond), type_of(g, v), &t) && numel(t.ndim, t.shape) <= g->o.max_numel)
             g->cand[n++] = v;
-    int a = choose(g, n); /* cond itself always fits */
+    if (n == 0) /* even cond alone can exceed max_numel when options shrink it */
+        return false;
+    int a = choose(g, n);
     broadcast(type_of(g, cond), type_of(g, a), &t);
     int b = a;
     if (!chance(&g->r, 1, 6)) {
@@ -478,7 +480,7 @@ static bool gen_where(gen *g, instr *ins, vtype *out)
         for (int v = 0; v < n_values(g); v++)
             if (broadcast(&t, type_of(g, v), &u) && numel(u.ndim, u.shape) <= g->o.max_numel)
                 g->cand[n++] = v;
-        b = choose(g, n);
+        b = n ? choose(g, n) : a;
     }
     broadcast(&t, type_of(g, b), out);
     const vtype *ta = type_of(g, a), *tb = type_of(g, b);
