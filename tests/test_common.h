@@ -31,6 +31,23 @@
                           "error \"%s\" lacks \"%s\"", msg_, needles_[i_]); \
     } while (0)
 
+/* A checked fixture: each test runs in a scope, with no error pending, and
+ * must leave as many live tensors as it found. */
+static int64_t test_live_at_start;
+
+static inline void test_scoped_setup(void)
+{
+    kiln_clear_error();
+    test_live_at_start = kiln_live_tensors();
+    kiln_scope_begin();
+}
+
+static inline void test_scoped_teardown(void)
+{
+    kiln_scope_end();
+    ck_assert_int_eq(kiln_live_tensors(), test_live_at_start);
+}
+
 /* A contiguous tensor copied out as doubles; the caller frees the array. */
 static inline double *test_values(const kiln_tensor *t)
 {

@@ -14,31 +14,17 @@
 #include "progen.h"
 #include "test_common.h"
 
-static int64_t live_at_start;
-
-static void setup(void)
-{
-    kiln_clear_error();
-    live_at_start = kiln_live_tensors();
-    kiln_scope_begin();
-}
-
-static void teardown(void)
-{
-    kiln_scope_end();
-    ck_assert_int_eq(kiln_live_tensors(), live_at_start);
-}
 
 /* Workloads own their inputs (workload_free releases them): no scope around. */
 static void setup_unscoped(void)
 {
     kiln_clear_error();
-    live_at_start = kiln_live_tensors();
+    test_live_at_start = kiln_live_tensors();
 }
 
 static void teardown_unscoped(void)
 {
-    ck_assert_int_eq(kiln_live_tensors(), live_at_start);
+    ck_assert_int_eq(kiln_live_tensors(), test_live_at_start);
 }
 
 static kiln_jit_options llvm(void)
@@ -389,7 +375,7 @@ static Suite *llvm_suite(void)
 {
     Suite *s = suite_create("llvm");
     TCase *ops = tcase_create("ops");
-    tcase_add_checked_fixture(ops, setup, teardown);
+    tcase_add_checked_fixture(ops, test_scoped_setup, test_scoped_teardown);
     tcase_set_timeout(ops, 120);
     tcase_add_loop_test(ops, test_ops_compiled_match_eager, 0, (int)(sizeof CASES / sizeof *CASES));
     tcase_add_test(ops, test_sums_keep_what_cancels);
@@ -403,7 +389,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     suite_add_tcase(s, wl);
     TCase *random = tcase_create("random");
-    tcase_add_checked_fixture(random, setup, teardown);
+    tcase_add_checked_fixture(random, test_scoped_setup, test_scoped_teardown);
     tcase_set_timeout(random, 600);
     tcase_add_test(random, test_random_programs_compiled_match_eager);
     tcase_add_test(random, test_compiles_from_several_threads);

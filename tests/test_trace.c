@@ -6,20 +6,6 @@
 
 #include "test_common.h"
 
-static int64_t live_at_start;
-
-static void setup(void)
-{
-    kiln_clear_error();
-    live_at_start = kiln_live_tensors();
-    kiln_scope_begin();
-}
-
-static void teardown(void)
-{
-    kiln_scope_end();
-    ck_assert_int_eq(kiln_live_tensors(), live_at_start);
-}
 
 static kiln_jit_options interp(void)
 {
@@ -740,12 +726,12 @@ static Suite *trace_suite(void)
 {
     Suite *s = suite_create("trace");
     TCase *ops = tcase_create("ops");
-    tcase_add_checked_fixture(ops, setup, teardown);
+    tcase_add_checked_fixture(ops, test_scoped_setup, test_scoped_teardown);
     tcase_add_loop_test(ops, test_every_op_traced_matches_eager, 0, (int)(sizeof CASES / sizeof *CASES));
     suite_add_tcase(s, ops);
 
     TCase *tc = tcase_create("semantics");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, test_scoped_setup, test_scoped_teardown);
     tcase_add_test(tc, test_new_signature_retraces_and_old_one_hits);
     tcase_add_test(tc, test_retrace_limit_falls_back_eagerly_or_fails_in_strict_mode);
     tcase_add_test(tc, test_precompile_prepares_without_running);
@@ -763,7 +749,7 @@ static Suite *trace_suite(void)
     suite_add_tcase(s, tc);
 
     TCase *modes = tcase_create("modes");
-    tcase_add_checked_fixture(modes, setup, teardown);
+    tcase_add_checked_fixture(modes, test_scoped_setup, test_scoped_teardown);
     tcase_add_test(modes, test_jit_off_runs_eagerly);
     tcase_add_test(modes, test_call_inside_a_traced_body_is_inlined);
     tcase_add_test(modes, test_dump_writes_graph_before_and_after_passes);
