@@ -272,6 +272,32 @@ START_TEST(test_sums_keep_what_cancels)
 }
 END_TEST
 
+/* Seventy inputs summed: more than one kernel can take, so lowering splits. */
+static int sum_many(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *total = in[0];
+    for (int i = 1; i < 70; i++)
+        total = kiln_add(total, in[i]);
+    out[0] = total;
+    return total ? 0 : -1;
+}
+
+START_TEST(test_kernels_with_too_many_inputs_split)
+{
+    kiln_tensor *in[70];
+    for (int i = 0; i < 70; i++)
+        in[i] = kiln_full(KILN_F32, 1, (int64_t[]){5}, i);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("sum_many", sum_many, 70, 1, NULL, &o);
+    kiln_tensor *out;
+    ck_assert_int_eq(kiln_call(f, in, &out), 0);
+    ck_assert_str_eq(kiln_fn_backend(f), "llvm");
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 5 * 69 * 70 / 2);
+    ck_assert_int_ge(kernels_of(f), 2);
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* -- Threads --------------------------------------------------------------- */
 
 typedef struct {
@@ -379,6 +405,7 @@ static Suite *llvm_suite(void)
     tcase_set_timeout(ops, 120);
     tcase_add_loop_test(ops, test_ops_compiled_match_eager, 0, (int)(sizeof CASES / sizeof *CASES));
     tcase_add_test(ops, test_sums_keep_what_cancels);
+    tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
     suite_add_tcase(s, ops);
     TCase *wl = tcase_create("workloads");
     tcase_add_checked_fixture(wl, setup_unscoped, teardown_unscoped);

@@ -47,6 +47,7 @@ typedef struct {
     memo_entry *memo;
     int n_memo, memo_cap;
     ir_ref failed;   /* a node that must be materialized first, or IR_NONE */
+    bool too_many_buffers; /* a load found the kernel full */
     bool nomem;
 } builder;
 
@@ -82,6 +83,10 @@ static int add_buffer(builder *b, ir_ref node)
     for (int i = 0; i < b->n_buffers; i++)
         if (b->buffers[i] == node)
             return i;
+    if (b->n_buffers >= KX_MAX_BUFFERS - 1 && node != b->root) { /* one slot stays for the output */
+        b->too_many_buffers = true;
+        return -1;
+    }
     if (!grow((void **)&b->buffers, &b->buffers_cap, b->n_buffers + 1, sizeof node)) {
         b->nomem = true;
         return -1;
@@ -129,7 +134,9 @@ static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
 static int load(builder *b, ir_ref node, const imap *m, const int64_t *strides)
 {
     int buffer = add_buffer(b, node);
-    if (buffer < 0 || !grow((void **)&b->k->views, &b->k->views_cap, b->k->n_views + 1, sizeof(kx_view))) {
+    if (buffer < 0)
+        return -1;
+    if (!grow((void **)&b->k->views, &b->k->views_cap, b->k->n_views + 1, sizeof(kx_view))) {
         b->nomem = true;
         return -1;
     }
@@ -183,8 +190,14 @@ static int build_elementwise(builder *b, const ir_node *n, const imap *m)
         imap om = broadcast_map(m, o->ndim, o->shape);
         kiln_dtype want = n->op == OP_WHERE && i == 0 ? KILN_BOOL : compute;
         args[i] = cast(b, build(b, ops[i], &om), want);
-        if (args[i] < 0)
+        if (args[i] < 0) {
+            /* Out of buffers at a leaf of this node: an operand subtree built
+             * before it gets a kernel of its own. */
+            for (uint32_t j = 0; j < i && b->too_many_buffers && b->failed == IR_NONE; j++)
+                if (!b->mat[ops[j]] && b->g->nodes[ops[j]].op != OP_CONST)
+                    b->failed = ops[j];
             return -1;
+        }
     }
     if (n->op == OP_CAST)
         return args[0];
@@ -316,8 +329,12 @@ static int build(builder *b, ir_ref node, const imap *m)
         default: b->failed = node; e = -1; break;
         }
     }
-    if (e < 0)
+    if (e < 0) {
+        /* A kernel out of buffers splits at the deepest node computed in it. */
+        if (b->too_many_buffers && b->failed == IR_NONE && !b->mat[node] && n->op != OP_CONST)
+            b->failed = node;
         return -1;
+    }
     if (!grow((void **)&b->memo, &b->memo_cap, b->n_memo + 1, sizeof *b->memo)) {
         b->nomem = true;
         return -1;
@@ -399,6 +416,7 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
     set_space(b->k, space->ndim, space->shape);
     b->n_buffers = b->n_memo = 0;
     b->failed = IR_NONE;
+    b->too_many_buffers = false;
     imap whole = identity_map(space->ndim);
     int e;
     if (reduces) { /* the reduction's own rows: build it as if a consumer used it */
