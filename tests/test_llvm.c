@@ -397,6 +397,35 @@ START_TEST(test_gelu_loop_is_vectorized)
 }
 END_TEST
 
+/* Softmax stores e in its sum's pass and divides in place after: one exp per element. */
+START_TEST(test_softmax_computes_exp_once)
+{
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("KILN_DUMP", "kernels", 1);
+    setenv("KILN_DUMP_DIR", dir, 1);
+    const workload *w = workload_find("softmax");
+    kiln_tensor *in[1], *out;
+    workload_state state = {0};
+    ck_assert_int_eq(w->setup(true, in, &state), 0);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("softmax", w->body, 1, 1, &state, &o);
+    unsetenv("KILN_DUMP");
+    unsetenv("KILN_DUMP_DIR");
+    ck_assert_int_eq(kiln_call(f, in, &out), 0);
+    kiln_release(out);
+    char *kernel = read_dumped(dir, "kernel-0.txt");
+    ck_assert_ptr_nonnull(kernel);
+    ck_assert_msg(strstr(kernel, "staged"), "softmax's store is not staged:\n%s", kernel);
+    free(kernel);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    kiln_fn_free(f);
+    workload_free(w, in, &state);
+}
+END_TEST
+
 static Suite *llvm_suite(void)
 {
     Suite *s = suite_create("llvm");
@@ -414,6 +443,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_workloads_fuse);
     tcase_add_test(wl, test_traced_mlp_and_attention_peak_below_eager);
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
+    tcase_add_test(wl, test_softmax_computes_exp_once);
     suite_add_tcase(s, wl);
     TCase *random = tcase_create("random");
     tcase_add_checked_fixture(random, test_scoped_setup, test_scoped_teardown);

@@ -277,6 +277,25 @@ static LLVMValueRef init_value(gen *g, const kx_reduction *r)
 }
 
 /* One reduction's loop over the row; its value (a mean's in f64). */
+static LLVMValueRef store_at(gen *g, const kx_view *v, LLVMValueRef *address)
+{
+    LLVMValueRef index = LLVMBuildAdd(g->b, g->view_base[v - g->k->views],
+                                      LLVMBuildMul(g->b, g->i, i64c(g, v->inner_stride), ""), "");
+    *address = LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->buffers[v->buffer], &index, 1, "");
+    return *address;
+}
+
+/* A staged store's first half, in the last reduction's pass: the value. */
+static void stage(gen *g, const kx_reduction *r)
+{
+    const kx_kernel *k = g->k;
+    if (k->n_stores != 1 || !k->stores[0].staged || r != &k->reductions[k->n_reductions - 1])
+        return;
+    LLVMValueRef at;
+    store_at(g, &k->views[k->stores[0].view], &at);
+    LLVMBuildStore(g->b, expr(g, k->stores[0].stage_value), at);
+}
+
 static LLVMValueRef reduce_row(gen *g, const kx_reduction *r)
 {
     LLVMValueRef init = init_value(g, r), count = i64c(g, g->k->cols);
@@ -289,6 +308,7 @@ static LLVMValueRef reduce_row(gen *g, const kx_reduction *r)
         g->i = l.index;
         clear_memo(g);
         acc_final = combine(g, r, acc, expr(g, r->expr));
+        stage(g, r);
         LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
         LLVMAddIncoming(acc, &acc_final, &latch, 1);
         loop_end(g, &l, count);
@@ -308,11 +328,16 @@ static void store_row(gen *g)
     g->i = l.index;
     clear_memo(g);
     for (int s = 0; s < k->n_stores; s++) {
-        const kx_view *v = &k->views[k->stores[s].view];
-        LLVMValueRef value = convert(g, expr(g, k->stores[s].expr), k->exprs[k->stores[s].expr].dtype, v->dtype);
-        LLVMValueRef index = LLVMBuildAdd(g->b, g->view_base[k->stores[s].view],
-                                          LLVMBuildMul(g->b, g->i, i64c(g, v->inner_stride), ""), "");
-        LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->buffers[v->buffer], &index, 1, "");
+        const kx_store *st = &k->stores[s];
+        const kx_view *v = &k->views[st->view];
+        LLVMValueRef at, value;
+        store_at(g, v, &at);
+        if (st->staged) { /* the value is in the row already: apply the rest */
+            LLVMValueRef args[2] = {LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), at, ""), expr(g, st->stage_row)};
+            value = float_op(g, st->stage_op, v->dtype, args);
+        } else {
+            value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
+        }
         LLVMBuildStore(g->b, value, at);
     }
     loop_end(g, &l, i64c(g, k->cols));

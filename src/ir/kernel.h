@@ -50,6 +50,12 @@ typedef struct {
 typedef struct {
     int view;      /* where: an output's view */
     int expr;      /* what */
+    /* Staged (softmax's e / sum(e)): the last reduction's pass also stores
+     * stage_value, and the store pass only applies stage_op with stage_row,
+     * reading the row back from cache instead of computing it again. */
+    bool staged;
+    int stage_value, stage_row;
+    ir_op stage_op;
 } kx_store;
 
 typedef struct {

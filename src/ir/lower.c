@@ -368,6 +368,32 @@ static void set_space(kx_kernel *k, int ndim, const int64_t *shape)
     k->cols = ndim > 0 ? shape[ndim - 1] : 1;
 }
 
+/* e OP row where the last reduction folds e (or e converted): its pass can
+ * store e, and the store pass apply OP without computing e again. */
+static void stage_store(kx_kernel *k)
+{
+    if (k->n_stores != 1 || k->n_reductions == 0)
+        return;
+    kx_store *st = &k->stores[0];
+    const kx_expr *s = &k->exprs[st->expr];
+    if (s->kind != KX_OP || (s->op != OP_DIV && s->op != OP_MUL && s->op != OP_SUB && s->op != OP_ADD) ||
+        !ir_dtype_is_float(s->dtype) || k->views[st->view].dtype != s->dtype || k->views[st->view].inner_stride != 1)
+        return;
+    int value = s->args[0], row = s->args[1];
+    const kx_expr *r = &k->exprs[row];
+    if (r->kind == KX_CAST)
+        r = &k->exprs[r->args[0]];
+    int last = k->n_reductions - 1, folded = k->reductions[last].expr;
+    if (k->exprs[folded].kind == KX_CAST)
+        folded = k->exprs[folded].args[0];
+    if (r->kind != KX_ROW || r->row != last || folded != value || k->exprs[value].dtype != s->dtype)
+        return;
+    st->staged = true;
+    st->stage_value = value;
+    st->stage_row = row;
+    st->stage_op = s->op;
+}
+
 /* An elementwise kernel over few long rows splits each row into pieces, so
  * that rows (what threads share) are many: [rows, cols] becomes
  * [rows, cols/piece, piece] for a piece that divides cols. */
@@ -447,11 +473,12 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
             v.outer_strides[d] = strides[d];
         v.inner_stride = n->ndim ? strides[n->ndim - 1] : 0;
         k->views[k->n_views] = v;
-        k->stores[k->n_stores++] = (kx_store){k->n_views++, cast(b, e, n->dtype)};
+        k->stores[k->n_stores++] = (kx_store){.view = k->n_views++, .expr = cast(b, e, n->dtype)};
     }
     k->n_buffers = b->n_buffers;
     k->transcendental = transcendental(k);
     split_long_rows(k);
+    stage_store(k);
     return k;
 }
 
@@ -623,8 +650,13 @@ char *kx_to_text(const kx_kernel *k)
     for (int i = 0; i < k->n_reductions; i++)
         strbuf_put(&t, "r%d = %s e%d : %s\n", i, ir_ops[k->reductions[i].op].name,
                   k->reductions[i].expr, ir_dtype_names[k->reductions[i].dtype]);
-    for (int i = 0; i < k->n_stores; i++)
-        strbuf_put(&t, "store view%d e%d\n", k->stores[i].view, k->stores[i].expr);
+    for (int i = 0; i < k->n_stores; i++) {
+        const kx_store *s = &k->stores[i];
+        strbuf_put(&t, "store view%d e%d", s->view, s->expr);
+        if (s->staged)
+            strbuf_put(&t, " staged e%d %s e%d", s->stage_value, ir_ops[s->stage_op].name, s->stage_row);
+        strbuf_put(&t, "\n");
+    }
     for (int i = 0; i < k->n_row_stores; i++)
         strbuf_put(&t, "store_row b%d r%d : %s\n", k->row_stores[i].buffer, k->row_stores[i].row,
                   ir_dtype_names[k->row_stores[i].dtype]);
