@@ -366,63 +366,50 @@ static char *read_dumped(const char *dir, const char *suffix)
     return text;
 }
 
-START_TEST(test_gelu_loop_is_vectorized)
+/* What compiling workload name dumps into the file ending in suffix
+ * (KILN_DUMP=kernels,llvm into a fresh directory, removed after); the
+ * caller frees it. */
+static char *dumped_by(const char *name, const char *suffix)
 {
     char dir[] = "/tmp/kiln-llvm-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     setenv("KILN_DUMP", "kernels,llvm", 1);
     setenv("KILN_DUMP_DIR", dir, 1);
-    const workload *w = workload_find("gelu");
-    kiln_tensor *in[1], *out;
+    const workload *w = workload_find(name);
+    kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
     workload_state state = {0};
     ck_assert_int_eq(w->setup(true, in, &state), 0);
     kiln_jit_options o = llvm();
-    kiln_fn *f = kiln_jit("gelu", w->body, 1, 1, &state, &o);
+    kiln_fn *f = kiln_jit(name, w->body, w->n_in, 1, &state, &o);
     unsetenv("KILN_DUMP");
     unsetenv("KILN_DUMP_DIR");
     ck_assert_int_eq(kiln_call(f, in, &out), 0);
     kiln_release(out);
-    char *after = read_dumped(dir, "llvm-after.ll"), *kernel = read_dumped(dir, "kernel-0.txt");
-    ck_assert_ptr_nonnull(after);
-    ck_assert_ptr_nonnull(kernel);
+    kiln_fn_free(f);
+    workload_free(w, in, &state);
+    char *text = read_dumped(dir, suffix), cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(text != NULL, "%s dumped no *%s", name, suffix);
+    return text;
+}
+
+START_TEST(test_gelu_loop_is_vectorized)
+{
+    char *after = dumped_by("gelu", "llvm-after.ll"), *kernel = dumped_by("gelu", "kernel-0.txt");
     ck_assert_msg(strstr(after, "x float>"), "the gelu loop has no vector of floats");
     ck_assert_ptr_nonnull(strstr(kernel, "tanh"));
     free(after);
     free(kernel);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    kiln_fn_free(f);
-    workload_free(w, in, &state);
 }
 END_TEST
 
 /* Softmax stores e in its sum's pass and divides in place after: one exp per element. */
 START_TEST(test_softmax_computes_exp_once)
 {
-    char dir[] = "/tmp/kiln-llvm-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    setenv("KILN_DUMP", "kernels", 1);
-    setenv("KILN_DUMP_DIR", dir, 1);
-    const workload *w = workload_find("softmax");
-    kiln_tensor *in[1], *out;
-    workload_state state = {0};
-    ck_assert_int_eq(w->setup(true, in, &state), 0);
-    kiln_jit_options o = llvm();
-    kiln_fn *f = kiln_jit("softmax", w->body, 1, 1, &state, &o);
-    unsetenv("KILN_DUMP");
-    unsetenv("KILN_DUMP_DIR");
-    ck_assert_int_eq(kiln_call(f, in, &out), 0);
-    kiln_release(out);
-    char *kernel = read_dumped(dir, "kernel-0.txt");
-    ck_assert_ptr_nonnull(kernel);
+    char *kernel = dumped_by("softmax", "kernel-0.txt");
     ck_assert_msg(strstr(kernel, "staged"), "softmax's store is not staged:\n%s", kernel);
     free(kernel);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    kiln_fn_free(f);
-    workload_free(w, in, &state);
 }
 END_TEST
 
