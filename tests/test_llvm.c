@@ -396,7 +396,7 @@ static char *dumped_by(const char *name, const char *suffix)
 
 START_TEST(test_gelu_loop_is_vectorized)
 {
-    char *after = dumped_by("gelu", "llvm-after.ll"), *kernel = dumped_by("gelu", "kernel-0.txt");
+    char *after = dumped_by("gelu", "kernel-0.llvm-after.ll"), *kernel = dumped_by("gelu", "kernel-0.txt");
     ck_assert_msg(strstr(after, "x float>"), "the gelu loop has no vector of floats");
     ck_assert_ptr_nonnull(strstr(kernel, "tanh"));
     free(after);

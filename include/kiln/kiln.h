@@ -267,11 +267,18 @@ typedef struct {
     bool fast_math;       /* allow rewrites that are not exact in IEEE arithmetic */
 } kiln_jit_options;
 
+/* Specializations are counted once each: as compiles when code was
+ * generated for them (or they are interpreted), as disk hits when their
+ * kernels were loaded from the disk cache without compiling. Calls that find
+ * their specialization ready are memory hits. */
 typedef struct {
     int64_t traces, compiles, memory_hits, disk_hits, eager_fallbacks;
     double compile_ms;    /* total spent tracing, optimising and compiling */
     int kernels;          /* in the last specialization */
     int64_t peak_bytes;   /* of the last specialization's memory plan */
+    int64_t kernels_compiled;  /* by the code generator, for f */
+    int64_t kernels_from_disk; /* loaded from the disk cache */
+    int64_t kernels_shared;    /* already loaded in this process, by f or another function */
 } kiln_fn_stats_t;
 
 typedef struct {

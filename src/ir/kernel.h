@@ -64,7 +64,7 @@ typedef struct {
     kiln_dtype dtype; /* the output's */
 } kx_row_store;
 
-typedef struct {
+typedef struct kx_kernel {
     int n_outer;
     int64_t outer[KX_MAX_DIMS]; /* the outer dimensions; rows is their product */
     int64_t rows, cols;
@@ -81,6 +81,10 @@ typedef struct {
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
 } kx_kernel;
+
+/* Compiled code of a kernel, whatever the backend: runs rows [begin, end)
+ * over its buffers (inputs then outputs). */
+typedef void (*kx_kernel_fn)(void *const *buffers, int64_t begin, int64_t end);
 
 void kx_kernel_free(kx_kernel *k);
 /* The canonical text of k (a cache key component), malloc'd. */

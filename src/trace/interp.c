@@ -14,7 +14,7 @@
 #include "ir/kernel.h"
 #include "trace/trace.h"
 #ifdef KILN_HAVE_LLVM
-#include "codegen_llvm/llvm.h"
+#include "cache/cache.h"
 #endif
 
 struct interp_plan {
@@ -29,7 +29,9 @@ struct interp_plan {
     lowered low;           /* steps, and which nodes have buffers */
     int *step_of;          /* per node: its step, or -1 */
     void **fns;            /* per step: the compiled kernel, NULL for eager steps */
-    void *code;            /* the loaded object code */
+    struct cache_kernel **loaded; /* the kernels, shared through the cache */
+    int n_loaded;
+    plan_counts counts;
 };
 
 static bool native(const interp_plan *p)
@@ -116,64 +118,86 @@ static bool plan_consts(interp_plan *p)
     return true;
 }
 
-/* Lowers the graph and compiles its kernels; false (why says why) leaves p
- * interpreted. */
-static bool plan_native(interp_plan *p, const plan_options *o, char *why, size_t size)
+#ifdef KILN_HAVE_LLVM
+static void dump_llvm(void *ctx, int kernel, const char *stage, const char *text)
+{
+    const plan_options *o = ctx;
+    o->dump(o->dump_ctx, kernel, stage, text);
+}
+
+/* The kernels of p's steps, made ready through the cache. */
+static int load_kernels(interp_plan *p, const plan_options *o, char *why, size_t size)
+{
+    int n = p->low.n_steps, n_kernels = 0;
+    kx_kernel **kernels = malloc(((size_t)n + 1) * sizeof *kernels);
+    void **fns = calloc((size_t)n + 1, sizeof *fns);
+    p->loaded = calloc((size_t)n + 1, sizeof *p->loaded);
+    int status = kernels && fns && p->loaded ? 0 : CACHE_COMPILE_FAILED;
+    for (int i = 0; status == 0 && i < n; i++)
+        if (p->low.steps[i].kernel)
+            kernels[n_kernels++] = p->low.steps[i].kernel;
+    for (int i = 0; status == 0 && o->dump && i < n_kernels; i++) {
+        char *text = kx_to_text(kernels[i]);
+        o->dump(o->dump_ctx, i, "kernel", text);
+        free(text);
+    }
+    cache_request r = {.target = "host", .opt_level = o->opt_level, .fast_math = o->fast_math,
+                       .no_disk = o->no_disk, .function = o->function, .signature = o->signature, .log = o->log,
+                       .dump = o->dump ? dump_llvm : NULL, .dump_ctx = (void *)o};
+    cache_counts counts = {0};
+    if (status == 0 && n_kernels > 0)
+        status = cache_kernels(kernels, n_kernels, &r, p->loaded, fns, &counts, why, size);
+    if (status == 0)
+        p->n_loaded = n_kernels;
+    p->counts = (plan_counts){counts.compiled, counts.from_disk, counts.shared};
+    for (int i = 0, k = 0; status == 0 && i < n; i++)
+        if (p->low.steps[i].kernel)
+            p->fns[i] = fns[k++];
+    if (!kernels || !fns || !p->loaded)
+        snprintf(why, size, "out of memory compiling the graph");
+    free(kernels);
+    free(fns);
+    return status;
+}
+#endif
+
+/* Lowers the graph and compiles its kernels. A failed compile leaves p
+ * interpreted, with why saying why; a kernel that KILN_CACHE=require finds
+ * missing is an error (-CORE_STATE, set). */
+static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t size)
 {
 #ifndef KILN_HAVE_LLVM
+    (void)p;
     (void)o;
     snprintf(why, size, "this build of kiln has no LLVM backend");
-    return false;
+    return 0;
 #else
     if (lower_graph(p->graph, &p->low) < 0) {
         snprintf(why, size, "out of memory lowering the graph");
-        return false;
+        return 0;
     }
-    int n = p->low.n_steps, n_kernels = 0;
+    int n = p->low.n_steps;
     p->step_of = malloc((p->graph->count ? p->graph->count : 1) * sizeof *p->step_of);
     p->fns = calloc((size_t)n + 1, sizeof *p->fns);
-    kx_kernel **kernels = malloc(((size_t)n + 1) * sizeof *kernels);
-    llvm_kernel_fn *compiled = calloc((size_t)n + 1, sizeof *compiled);
-    bool ok = p->step_of && p->fns && kernels && compiled;
-    for (ir_ref r = 0; ok && r < p->graph->count; r++)
+    int status = p->step_of && p->fns ? 0 : CACHE_COMPILE_FAILED;
+    for (ir_ref r = 0; status == 0 && r < p->graph->count; r++)
         p->step_of[r] = -1;
-    for (int i = 0; ok && i < n; i++) {
+    for (int i = 0; status == 0 && i < n; i++)
         p->step_of[p->low.steps[i].node] = i;
-        if (p->low.steps[i].kernel)
-            kernels[n_kernels++] = p->low.steps[i].kernel;
-    }
-    if (ok && o->dump) {
-        for (int i = 0; i < n_kernels; i++) {
-            char *text = kx_to_text(kernels[i]);
-            o->dump(o->dump_ctx, "kernels", text);
-            free(text);
-        }
-    }
-    char *before = NULL, *after = NULL;
-    llvm_options lo = {o->opt_level, o->dump ? &before : NULL, o->dump ? &after : NULL};
-    if (ok && n_kernels > 0)
-        ok = (p->code = llvm_compile(kernels, n_kernels, &lo, compiled, why, size)) != NULL;
-    if (before)
-        o->dump(o->dump_ctx, "llvm-before", before);
-    if (after)
-        o->dump(o->dump_ctx, "llvm-after", after);
-    free(before);
-    free(after);
-    for (int i = 0, k = 0; ok && i < n; i++)
-        if (p->low.steps[i].kernel)
-            p->fns[i] = (void *)(uintptr_t)compiled[k++];
-    free(kernels);
-    free(compiled);
-    if (!ok) {
-        if (!why[0])
-            snprintf(why, size, "out of memory compiling the graph");
-        free(p->step_of);
-        free(p->fns);
-        p->step_of = NULL;
-        p->fns = NULL;
-        lowered_free(&p->low);
-    }
-    return ok;
+    if (status == 0)
+        status = load_kernels(p, o, why, size);
+    if (status == 0)
+        return 0;
+    if (!why[0])
+        snprintf(why, size, "out of memory compiling the graph");
+    free(p->step_of);
+    free(p->fns);
+    free(p->loaded);
+    p->step_of = NULL;
+    p->fns = NULL;
+    p->loaded = NULL;
+    lowered_free(&p->low);
+    return status == CACHE_REQUIRED_MISSING ? core_fail(CORE_STATE, "kiln_call", "%s", why) : 0;
 #endif
 }
 
@@ -202,11 +226,45 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
         core_fail(CORE_NOMEM, "kiln_call", "out of memory planning a graph");
         return NULL;
     }
-    if (o->native)
-        plan_native(p, o, why, why_size);
+    if (o->native && plan_native(p, o, why, why_size) < 0) {
+        interp_plan_free(p);
+        return NULL;
+    }
     plan_liveness(p);
     plan_memory(p);
     return p;
+}
+
+int interp_compile_for(const ir_graph *g, const plan_options *o, const char *target, plan_counts *counts,
+                       char *why, size_t why_size)
+{
+#ifndef KILN_HAVE_LLVM
+    (void)g, (void)o, (void)target, (void)counts;
+    snprintf(why, why_size, "this build of kiln has no LLVM backend");
+    return -1;
+#else
+    lowered low;
+    if (lower_graph(g, &low) < 0) {
+        snprintf(why, why_size, "out of memory lowering the graph");
+        return -1;
+    }
+    kx_kernel **kernels = malloc(((size_t)low.n_steps + 1) * sizeof *kernels);
+    int n = 0, status = kernels ? 0 : -1;
+    for (int i = 0; kernels && i < low.n_steps; i++)
+        if (low.steps[i].kernel)
+            kernels[n++] = low.steps[i].kernel;
+    cache_request r = {.target = target, .opt_level = o->opt_level, .fast_math = o->fast_math,
+                       .no_disk = o->no_disk, .function = o->function, .signature = o->signature, .log = o->log};
+    cache_counts c = {0};
+    if (status == 0 && n > 0)
+        status = cache_kernels(kernels, n, &r, NULL, NULL, &c, why, why_size) < 0 ? -1 : 0;
+    else if (status < 0)
+        snprintf(why, why_size, "out of memory");
+    *counts = (plan_counts){c.compiled, c.from_disk, c.shared};
+    free(kernels);
+    lowered_free(&low);
+    return status;
+#endif
 }
 
 bool interp_is_native(const interp_plan *p)
@@ -219,8 +277,10 @@ void interp_plan_free(interp_plan *p)
     if (!p)
         return;
 #ifdef KILN_HAVE_LLVM
-    llvm_code_free(p->code);
+    for (int i = 0; i < p->n_loaded; i++)
+        cache_kernel_release(p->loaded[i]);
 #endif
+    free(p->loaded);
     lowered_free(&p->low);
     free(p->step_of);
     free(p->fns);
@@ -233,6 +293,11 @@ void interp_plan_free(interp_plan *p)
     free(p->last_use);
     ir_graph_free(p->graph);
     free(p);
+}
+
+plan_counts interp_counts(const interp_plan *p)
+{
+    return p->counts;
 }
 
 const ir_graph *interp_graph(const interp_plan *p)
@@ -288,7 +353,7 @@ static void run_rows(void *ctx, int64_t begin, int64_t end)
 {
     const kernel_call *c = ctx;
 #ifdef KILN_HAVE_LLVM
-    ((llvm_kernel_fn)c->fn)(c->buffers, begin, end);
+    ((kx_kernel_fn)c->fn)(c->buffers, begin, end);
 #else
     (void)c, (void)begin, (void)end;
 #endif

@@ -91,6 +91,17 @@ static int find_spec(const kiln_fn *f, const kiln_spec *sig)
     return -1;
 }
 
+/* "f32[4,8], i64[]" */
+static void signature_text(const kiln_fn *f, const kiln_spec *sig, char *out, size_t size)
+{
+    out[0] = '\0';
+    for (int i = 0; i < f->n_in; i++) {
+        char buf[SPEC_STR_MAX];
+        size_t used = strlen(out);
+        snprintf(out + used, size - used, "%s%s", i ? ", " : "", spec_str(buf, &sig[i]));
+    }
+}
+
 /* "input 1 changed shape f32[4,8] -> f32[5,8]" against the last signature. */
 static void describe_change(const kiln_fn *f, const kiln_spec *sig, char *buf, size_t size)
 {
@@ -142,22 +153,22 @@ static void dump_graph(const kiln_fn *f, int spec, const char *stage, const ir_g
 
 typedef struct {
     const kiln_fn *f;
-    int spec, kernels;
+    int spec;
 } dump_target;
 
-/* plan_options.dump: kernels one file each, LLVM IR before and after. */
-static void dump_stage(void *ctx, const char *stage, const char *text)
+/* plan_options.dump: each kernel's text, and its LLVM IR before and after. */
+static void dump_stage(void *ctx, int kernel, const char *stage, const char *text)
 {
     dump_target *t = ctx;
-    bool kernel = !strcmp(stage, "kernels");
-    if ((kernel && !t->f->dump_kernels) || (!kernel && !t->f->dump_llvm))
+    bool kernel_text = !strcmp(stage, "kernel");
+    if ((kernel_text && !t->f->dump_kernels) || (!kernel_text && !t->f->dump_llvm))
         return;
     char name[64];
-    if (kernel)
-        snprintf(name, sizeof name, "kernel-%d", t->kernels++);
+    if (kernel_text)
+        snprintf(name, sizeof name, "kernel-%d", kernel);
     else
-        snprintf(name, sizeof name, "%s", stage);
-    dump_file(t->f, t->spec, name, kernel ? "txt" : "ll", text);
+        snprintf(name, sizeof name, "kernel-%d.%s", kernel, stage);
+    dump_file(t->f, t->spec, name, kernel_text ? "txt" : "ll", text);
 }
 
 /* Whether f's graphs are lowered and compiled by LLVM. */
@@ -261,17 +272,28 @@ static int optimise(const kiln_fn *f, ir_graph **g)
     return 0;
 }
 
+/* A specialization counts as a compile when code was generated for it (or it
+ * is interpreted), as a disk hit when its kernels came from the disk cache
+ * (and from memory) without compiling. */
+static void count_plan(kiln_fn *f, const interp_plan *plan)
+{
+    plan_counts c = interp_counts(plan);
+    f->stats.kernels_compiled += c.compiled;
+    f->stats.kernels_from_disk += c.from_disk;
+    f->stats.kernels_shared += c.shared;
+    if (c.compiled > 0 || !interp_is_native(plan))
+        f->stats.compiles++;
+    else if (c.from_disk > 0)
+        f->stats.disk_hits++;
+}
+
 /* Traces and plans a new specialization for sig; its index, or a negative error. */
 static int specialize(kiln_fn *f, const kiln_spec *sig)
 {
     double start = now_ms();
-    char change[512], sig_text[512] = "";
+    char change[512], sig_text[512];
     describe_change(f, sig, change, sizeof change);
-    for (int i = 0; i < f->n_in; i++) {
-        char buf[SPEC_STR_MAX];
-        snprintf(sig_text + strlen(sig_text), sizeof sig_text - strlen(sig_text), "%s%s", i ? ", " : "",
-                 spec_str(buf, &sig[i]));
-    }
+    signature_text(f, sig, sig_text, sizeof sig_text);
     jit_log(f, "tracing for (%s): %s", sig_text, f->n_specs ? change : "first call");
     f->stats.traces++;
     kiln_tensor **captures = NULL;
@@ -297,8 +319,10 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     }
     dump_graph(f, f->n_specs, "after", g);
     kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
-    dump_target target = {f, f->n_specs, 0};
+    dump_target target = {f, f->n_specs};
     plan_options po = {.native = compiles_natively(f), .opt_level = f->opts.opt_level,
+                       .fast_math = f->opts.fast_math, .no_disk = f->opts.no_cache, .function = f->name,
+                       .signature = sig_text, .log = f->log,
                        .dump = f->dump_kernels || f->dump_llvm ? dump_stage : NULL, .dump_ctx = &target};
     char why[512];
     if (!inputs) {
@@ -308,10 +332,12 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
         free(captures);
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
     }
+    kiln_clear_error();
     interp_plan *plan = interp_plan_new(g, captures, n_captures, &po, why, sizeof why);
     if (!plan) {
         free(inputs);
-        return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
+        return core_error_pending() ? -CORE_STATE
+                                    : core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
     }
     if (why[0])
         fprintf(stderr, "kiln: warning: '%s': compiling failed (%s); interpreting this signature\n",
@@ -319,13 +345,15 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     memcpy(inputs, sig, (size_t)f->n_in * sizeof *inputs);
     int k = f->n_specs++;
     f->specs[k] = (specialization){inputs, plan};
-    f->stats.compiles++;
+    count_plan(f, plan);
     f->stats.kernels = interp_kernels(plan);
     f->stats.peak_bytes = interp_peak_bytes(plan);
     double ms = now_ms() - start;
     f->stats.compile_ms += ms;
-    jit_log(f, "traced %u nodes, %u after passes, %d kernels (%s), in %.3f ms", traced_nodes,
-            interp_graph(plan)->count, interp_kernels(plan), interp_is_native(plan) ? "LLVM" : "interpreted", ms);
+    plan_counts c = interp_counts(plan);
+    jit_log(f, "traced %u nodes, %u after passes, %d steps (%s: %d kernels compiled, %d from disk, %d shared), "
+            "in %.3f ms", traced_nodes, interp_graph(plan)->count, interp_kernels(plan),
+            interp_is_native(plan) ? "LLVM" : "interpreted", c.compiled, c.from_disk, c.shared, ms);
     return k;
 }
 
@@ -583,19 +611,53 @@ static int check_spec(const kiln_spec *s, int i)
     return 0;
 }
 
+/* Compiles f's kernels for sig for another CPU into the disk cache. */
+static int precompile_for_cpu(kiln_fn *f, const kiln_spec *sig, const char *target)
+{
+    char sig_text[512], why[1024] = "";
+    signature_text(f, sig, sig_text, sizeof sig_text);
+    kiln_tensor **captures = NULL;
+    int n_captures = 0;
+    ir_graph *g = trace_body(f, sig, &captures, &n_captures);
+    int status = g ? optimise(f, &g) : -CORE_STATE;
+    plan_options po = {.native = true, .opt_level = f->opts.opt_level, .fast_math = f->opts.fast_math,
+                       .no_disk = f->opts.no_cache, .function = f->name, .signature = sig_text, .log = f->log};
+    plan_counts counts = {0};
+    if (status == 0 && interp_compile_for(g, &po, target, &counts, why, sizeof why) < 0)
+        status = core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for %s: %s", f->name, target, why);
+    if (status == 0) {
+        f->stats.kernels_compiled += counts.compiled;
+        f->stats.kernels_from_disk += counts.from_disk;
+        jit_log(f, "precompiled (%s) for %s: %d kernels compiled, %d already in the disk cache", sig_text, target,
+                counts.compiled, counts.from_disk);
+    }
+    ir_graph_free(g);
+    for (int i = 0; i < n_captures; i++)
+        kiln_release(captures[i]);
+    free(captures);
+    return status;
+}
+
 int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
 {
     if (!f || (!in && f->n_in > 0) || !target)
         return core_fail_null("kiln_fn_precompile", !f ? "f" : !target ? "target" : "in");
-    if (strcmp(target, "host") != 0)
+    bool cpu = !strncmp(target, "cpu:", 4);
+    if (strcmp(target, "host") != 0 && !cpu)
         return core_fail(CORE_DEVICE, "kiln_fn_precompile",
-                         "target \"%s\" needs a code generator this build lacks (only \"host\")", target);
+                         "target \"%s\" is not \"host\" or \"cpu:<LLVM CPU name>\" (CUDA targets need a build "
+                         "with the NVRTC backend)", target);
+    if (cpu && !compiles_natively(f))
+        return core_fail(CORE_DEVICE, "kiln_fn_precompile",
+                         "target \"%s\" needs the LLVM backend, and '%s' does not use it", target, f->name);
     for (int i = 0; i < f->n_in; i++)
         if (check_spec(&in[i], i) < 0)
             return -CORE_VALUE;
     pthread_mutex_lock(&f->lock);
     int status = 0;
-    if (find_spec(f, in) < 0)
+    if (cpu)
+        status = precompile_for_cpu(f, in, target);
+    else if (find_spec(f, in) < 0)
         lookup(f, in, &status);
     pthread_mutex_unlock(&f->lock);
     return status < 0 ? status : 0;

@@ -32,22 +32,38 @@ typedef struct interp_plan interp_plan;
 typedef struct {
     bool native;  /* lower into fused kernels compiled by LLVM */
     int opt_level;
-    /* Called with each stage's text (stage "kernels", "llvm-before",
+    bool fast_math;
+    bool no_disk;           /* skip the disk cache */
+    const char *function;   /* the marked function's name and signature, */
+    const char *signature;  /* for logs, messages and cache entries */
+    bool log;
+    /* Called with each kernel's text at each stage ("kernel", "llvm-before",
      * "llvm-after") when not NULL. */
-    void (*dump)(void *ctx, const char *stage, const char *text);
+    void (*dump)(void *ctx, int kernel, const char *stage, const char *text);
     void *dump_ctx;
 } plan_options;
 
-/* A plan to run g (taking ownership of it and of captures). NULL when out of
- * memory; captures are released then. A native plan that cannot be compiled
+/* Where a native plan's kernels came from. */
+typedef struct {
+    int compiled, from_disk, shared;
+} plan_counts;
+
+/* A plan to run g (taking ownership of it and of captures). NULL with the
+ * error set when out of memory, or when KILN_CACHE=require finds a kernel
+ * missing; captures are released then. A native plan that cannot be compiled
  * is interpreted instead, and why says why ("" when all went as asked). */
 interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures, const plan_options *o,
                              char *why, size_t why_size);
+/* Compiles g's kernels for target ("cpu:<name>") into the disk cache
+ * without loading them. 0, or -1 with the reason in why. */
+int interp_compile_for(const ir_graph *g, const plan_options *o, const char *target, plan_counts *counts,
+                       char *why, size_t why_size);
 /* Whether the plan runs compiled kernels. */
 bool interp_is_native(const interp_plan *p);
 void interp_plan_free(interp_plan *p);
 /* Runs the plan: n_out new unowned references in out; 0 or a negative error. */
 int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out);
+plan_counts interp_counts(const interp_plan *p);
 const ir_graph *interp_graph(const interp_plan *p);
 int interp_kernels(const interp_plan *p);
 int64_t interp_peak_bytes(const interp_plan *p);

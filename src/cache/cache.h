@@ -1,0 +1,164 @@
+/* The compiled-artifact cache: keys, entries on disk, bundles, and the kernels
+ * loaded in this process. What other modules may use of src/cache.
+ *
+ * A key is a SHA-256 over named components (the kernel's canonical text, the
+ * backend, the target, versions, options): anything that changes generated
+ * code belongs in it. An entry is one file, <dir>/<format>/<key>.kiln, with a
+ * header that lets a reader reject anything damaged before using it. */
+#ifndef KILN_CACHE_H
+#define KILN_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    CACHE_KEY_BYTES = 32,
+    CACHE_HEX_CHARS = 2 * CACHE_KEY_BYTES,
+    CACHE_FORMAT_VERSION = 1,
+    CACHE_PATH_MAX = 1024,
+};
+
+typedef struct {
+    uint8_t bytes[CACHE_KEY_BYTES];
+} cache_key;
+
+typedef struct {
+    const char *name;
+    const char *text;
+} cache_component;
+
+/* -- key.c ----------------------------------------------------------------- */
+
+/* The SHA-256 of n bytes. */
+void cache_hash(const void *data, size_t n, cache_key *out);
+/* The key of n components: the hash of each component's name and hash, in
+ * order. hashes (n of them, may be NULL) receives each component's own. */
+void cache_key_of(const cache_component *c, int n, cache_key *key, cache_key *hashes);
+/* Lower-case hex; hex holds CACHE_HEX_CHARS + 1. */
+void cache_key_hex(const cache_key *k, char *hex);
+/* Parses a full hex key; false when s is not one. */
+bool cache_key_parse(const char *s, cache_key *k);
+
+/* -- store.c: entries on disk ---------------------------------------------- */
+
+/* What an entry says about itself: checked on load, listed by kiln-cache. */
+typedef struct {
+    char backend[16];     /* "llvm" */
+    char target[2048];    /* the backend's target id */
+    char symbol[96];      /* the entry point in the object code */
+    char function[64];    /* the marked function that first produced it */
+    char signature[512];  /* and its input signature */
+    int64_t created;      /* seconds since the epoch */
+} cache_meta;
+
+typedef struct {
+    cache_key key;
+    cache_meta meta;
+    void *payload;        /* malloc'd object code */
+    size_t payload_bytes;
+} cache_entry;
+
+typedef enum { CACHE_OFF, CACHE_ON, CACHE_READONLY, CACHE_REQUIRE } cache_mode;
+
+typedef struct {
+    cache_mode mode;
+    char dir[CACHE_PATH_MAX]; /* $KILN_CACHE_DIR/<format version> */
+    int64_t max_bytes;
+    char problem[256];        /* a malformed variable, or "" */
+} cache_config;
+
+/* The cache as the environment sets it: KILN_CACHE, KILN_CACHE_DIR (else
+ * $XDG_CACHE_HOME/kiln, else ~/.cache/kiln), KILN_CACHE_MAX_BYTES. */
+void cache_config_from_env(cache_config *c);
+/* The directory of format-version entries under a cache root. */
+void cache_dir_of_root(const char *root, char *dir, size_t size);
+
+void cache_entry_free(cache_entry *e);
+/* Encodes e as an entry file's bytes, malloc'd; NULL when out of memory. */
+void *cache_entry_encode(const cache_entry *e, size_t *size);
+/* Decodes and checks an entry file's bytes (header, lengths, checksum, and
+ * the key when expect is not NULL): 0, or -1 with the reason in why. */
+int cache_entry_decode(const void *bytes, size_t size, const cache_key *expect, cache_entry *e, char *why,
+                       size_t why_size);
+
+/* The path of key's entry in dir. */
+void cache_entry_path(const char *dir, const cache_key *key, char *path, size_t size);
+/* Reads key's entry: 1 found and sound (its last use is updated), 0 absent,
+ * -1 damaged: why says how, and the file is removed when it can be. */
+int cache_read(const char *dir, const cache_key *key, cache_entry *e, char *why, size_t why_size);
+/* Installs e atomically (a temporary file renamed into place), creating dir
+ * 0700 if needed. 0, or -1 with errno kept and the reason in why. */
+int cache_write(const char *dir, const cache_entry *e, char *why, size_t why_size);
+/* Removes least recently used entries until dir holds at most max_bytes, and
+ * temporary files that writers left behind long ago. Entries removed. */
+int cache_evict(const char *dir, int64_t max_bytes);
+
+typedef struct {
+    char name[CACHE_HEX_CHARS + 8];
+    cache_key key;        /* from the name; zero when the name is not a key */
+    bool keyed;
+    int64_t bytes;
+    int64_t last_use;     /* seconds since the epoch */
+} cache_file;
+
+/* The entry files in dir, most recently used first, malloc'd (free it).
+ * -1 when dir cannot be read (errno kept). */
+int cache_list(const char *dir, cache_file **files, int *n);
+/* Reads a whole file into malloc'd memory; -1 with errno on failure. */
+int cache_read_file(const char *path, void **bytes, size_t *size);
+
+/* Counts disk hits and misses across processes, in dir's "stats" file. */
+void cache_count(const char *dir, int64_t hits, int64_t misses);
+/* The counts so far (0 when none). */
+void cache_counts_read(const char *dir, int64_t *hits, int64_t *misses);
+
+/* -- bundle.c: entries packed to ship (docs/bundle-format.md) ------------- */
+
+/* Packs the n entries of dir named by keys, each checked, into malloc'd
+ * bundle bytes; NULL with the reason (naming the entry) in why. */
+void *cache_bundle_pack(const char *dir, const cache_key *keys, int n, size_t *size, char *why, size_t why_size);
+/* Checks a whole bundle and decodes every entry: 0 with *entries malloc'd
+ * (free each, then the array), or -1 with why naming the first bad entry and
+ * nothing returned. */
+int cache_bundle_unpack(const void *bytes, size_t size, cache_entry **entries, int *n, char *why,
+                        size_t why_size);
+
+/* -- kernels.c: compiled kernels by key, in this process and on disk ------- */
+
+typedef struct kx_kernel kx_kernel;
+typedef struct cache_kernel cache_kernel;
+
+typedef struct {
+    const char *target;     /* "host" or "cpu:<LLVM CPU name>" */
+    int opt_level;
+    bool fast_math;
+    bool no_disk;           /* the function's no_cache option */
+    const char *function;   /* for messages, logs and entries' metadata */
+    const char *signature;
+    bool log;               /* KILN_LOG=1 */
+    /* Called, when not NULL, with each compiled kernel's LLVM IR before and
+     * after optimisation (stage "llvm-before", "llvm-after"). */
+    void (*dump)(void *ctx, int kernel, const char *stage, const char *text);
+    void *dump_ctx;
+} cache_request;
+
+typedef struct {
+    int compiled;   /* by the code generator */
+    int from_disk;  /* loaded from the disk cache */
+    int shared;     /* already loaded in this process */
+} cache_counts;
+
+enum { CACHE_COMPILE_FAILED = -1, CACHE_REQUIRED_MISSING = -2 };
+
+/* Makes kernels[0..n) ready for r->target. For the host, handles[i] is a new
+ * reference to a loaded kernel and fns[i] its entry point; other targets are
+ * compiled and stored on disk only (handles and fns may be NULL). 0, or
+ * CACHE_COMPILE_FAILED or CACHE_REQUIRED_MISSING with the reason in err;
+ * nothing is held then. */
+int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cache_kernel **handles, void **fns,
+                  cache_counts *counts, char *err, size_t err_size);
+/* Drops a reference; the last one unloads the kernel. */
+void cache_kernel_release(cache_kernel *k);
+
+#endif

@@ -1,0 +1,337 @@
+/* Compiled kernels by key: shared by every plan of the process that needs
+ * them, read from the disk cache when a sound entry is there, compiled and
+ * stored when not.
+ *
+ * One lock covers the whole lookup, so a key is loaded once per process
+ * however many threads ask for it; compiles are serialised by LLVM's lock in
+ * any case. Loaded kernels are counted references: the last plan to let go
+ * unloads its code, so the table never outgrows the live plans. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/cache.h"
+#include "codegen_llvm/llvm.h"
+#include "core/core.h"
+#include "ir/kernel.h"
+
+struct cache_kernel {
+    cache_key key;
+    llvm_code *code;
+    llvm_kernel_fn fn;
+    int refs;
+    cache_kernel *next;
+};
+
+enum { COMPONENTS = 7, REPORTED_MAX = 64 };
+
+static struct {
+    pthread_mutex_t lock;
+    cache_kernel *loaded;
+    cache_key reported[REPORTED_MAX]; /* damaged entries already reported */
+    int n_reported;
+    bool warned_write, warned_config;
+} table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static const char *const component_names[COMPONENTS] = {"kernel", "backend", "target", "format",
+                                                        "codegen", "toolchain", "options"};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static cache_kernel *find_loaded(const cache_key *key)
+{
+    for (cache_kernel *k = table.loaded; k; k = k->next)
+        if (!memcmp(k->key.bytes, key->bytes, CACHE_KEY_BYTES))
+            return k;
+    return NULL;
+}
+
+/* A damaged entry is worth one warning per process, not one per lookup. */
+static void report_damage(const cache_key *key, const char *why)
+{
+    for (int i = 0; i < table.n_reported; i++)
+        if (!memcmp(table.reported[i].bytes, key->bytes, CACHE_KEY_BYTES))
+            return;
+    if (table.n_reported < REPORTED_MAX)
+        table.reported[table.n_reported++] = *key;
+    fprintf(stderr, "kiln: warning: damaged cache entry %s; removed, compiling again\n", why);
+}
+
+static void report_write_failure(const char *why, int error)
+{
+    if (table.warned_write)
+        return;
+    table.warned_write = true;
+    const char *what = error == EACCES || error == EROFS || error == EPERM ? "the cache directory is read-only"
+                       : error == ENOSPC || error == EDQUOT || error == EFBIG ? "the disk is full"
+                                                                               : "the cache cannot be written";
+    fprintf(stderr, "kiln: warning: %s (%s); compiled kernels are not stored this run\n", what, why);
+}
+
+typedef struct {
+    const kx_kernel *kernel;
+    int index;
+    const cache_request *r;
+    const cache_config *config;
+    const llvm_target *target;
+    cache_key key, hashes[COMPONENTS];
+    char hex[CACHE_HEX_CHARS + 1];
+    char symbol[8 + CACHE_HEX_CHARS];
+    llvm_code *code;
+    llvm_kernel_fn fn;
+} lookup;
+
+static void make_key(lookup *l, const char *kernel_text)
+{
+    char options[64];
+    snprintf(options, sizeof options, "opt_level=%d fast_math=%d", l->r->opt_level, (int)l->r->fast_math);
+    char format[16];
+    snprintf(format, sizeof format, "%d", CACHE_FORMAT_VERSION);
+    cache_component c[COMPONENTS] = {
+        {component_names[0], kernel_text},
+        {component_names[1], "llvm"},
+        {component_names[2], llvm_target_id(l->target)},
+        {component_names[3], format},
+        {component_names[4], llvm_codegen_version()},
+        {component_names[5], llvm_toolchain()},
+        {component_names[6], options},
+    };
+    cache_key_of(c, COMPONENTS, &l->key, l->hashes);
+    cache_key_hex(&l->key, l->hex);
+    snprintf(l->symbol, sizeof l->symbol, "kiln_%s", l->hex);
+}
+
+static void log_miss(const lookup *l)
+{
+    if (!l->r->log)
+        return;
+    fprintf(stderr, "kiln: '%s': kernel %d misses the cache (key %.16s):", l->r->function, l->index, l->hex);
+    for (int i = 0; i < COMPONENTS; i++) {
+        char hex[CACHE_HEX_CHARS + 1];
+        cache_key_hex(&l->hashes[i], hex);
+        fprintf(stderr, " %s=%.12s", component_names[i], hex);
+    }
+    fputc('\n', stderr);
+}
+
+static bool uses_disk(const lookup *l)
+{
+    return l->config->mode != CACHE_OFF && !l->r->no_disk;
+}
+
+/* The entry's object code loaded (host) or known sound (other targets):
+ * 1, or 0 when there is none to use. */
+static int from_disk(lookup *l)
+{
+    cache_entry e;
+    char why[CACHE_PATH_MAX + 256];
+    int found = cache_read(l->config->dir, &l->key, &e, why, sizeof why);
+    if (found < 0)
+        report_damage(&l->key, why);
+    if (found <= 0)
+        return 0;
+    int status = 1;
+    if (strcmp(e.meta.backend, "llvm") || strcmp(e.meta.target, llvm_target_id(l->target)) ||
+        strcmp(e.meta.symbol, l->symbol)) {
+        snprintf(why, sizeof why, "%.900s/%s.kiln: it was built for another backend or target", l->config->dir,
+                 l->hex);
+        status = -1;
+    } else if (llvm_target_is_host(l->target) &&
+               !(l->code = llvm_load(e.payload, e.payload_bytes, l->symbol, &l->fn, why, sizeof why))) {
+        status = -1;
+    }
+    cache_entry_free(&e);
+    if (status < 0) {
+        char path[CACHE_PATH_MAX + 80];
+        cache_entry_path(l->config->dir, &l->key, path, sizeof path);
+        if (l->config->mode != CACHE_READONLY)
+            remove(path);
+        report_damage(&l->key, why);
+        return 0;
+    }
+    if (l->config->mode != CACHE_READONLY)
+        cache_count(l->config->dir, 1, 0);
+    if (l->r->log)
+        fprintf(stderr, "kiln: '%s': kernel %d loaded from the disk cache (key %.16s)\n", l->r->function,
+                l->index, l->hex);
+    return 1;
+}
+
+static void store(const lookup *l, void *object, size_t size)
+{
+    if (!uses_disk(l) || l->config->mode == CACHE_READONLY)
+        return;
+    cache_entry e = {.key = l->key, .payload = object, .payload_bytes = size};
+    snprintf(e.meta.backend, sizeof e.meta.backend, "llvm");
+    snprintf(e.meta.target, sizeof e.meta.target, "%s", llvm_target_id(l->target));
+    snprintf(e.meta.symbol, sizeof e.meta.symbol, "%s", l->symbol);
+    snprintf(e.meta.function, sizeof e.meta.function, "%s", l->r->function);
+    snprintf(e.meta.signature, sizeof e.meta.signature, "%s", l->r->signature);
+    e.meta.created = (int64_t)time(NULL);
+    char why[CACHE_PATH_MAX + 256];
+    if (cache_write(l->config->dir, &e, why, sizeof why) < 0) {
+        report_write_failure(why, errno);
+        return;
+    }
+    cache_count(l->config->dir, 0, 1);
+    cache_evict(l->config->dir, l->config->max_bytes);
+}
+
+/* Compiles l's kernel into *object, dumping its IR when asked. */
+static int generate(const lookup *l, void **object, size_t *size, char *err, size_t err_size)
+{
+    char *before = NULL, *after = NULL;
+    llvm_options o = {l->r->opt_level, l->r->dump ? &before : NULL, l->r->dump ? &after : NULL};
+    int status = llvm_compile_object(l->kernel, l->symbol, l->target, &o, object, size, err, err_size);
+    if (before)
+        l->r->dump(l->r->dump_ctx, l->index, "llvm-before", before);
+    if (after)
+        l->r->dump(l->r->dump_ctx, l->index, "llvm-after", after);
+    free(before);
+    free(after);
+    return status;
+}
+
+/* KILN_DUMP=llvm shows the IR of kernels found ready too: it is made again
+ * for the dump alone. */
+static void dump_found(const lookup *l)
+{
+    if (!l->r->dump)
+        return;
+    void *object = NULL;
+    size_t size;
+    char ignored[256];
+    generate(l, &object, &size, ignored, sizeof ignored);
+    free(object);
+}
+
+static int compile(lookup *l, char *err, size_t err_size)
+{
+    log_miss(l);
+    if (l->config->mode == CACHE_REQUIRE) {
+        snprintf(err, err_size,
+                 "KILN_CACHE=require and kernel %d of '%s' for (%s) is not in the cache %s (key %s)", l->index,
+                 l->r->function, l->r->signature, l->config->dir, l->hex);
+        return CACHE_REQUIRED_MISSING;
+    }
+    double start = now_ms();
+    void *object = NULL;
+    size_t size = 0;
+    int status = generate(l, &object, &size, err, err_size);
+    if (status == 0 && llvm_target_is_host(l->target) &&
+        !(l->code = llvm_load(object, size, l->symbol, &l->fn, err, err_size)))
+        status = -1;
+    if (status == 0)
+        store(l, object, size);
+    free(object);
+    if (status == 0 && l->r->log)
+        fprintf(stderr, "kiln: '%s': kernel %d compiled in %.3f ms\n", l->r->function, l->index,
+                now_ms() - start);
+    return status < 0 ? CACHE_COMPILE_FAILED : 0;
+}
+
+/* Under the lock: kernel i made ready, counted in counts. */
+static int one_kernel(lookup *l, cache_kernel **handle, cache_counts *counts, char *err, size_t err_size)
+{
+    char *text = kx_to_text(l->kernel);
+    if (!text) {
+        snprintf(err, err_size, "out of memory");
+        return CACHE_COMPILE_FAILED;
+    }
+    make_key(l, text);
+    free(text);
+    bool host = llvm_target_is_host(l->target);
+    cache_kernel *k = host ? find_loaded(&l->key) : NULL;
+    if (k) {
+        k->refs++;
+        counts->shared++;
+        *handle = k;
+        dump_found(l);
+        return 0;
+    }
+    if (uses_disk(l) && from_disk(l)) {
+        counts->from_disk++;
+        dump_found(l);
+    } else {
+        int status = compile(l, err, err_size);
+        if (status < 0)
+            return status;
+        counts->compiled++;
+    }
+    if (!host)
+        return 0;
+    if (!(k = calloc(1, sizeof *k))) {
+        llvm_code_free(l->code);
+        snprintf(err, err_size, "out of memory");
+        return CACHE_COMPILE_FAILED;
+    }
+    *k = (cache_kernel){.key = l->key, .code = l->code, .fn = l->fn, .refs = 1, .next = table.loaded};
+    table.loaded = k;
+    *handle = k;
+    return 0;
+}
+
+int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cache_kernel **handles, void **fns,
+                  cache_counts *counts, char *err, size_t err_size)
+{
+    *counts = (cache_counts){0};
+    const llvm_target *target = llvm_target_get(r->target, err, err_size);
+    if (!target)
+        return CACHE_COMPILE_FAILED;
+    cache_config config;
+    cache_config_from_env(&config);
+    if (!llvm_target_is_host(target) && (config.mode != CACHE_ON || r->no_disk)) {
+        snprintf(err, err_size, "code for %s is only stored in the disk cache, and %s", r->target,
+                 r->no_disk ? "this function skips it (no_cache)"
+                 : config.mode == CACHE_OFF ? "KILN_CACHE=off turns it off"
+                 : config.mode == CACHE_READONLY ? "KILN_CACHE=readonly does not write it"
+                                                 : "KILN_CACHE=require forbids compiling");
+        return CACHE_COMPILE_FAILED;
+    }
+    pthread_mutex_lock(&table.lock);
+    if (config.problem[0] && !table.warned_config)
+        fprintf(stderr, "kiln: warning: %s\n", config.problem);
+    table.warned_config = table.warned_config || config.problem[0];
+    int status = 0, i = 0;
+    for (; i < n && status == 0; i++) {
+        lookup l = {.kernel = kernels[i], .index = i, .r = r, .config = &config, .target = target};
+        cache_kernel *handle = NULL;
+        status = one_kernel(&l, &handle, counts, err, err_size);
+        if (handles)
+            handles[i] = handle;
+        if (fns && handle)
+            fns[i] = (void *)(uintptr_t)handle->fn;
+    }
+    pthread_mutex_unlock(&table.lock);
+    if (status < 0)
+        for (int j = 0; handles && j < i - 1; j++)
+            cache_kernel_release(handles[j]);
+    return status;
+}
+
+void cache_kernel_release(cache_kernel *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&table.lock);
+    bool last = --k->refs == 0;
+    if (last)
+        for (cache_kernel **at = &table.loaded; *at; at = &(*at)->next)
+            if (*at == k) {
+                *at = k->next;
+                break;
+            }
+    pthread_mutex_unlock(&table.lock);
+    if (last) {
+        llvm_code_free(k->code);
+        free(k);
+    }
+}
