@@ -1,0 +1,942 @@
+/* The artifact cache: keys, entry files, and whole processes sharing a cache.
+ *
+ * Most tests run tests/cache_helper (the standard workloads, traced and
+ * checked against eager) as separate processes over a cache directory of
+ * their own, and tools/kiln-cache on it; the helper's tolerance is in its
+ * header. Runs that must not write are made as the user nobody when the
+ * tests run as root, since root writes through permission bits. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "test_common.h"
+
+extern char **environ;
+
+enum { MAX_WORKLOADS = 8, OUTPUT_MAX = 1 << 16 };
+
+typedef struct {
+    char name[32];
+    long long compiles, disk_hits, compiled, from_disk, shared;
+    unsigned long long hash;
+} helper_line;
+
+typedef struct {
+    int status;              /* exit status, or 128 + signal */
+    char out[OUTPUT_MAX], err[OUTPUT_MAX];
+    helper_line lines[MAX_WORKLOADS];
+    int n_lines;
+} run_result;
+
+typedef struct {
+    bool as_nobody;          /* when root: drop to nobody so permissions hold */
+    long file_size_limit;    /* RLIMIT_FSIZE in bytes, 0 for none */
+    int kill_after_us;       /* SIGKILL the child after this long, 0 for never */
+} run_options;
+
+/* -- Processes ------------------------------------------------------------- */
+
+static const char *program(const char *variable)
+{
+    const char *path = getenv(variable);
+    ck_assert_msg(path && *path, "%s is not set (meson test sets it)", variable);
+    return path;
+}
+
+/* environ with the assignments in extra (NULL-terminated) added or replaced. */
+static char **environment_with(const char *const *extra)
+{
+    int n = 0, k = 0;
+    while (environ[n])
+        n++;
+    while (extra[k])
+        k++;
+    char **env = calloc((size_t)(n + k + 1), sizeof *env);
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        bool replaced = false;
+        for (int j = 0; j < k; j++)
+            replaced |= !strncmp(environ[i], extra[j], strcspn(extra[j], "=") + 1);
+        if (!replaced)
+            env[used++] = environ[i];
+    }
+    for (int j = 0; j < k; j++)
+        env[used++] = (char *)extra[j];
+    return env;
+}
+
+static void read_into(const char *path, char *buf)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, OUTPUT_MAX - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    unlink(path);
+}
+
+static void parse_lines(run_result *r)
+{
+    r->n_lines = 0;
+    for (char *line = r->out; *line && r->n_lines < MAX_WORKLOADS;) {
+        helper_line *l = &r->lines[r->n_lines];
+        if (sscanf(line, "%31s compiles=%lld disk_hits=%lld compiled=%lld from_disk=%lld shared=%lld hash=%llx",
+                   l->name, &l->compiles, &l->disk_hits, &l->compiled, &l->from_disk, &l->shared, &l->hash) == 7)
+            r->n_lines++;
+        char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : line + strlen(line);
+    }
+}
+
+/* Runs argv with extra environment; its output and exit status in r. */
+static void run(const char *const *argv, const char *const *extra, const run_options *o, run_result *r)
+{
+    char out_path[] = "/tmp/kiln-cache-out-XXXXXX", err_path[] = "/tmp/kiln-cache-err-XXXXXX";
+    int out = mkstemp(out_path), err = mkstemp(err_path);
+    ck_assert(out >= 0 && err >= 0);
+    /* A file size limit would cut the output files too: output goes through
+     * pipes then (what the helper prints fits in their buffers). */
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (o && o->file_size_limit) {
+        ck_assert(pipe(out_pipe) == 0 && pipe(err_pipe) == 0);
+        fcntl(out_pipe[1], F_SETPIPE_SZ, OUTPUT_MAX);
+        fcntl(err_pipe[1], F_SETPIPE_SZ, OUTPUT_MAX);
+    }
+    char **env = environment_with(extra);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(out_pipe[1] >= 0 ? out_pipe[1] : out, STDOUT_FILENO);
+        dup2(err_pipe[1] >= 0 ? err_pipe[1] : err, STDERR_FILENO);
+        if (o && o->file_size_limit) {
+            struct rlimit limit = {(rlim_t)o->file_size_limit, (rlim_t)o->file_size_limit};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &limit);
+        }
+        if (o && o->as_nobody && geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
+            _exit(125);
+        execve(argv[0], (char *const *)argv, env);
+        _exit(126);
+    }
+    if (o && o->kill_after_us) {
+        usleep((useconds_t)o->kill_after_us);
+        kill(pid, SIGKILL);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    free(env);
+    close(out);
+    close(err);
+    read_into(out_path, r->out);
+    read_into(err_path, r->err);
+    if (out_pipe[0] >= 0) {
+        close(out_pipe[1]);
+        close(err_pipe[1]);
+        ssize_t got_out = read(out_pipe[0], r->out, OUTPUT_MAX - 1), got_err = read(err_pipe[0], r->err, OUTPUT_MAX - 1);
+        r->out[got_out > 0 ? got_out : 0] = '\0';
+        r->err[got_err > 0 ? got_err : 0] = '\0';
+        close(out_pipe[0]);
+        close(err_pipe[0]);
+    }
+    parse_lines(r);
+}
+
+/* The helper over cache root dir (KILN_CACHE=on unless mode says otherwise). */
+static void helper(const char *root, const char *mode, const char *const *args, const run_options *o,
+                   run_result *r)
+{
+    char dir_var[CACHE_PATH_MAX + 32], mode_var[64];
+    snprintf(dir_var, sizeof dir_var, "KILN_CACHE_DIR=%s", root);
+    snprintf(mode_var, sizeof mode_var, "KILN_CACHE=%s", mode ? mode : "on");
+    const char *argv[16] = {program("KILN_TEST_CACHE_HELPER")};
+    for (int i = 0; args && args[i]; i++)
+        argv[i + 1] = args[i];
+    const char *extra[] = {dir_var, mode_var, NULL};
+    run(argv, extra, o, r);
+}
+
+/* kiln-cache --dir root args... */
+static void tool(const char *root, const char *const *args, const run_options *o, run_result *r)
+{
+    const char *argv[16] = {program("KILN_TEST_CACHE_TOOL"), "--dir", root};
+    for (int i = 0; args[i]; i++)
+        argv[i + 3] = args[i];
+    const char *extra[] = {NULL};
+    run(argv, extra, o, r);
+}
+
+static const helper_line *line_of(const run_result *r, const char *name)
+{
+    for (int i = 0; i < r->n_lines; i++)
+        if (!strcmp(r->lines[i].name, name))
+            return &r->lines[i];
+    ck_abort_msg("no line for %s in:\n%s\nstderr:\n%s", name, r->out, r->err);
+    return NULL;
+}
+
+static int occurrences(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+#define ck_assert_ran(r, want_lines)                                                                   \
+    ck_assert_msg((r)->status == 0 && (r)->n_lines == (want_lines),                                    \
+                  "exit %d, %d lines (want %d)\nstdout:\n%s\nstderr:\n%s", (r)->status, (r)->n_lines, \
+                  (want_lines), (r)->out, (r)->err)
+
+/* -- Directories ----------------------------------------------------------- */
+
+typedef struct {
+    char root[64];
+    char dir[128]; /* root/<format version> */
+} cache_dir;
+
+static void make_cache_dir(cache_dir *c)
+{
+    snprintf(c->root, sizeof c->root, "/tmp/kiln-cache-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(c->root));
+    cache_dir_of_root(c->root, c->dir, sizeof c->dir);
+    if (geteuid() == 0) /* so that nobody can use it too */
+        ck_assert_int_eq(chown(c->root, 65534, 65534), 0);
+}
+
+static void remove_cache_dir(const cache_dir *c)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "chmod -R u+w %s 2>/dev/null; rm -rf %s", c->root, c->root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void give_to_nobody(const cache_dir *c)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "chown -R 65534:65534 %s", c->root);
+    if (geteuid() == 0)
+        ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The entries of c, most recently used first; n of them. */
+static cache_file *entries(const cache_dir *c, int *n)
+{
+    cache_file *files = NULL;
+    if (cache_list(c->dir, &files, n) < 0)
+        *n = 0;
+    return files;
+}
+
+static void entry_path(const cache_dir *c, const cache_file *f, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s", c->dir, f->name);
+}
+
+/* Every entry file of c decodes whole. */
+static void assert_all_sound(const cache_dir *c)
+{
+    int n;
+    cache_file *files = entries(c, &n);
+    for (int i = 0; i < n; i++) {
+        char path[256], why[256];
+        void *bytes;
+        size_t size;
+        cache_entry e;
+        entry_path(c, &files[i], path, sizeof path);
+        if (cache_read_file(path, &bytes, &size) < 0)
+            continue; /* removed meanwhile */
+        ck_assert_msg(cache_entry_decode(bytes, size, &files[i].key, &e, why, sizeof why) == 0, "%s: %s",
+                      files[i].name, why);
+        cache_entry_free(&e);
+        free(bytes);
+    }
+    free(files);
+}
+
+/* A clean cache of the given workloads; the first run's result in first. */
+static void fill(const cache_dir *c, const char *const *args, run_result *first)
+{
+    helper(c->root, "on", args, NULL, first);
+}
+
+/* -- Keys and entries ------------------------------------------------------ */
+
+START_TEST(test_key_changes_with_every_component)
+{
+    cache_component c[3] = {{"kernel", "e0 = load view0"}, {"target", "x86_64 cpu=znver3"}, {"options", "opt=2"}};
+    cache_key base, hashes[3], other;
+    cache_key_of(c, 3, &base, hashes);
+    for (int i = 0; i < 3; i++) {
+        cache_component changed[3] = {c[0], c[1], c[2]};
+        changed[i].text = "something else";
+        cache_key_of(changed, 3, &other, NULL);
+        ck_assert_msg(memcmp(base.bytes, other.bytes, CACHE_KEY_BYTES), "component %d is not in the key", i);
+        cache_key own;
+        cache_hash(c[i].text, strlen(c[i].text), &own);
+        ck_assert(!memcmp(own.bytes, hashes[i].bytes, CACHE_KEY_BYTES));
+    }
+    cache_component renamed[3] = {{"kernels", c[0].text}, c[1], c[2]};
+    cache_key_of(renamed, 3, &other, NULL);
+    ck_assert(memcmp(base.bytes, other.bytes, CACHE_KEY_BYTES));
+    char hex[CACHE_HEX_CHARS + 1];
+    cache_key_hex(&base, hex);
+    ck_assert(cache_key_parse(hex, &other) && !memcmp(base.bytes, other.bytes, CACHE_KEY_BYTES));
+    hex[5] = 'g';
+    ck_assert(!cache_key_parse(hex, &other));
+    ck_assert(!cache_key_parse("abc", &other));
+}
+END_TEST
+
+static cache_entry sample_entry(void)
+{
+    cache_entry e = {.payload = strdup("object code"), .payload_bytes = 11};
+    cache_hash("k", 1, &e.key);
+    snprintf(e.meta.backend, sizeof e.meta.backend, "llvm");
+    snprintf(e.meta.target, sizeof e.meta.target, "x86_64 cpu=znver3 features=+avx2");
+    snprintf(e.meta.symbol, sizeof e.meta.symbol, "kiln_k");
+    snprintf(e.meta.function, sizeof e.meta.function, "gelu");
+    snprintf(e.meta.signature, sizeof e.meta.signature, "f32[4]");
+    return e;
+}
+
+/* Every prefix, every single-bit flip and a wrong key are rejected. */
+START_TEST(test_entry_rejects_every_damage)
+{
+    cache_entry e = sample_entry(), d;
+    size_t size;
+    uint8_t *bytes = cache_entry_encode(&e, &size);
+    char why[256];
+    ck_assert_int_eq(cache_entry_decode(bytes, size, &e.key, &d, why, sizeof why), 0);
+    ck_assert_str_eq(d.meta.function, "gelu");
+    ck_assert(d.payload_bytes == 11 && !memcmp(d.payload, "object code", 11));
+    cache_entry_free(&d);
+    for (size_t cut = 0; cut < size; cut++)
+        ck_assert_msg(cache_entry_decode(bytes, cut, &e.key, &d, why, sizeof why) < 0, "%zu bytes loaded", cut);
+    for (size_t bit = 0; bit < 8 * size; bit++) {
+        bytes[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        ck_assert_msg(cache_entry_decode(bytes, size, &e.key, &d, why, sizeof why) < 0, "bit %zu flipped loaded",
+                      bit);
+        bytes[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    }
+    cache_key other;
+    cache_hash("other", 5, &other);
+    ck_assert_int_lt(cache_entry_decode(bytes, size, &other, &d, why, sizeof why), 0);
+    ck_assert_ptr_nonnull(strstr(why, "another key"));
+    free(bytes);
+    cache_entry_free(&e);
+}
+END_TEST
+
+/* -- Processes sharing a cache --------------------------------------------- */
+
+START_TEST(test_second_process_compiles_nothing)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result first, second;
+    fill(&c, NULL, &first);
+    ck_assert_ran(&first, 6);
+    helper(c.root, "on", NULL, NULL, &second);
+    ck_assert_ran(&second, 6);
+    for (int i = 0; i < 6; i++) {
+        const helper_line *a = &first.lines[i], *b = line_of(&second, a->name);
+        ck_assert_msg(a->compiled > 0 && a->from_disk == 0 && a->compiles == 1, "%s first: %s", a->name, first.out);
+        ck_assert_msg(b->compiled == 0 && b->from_disk == a->compiled && b->disk_hits == 1 && b->compiles == 0,
+                      "%s second:\n%s", a->name, second.out);
+        ck_assert_msg(a->hash == b->hash, "%s: results differ", a->name);
+    }
+    static run_result stat;
+    tool(c.root, (const char *[]){"stat", NULL}, NULL, &stat);
+    long long hits = -1, misses = -1;
+    const char *h = strstr(stat.out, "hits"), *m = strstr(stat.out, "misses");
+    ck_assert(h && m && sscanf(h, "hits %lld", &hits) == 1 && sscanf(m, "misses %lld", &misses) == 1);
+    ck_assert_int_eq(hits, misses);
+    ck_assert_int_gt(hits, 0);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+START_TEST(test_log_names_each_key_component_on_a_miss)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    char dir_var[128];
+    snprintf(dir_var, sizeof dir_var, "KILN_CACHE_DIR=%s", c.root);
+    const char *argv[] = {program("KILN_TEST_CACHE_HELPER"), "gelu", NULL};
+    run(argv, (const char *[]){dir_var, "KILN_CACHE=on", "KILN_LOG=1", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    const char *miss = strstr(r.err, "misses the cache");
+    ck_assert_msg(miss, "%s", r.err);
+    const char *names[] = {"kernel=", "backend=", "target=", "format=", "codegen=", "toolchain=", "options="};
+    for (int i = 0; i < 7; i++)
+        ck_assert_msg(strstr(miss, names[i]), "the miss does not show %s:\n%s", names[i], r.err);
+    run(argv, (const char *[]){dir_var, "KILN_CACHE=on", "KILN_LOG=1", NULL}, NULL, &r);
+    ck_assert_msg(strstr(r.err, "loaded from the disk cache") && !strstr(r.err, "misses"), "%s", r.err);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+typedef void (*damage_fn)(const char *path, const cache_dir *c);
+
+static void truncate_half(const char *path, const cache_dir *c)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(truncate(path, st.st_size / 2), 0);
+}
+
+static void make_empty(const char *path, const cache_dir *c)
+{
+    ck_assert_int_eq(truncate(path, 0), 0);
+}
+
+static void flip_bit(const char *path, const cache_dir *c)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    int fd = open(path, O_RDWR);
+    off_t at = (off_t)(rand() % st.st_size);
+    unsigned char byte;
+    ck_assert_int_eq(pread(fd, &byte, 1, at), 1);
+    byte ^= (unsigned char)(1u << (rand() % 8));
+    ck_assert_int_eq(pwrite(fd, &byte, 1, at), 1);
+    close(fd);
+}
+
+static void overwrite_at(const char *path, off_t at, const void *bytes, size_t n)
+{
+    int fd = open(path, O_RDWR);
+    ck_assert_int_eq(pwrite(fd, bytes, n, at), (ssize_t)n);
+    close(fd);
+}
+
+static void wrong_magic(const char *path, const cache_dir *c)
+{
+    overwrite_at(path, 0, "ELF!", 4);
+}
+
+static void wrong_version(const char *path, const cache_dir *c)
+{
+    overwrite_at(path, 8, (const unsigned char[]){CACHE_FORMAT_VERSION + 1, 0, 0, 0}, 4);
+}
+
+/* Another entry's whole file under this entry's name. */
+static void wrong_key(const char *path, const cache_dir *c)
+{
+    int n;
+    cache_file *files = entries(c, &n);
+    for (int i = 0; i < n; i++) {
+        char other[256];
+        entry_path(c, &files[i], other, sizeof other);
+        if (strcmp(other, path)) {
+            char cmd[600];
+            snprintf(cmd, sizeof cmd, "cp %s %s", other, path);
+            ck_assert_int_eq(system(cmd), 0);
+            break;
+        }
+    }
+    free(files);
+}
+
+/* A sound entry, with a right checksum, built for another CPU but filed
+ * under this entry's key: what a buggy or hostile writer could leave. */
+static void other_cpu(const char *path, const cache_dir *c)
+{
+    cache_dir other;
+    make_cache_dir(&other);
+    static run_result r;
+    helper(other.root, "on", (const char *[]){"--precompile", "cpu:skylake-avx512", "gelu", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    int n;
+    cache_file *files = entries(&other, &n);
+    ck_assert_int_eq(n, 1);
+    char from[256], why[256];
+    entry_path(&other, &files[0], from, sizeof from);
+    void *bytes;
+    size_t size;
+    cache_entry e;
+    ck_assert_int_eq(cache_read_file(from, &bytes, &size), 0);
+    ck_assert_int_eq(cache_entry_decode(bytes, size, NULL, &e, why, sizeof why), 0);
+    ck_assert_ptr_nonnull(strstr(e.meta.target, "skylake-avx512"));
+    free(bytes);
+    void *victim;
+    cache_entry here;
+    ck_assert_int_eq(cache_read_file(path, &victim, &size), 0);
+    ck_assert_int_eq(cache_entry_decode(victim, size, NULL, &here, why, sizeof why), 0);
+    e.key = here.key;
+    snprintf(e.meta.symbol, sizeof e.meta.symbol, "%s", here.meta.symbol);
+    void *forged = cache_entry_encode(&e, &size);
+    FILE *f = fopen(path, "wb");
+    ck_assert(f && fwrite(forged, 1, size, f) == size && fclose(f) == 0);
+    free(forged);
+    free(victim);
+    cache_entry_free(&e);
+    cache_entry_free(&here);
+    free(files);
+    remove_cache_dir(&other);
+}
+
+static const struct {
+    const char *name;
+    damage_fn damage;
+} damages[] = {
+    {"truncated", truncate_half}, {"zero-length", make_empty}, {"bit-flipped", flip_bit},
+    {"wrong magic", wrong_magic}, {"wrong version", wrong_version}, {"wrong key", wrong_key},
+    {"built for another CPU", other_cpu},
+};
+
+/* Each kind of damage is reported once, the entry removed and compiled again,
+ * and the result right; the cache is sound afterwards. */
+START_TEST(test_damaged_entries_cost_time_not_answers)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result clean, damaged, after;
+    const char *args[] = {"gelu", "softmax", NULL};
+    fill(&c, args, &clean);
+    ck_assert_ran(&clean, 2);
+    int n;
+    cache_file *files = entries(&c, &n);
+    ck_assert_int_eq(n, 2);
+    char path[256];
+    entry_path(&c, &files[_i % n], path, sizeof path);
+    srand((unsigned)_i + 1);
+    damages[_i].damage(path, &c);
+    helper(c.root, "on", args, NULL, &damaged);
+    ck_assert_ran(&damaged, 2);
+    ck_assert_msg(occurrences(damaged.err, "damaged cache entry") == 1, "%s: reported %d times:\n%s",
+                  damages[_i].name, occurrences(damaged.err, "damaged cache entry"), damaged.err);
+    long long compiled = line_of(&damaged, "gelu")->compiled + line_of(&damaged, "softmax")->compiled;
+    ck_assert_msg(compiled == 1, "%s: %lld kernels compiled again", damages[_i].name, compiled);
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(clean.lines[i].hash == line_of(&damaged, clean.lines[i].name)->hash, "%s: %s differs",
+                      damages[_i].name, clean.lines[i].name);
+    assert_all_sound(&c);
+    helper(c.root, "on", args, NULL, &after);
+    ck_assert_ran(&after, 2);
+    ck_assert_msg(!strstr(after.err, "damaged"), "%s", after.err);
+    free(files);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* A writer killed at any moment leaves no entry that loads wrong: every
+ * entry file is whole, and a later run is right and leaves a sound cache. */
+START_TEST(test_killed_writers_leave_nothing_that_loads)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r, clean;
+    cache_dir reference;
+    make_cache_dir(&reference);
+    fill(&reference, NULL, &clean);
+    ck_assert_ran(&clean, 6);
+    remove_cache_dir(&reference);
+    srand(7);
+    for (int round = 0; round < 12; round++) {
+        run_options kill_it = {.kill_after_us = 1000 + rand() % 240000};
+        helper(c.root, "on", NULL, &kill_it, &r);
+        assert_all_sound(&c);
+    }
+    helper(c.root, "on", NULL, NULL, &r);
+    ck_assert_ran(&r, 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(clean.lines[i].hash == line_of(&r, clean.lines[i].name)->hash, "%s differs",
+                      clean.lines[i].name);
+    ck_assert_msg(!strstr(r.err, "damaged"), "%s", r.err);
+    tool(c.root, (const char *[]){"verify", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0, "%s", r.out);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* Four processes fill one cache at once, with overlapping kernels. */
+START_TEST(test_four_processes_fill_one_cache)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    char dir_var[128];
+    snprintf(dir_var, sizeof dir_var, "KILN_CACHE_DIR=%s", c.root);
+    char **env = environment_with((const char *[]){dir_var, "KILN_CACHE=on", NULL});
+    const char *sets[4][5] = {{"gelu", "softmax", "mlp", NULL},
+                              {"softmax", "layernorm", "gelu", NULL},
+                              {"mlp", "attention", "tiny", NULL},
+                              {"tiny", "gelu", "layernorm", "attention", NULL}};
+    pid_t pids[4];
+    for (int p = 0; p < 4; p++) {
+        const char *argv[6] = {program("KILN_TEST_CACHE_HELPER")};
+        for (int i = 0; sets[p][i]; i++)
+            argv[i + 1] = sets[p][i];
+        pids[p] = fork();
+        ck_assert_int_ge(pids[p], 0);
+        if (pids[p] == 0) {
+            int null = open("/dev/null", O_WRONLY);
+            dup2(null, STDOUT_FILENO);
+            execve(argv[0], (char *const *)argv, env);
+            _exit(126);
+        }
+    }
+    for (int p = 0; p < 4; p++) {
+        int status;
+        ck_assert_int_eq(waitpid(pids[p], &status, 0), pids[p]);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "process %d failed", p);
+    }
+    free(env);
+    static run_result r;
+    tool(c.root, (const char *[]){"verify", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0 && strstr(r.out, " 0 damaged"), "%s", r.out);
+    helper(c.root, "require", NULL, NULL, &r);
+    ck_assert_ran(&r, 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(r.lines[i].compiled, 0);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* -- Modes, read-only and full disks --------------------------------------- */
+
+START_TEST(test_require_names_the_missing_kernel)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    helper(c.root, "require", (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "KILN_CACHE=require") && strstr(r.err, "kernel 0 of 'gelu'") &&
+                      strstr(r.err, "f32["),
+                  "%s", r.err);
+    int n;
+    free(entries(&c, &n));
+    ck_assert_int_eq(n, 0);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+START_TEST(test_off_and_readonly_modes_write_nothing)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    helper(c.root, "off", (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    helper(c.root, "readonly", (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_int_gt(r.lines[0].compiled, 0);
+    int n;
+    free(entries(&c, &n));
+    ck_assert_int_eq(n, 0);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* A cache directory nobody may write: hits load, misses compile, one warning. */
+START_TEST(test_readonly_directory_works_with_one_warning)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result first, r;
+    const char *args[] = {"gelu", "softmax", "layernorm", NULL};
+    run_options nobody = {.as_nobody = true};
+    helper(c.root, "on", (const char *[]){"gelu", NULL}, &nobody, &first);
+    ck_assert_ran(&first, 1);
+    give_to_nobody(&c);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "chmod -R a-w %s", c.root);
+    ck_assert_int_eq(system(cmd), 0);
+    helper(c.root, "on", args, &nobody, &r);
+    ck_assert_ran(&r, 3);
+    ck_assert_int_eq(line_of(&r, "gelu")->from_disk, first.lines[0].compiled);
+    ck_assert_int_eq(line_of(&r, "gelu")->hash, first.lines[0].hash);
+    ck_assert_int_gt(line_of(&r, "softmax")->compiled, 0);
+    ck_assert_msg(occurrences(r.err, "warning") == 1 && strstr(r.err, "read-only"), "%s", r.err);
+    int n;
+    free(entries(&c, &n));
+    ck_assert_int_eq(n, 1);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* Writes that fail for want of space: one warning, results right. */
+START_TEST(test_full_disk_works_with_one_warning)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    run_options full = {.file_size_limit = 256};
+    helper(c.root, "on", NULL, &full, &r);
+    ck_assert_ran(&r, 6);
+    ck_assert_msg(occurrences(r.err, "warning") == 1 && strstr(r.err, "disk is full"), "%s", r.err);
+    int n;
+    free(entries(&c, &n));
+    ck_assert_int_eq(n, 0);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+START_TEST(test_size_cap_evicts_least_recently_used)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    fill(&c, NULL, &r);
+    ck_assert_ran(&r, 6);
+    int n;
+    cache_file *files = entries(&c, &n);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += files[i].bytes;
+    /* Age every entry but one, which must then survive a prune to its own size. */
+    for (int i = 0; i < n; i++) {
+        char path[256];
+        entry_path(&c, &files[i], path, sizeof path);
+        struct timespec times[2] = {{.tv_sec = 1000 + (i == n / 2) * 1000000}, {.tv_sec = 1000 + (i == n / 2) * 1000000}};
+        ck_assert_int_eq(utimensat(AT_FDCWD, path, times, 0), 0);
+    }
+    char keep[sizeof files[0].name], max[32];
+    snprintf(keep, sizeof keep, "%s", files[n / 2].name);
+    snprintf(max, sizeof max, "%lld", (long long)files[n / 2].bytes);
+    tool(c.root, (const char *[]){"prune", "--max-bytes", max, NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 0);
+    free(files);
+    files = entries(&c, &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(files[0].name, keep);
+    free(files);
+    /* And kiln itself keeps under KILN_CACHE_MAX_BYTES as it writes. */
+    char dir_var[128], cap[64];
+    snprintf(dir_var, sizeof dir_var, "KILN_CACHE_DIR=%s", c.root);
+    snprintf(cap, sizeof cap, "KILN_CACHE_MAX_BYTES=%lld", (long long)(total / 2));
+    const char *argv[] = {program("KILN_TEST_CACHE_HELPER"), NULL};
+    run(argv, (const char *[]){dir_var, "KILN_CACHE=on", cap, NULL}, NULL, &r);
+    ck_assert_ran(&r, 6);
+    files = entries(&c, &n);
+    int64_t now = 0;
+    for (int i = 0; i < n; i++)
+        now += files[i].bytes;
+    ck_assert_msg(now <= total / 2 && n > 0, "%lld bytes in %d entries, cap %lld", (long long)now, n,
+                  (long long)(total / 2));
+    free(files);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* -- Cross-CPU precompiles ------------------------------------------------- */
+
+START_TEST(test_other_cpu_entries_are_never_loaded_here)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    helper(c.root, "on", (const char *[]){"--precompile", "cpu:skylake-avx512", NULL}, NULL, &r);
+    ck_assert_ran(&r, 6);
+    int n;
+    free(entries(&c, &n));
+    ck_assert_int_gt(n, 0);
+    tool(c.root, (const char *[]){"ls", NULL}, NULL, &r);
+    ck_assert_int_eq(occurrences(r.out, "skylake-avx512"), n);
+    ck_assert_ptr_nonnull(strstr(r.out, "gelu (f32["));
+    helper(c.root, "on", NULL, NULL, &r);
+    ck_assert_ran(&r, 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(r.lines[i].from_disk == 0 && r.lines[i].compiled > 0, "%s", r.out);
+    /* Precompiling again finds the entries there. */
+    helper(c.root, "on", (const char *[]){"--precompile", "cpu:skylake-avx512", "gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_int_eq(r.lines[0].compiled, 0);
+    ck_assert_int_gt(r.lines[0].from_disk, 0);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+START_TEST(test_precompile_rejects_bad_targets)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    helper(c.root, "on", (const char *[]){"--precompile", "cpu:no-such-cpu", "gelu", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "kiln_fn_precompile") && strstr(r.err, "no-such-cpu"), "%s", r.err);
+    helper(c.root, "off", (const char *[]){"--precompile", "cpu:znver4", "gelu", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "KILN_CACHE=off"), "%s", r.err);
+    helper(c.root, "on", (const char *[]){"--precompile", "gpu:0", "gelu", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "gpu:0"), "%s", r.err);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* -- Bundles --------------------------------------------------------------- */
+
+START_TEST(test_bundle_ships_a_complete_cache)
+{
+    cache_dir from, to;
+    make_cache_dir(&from);
+    make_cache_dir(&to);
+    static run_result clean, r;
+    fill(&from, NULL, &clean);
+    ck_assert_ran(&clean, 6);
+    char bundle[128];
+    snprintf(bundle, sizeof bundle, "%s/all.kbundle", from.root);
+    tool(from.root, (const char *[]){"export", bundle, "--all", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    tool(to.root, (const char *[]){"import", bundle, NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    helper(to.root, "require", NULL, NULL, &r);
+    ck_assert_ran(&r, 6);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(r.lines[i].compiled, 0);
+        ck_assert_int_eq(r.lines[i].hash, line_of(&clean, r.lines[i].name)->hash);
+    }
+    /* One chosen entry, by key prefix. */
+    int n;
+    cache_file *files = entries(&from, &n);
+    char one[128], prefix[17];
+    snprintf(one, sizeof one, "%s/one.kbundle", from.root);
+    snprintf(prefix, sizeof prefix, "%.16s", files[0].name);
+    tool(from.root, (const char *[]){"export", one, prefix, NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "exported 1 entries"), "%s%s", r.out, r.err);
+    free(files);
+    remove_cache_dir(&from);
+    remove_cache_dir(&to);
+}
+END_TEST
+
+/* A bundle whose one entry is bad (its own checksum wrong, the bundle's
+ * recomputed) is rejected whole, naming that entry; so is a truncated one. */
+START_TEST(test_bundle_with_a_bad_entry_is_rejected_whole)
+{
+    cache_dir from, to;
+    make_cache_dir(&from);
+    make_cache_dir(&to);
+    static run_result r;
+    fill(&from, (const char *[]){"gelu", "softmax", "layernorm", NULL}, &r);
+    ck_assert_ran(&r, 3);
+    char bundle[128];
+    snprintf(bundle, sizeof bundle, "%s/b.kbundle", from.root);
+    tool(from.root, (const char *[]){"export", bundle, "--all", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 0);
+    void *bytes;
+    size_t size;
+    ck_assert_int_eq(cache_read_file(bundle, &bytes, &size), 0);
+    uint8_t *b = bytes;
+    b[size - CACHE_KEY_BYTES - 20] ^= 0x40; /* inside the last entry's payload */
+    cache_key sum;
+    cache_hash(b, size - CACHE_KEY_BYTES, &sum);
+    memcpy(b + size - CACHE_KEY_BYTES, sum.bytes, CACHE_KEY_BYTES);
+    FILE *f = fopen(bundle, "wb");
+    ck_assert(f && fwrite(b, 1, size, f) == size && fclose(f) == 0);
+    tool(to.root, (const char *[]){"import", bundle, NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "rejected") && strstr(r.err, "entry 2 (") && strstr(r.err, "damaged"), "%s",
+                  r.err);
+    int n;
+    free(entries(&to, &n));
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(truncate(bundle, (off_t)size / 2), 0);
+    tool(to.root, (const char *[]){"import", bundle, NULL}, NULL, &r);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "rejected"), "%s", r.err);
+    free(entries(&to, &n));
+    ck_assert_int_eq(n, 0);
+    free(bytes);
+    remove_cache_dir(&from);
+    remove_cache_dir(&to);
+}
+END_TEST
+
+START_TEST(test_import_into_readonly_directory_errors)
+{
+    cache_dir from, to;
+    make_cache_dir(&from);
+    make_cache_dir(&to);
+    static run_result r;
+    fill(&from, (const char *[]){"gelu", NULL}, &r);
+    ck_assert_ran(&r, 1);
+    char bundle[128], cmd[256];
+    snprintf(bundle, sizeof bundle, "%s/b.kbundle", from.root);
+    tool(from.root, (const char *[]){"export", bundle, "--all", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 0);
+    give_to_nobody(&from);
+    snprintf(cmd, sizeof cmd, "chmod a-w %s", to.root);
+    ck_assert_int_eq(system(cmd), 0);
+    run_options nobody = {.as_nobody = true};
+    tool(to.root, (const char *[]){"import", bundle, NULL}, &nobody, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "cannot write") && strstr(r.err, "Permission denied"), "%s", r.err);
+    remove_cache_dir(&from);
+    remove_cache_dir(&to);
+}
+END_TEST
+
+/* -- In one process --------------------------------------------------------- */
+
+static int scaled_tanh(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_tanh(kiln_mul_scalar(in[0], 0.5));
+    return out[0] ? 0 : -1;
+}
+
+/* Two functions that make the same kernel share it. */
+START_TEST(test_functions_share_kernels_in_a_process)
+{
+    kiln_tensor *x = kiln_arange(0, 1000, 1, KILN_F32), *a, *b;
+    kiln_fn *f = kiln_jit("first", scaled_tanh, 1, 1, NULL, NULL), *g = kiln_jit("second", scaled_tanh, 1, 1, NULL, NULL);
+    ck_assert_int_eq(kiln_call(f, &x, &a), 0);
+    ck_assert_int_eq(kiln_call(g, &x, &b), 0);
+    kiln_fn_free(f);
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(g, &s), 0);
+    if (strcmp(kiln_fn_backend(g), "llvm") == 0) {
+        ck_assert_int_eq(s.kernels_compiled, 0);
+        ck_assert_int_eq(s.kernels_shared, 1);
+    }
+    float va[1000], vb[1000];
+    ck_assert_int_eq(kiln_copy_to_host(a, va, sizeof va), 0);
+    ck_assert_int_eq(kiln_copy_to_host(b, vb, sizeof vb), 0);
+    ck_assert(!memcmp(va, vb, sizeof va));
+    kiln_fn_free(g);
+    kiln_release(a);
+    kiln_release(b);
+    kiln_release(x);
+}
+END_TEST
+
+static Suite *cache_suite(void)
+{
+    Suite *s = suite_create("cache");
+    TCase *keys = tcase_create("keys");
+    tcase_add_test(keys, test_key_changes_with_every_component);
+    tcase_add_test(keys, test_entry_rejects_every_damage);
+    tcase_add_test(keys, test_functions_share_kernels_in_a_process);
+    suite_add_tcase(s, keys);
+    TCase *processes = tcase_create("processes");
+    tcase_set_timeout(processes, 300);
+    tcase_add_test(processes, test_second_process_compiles_nothing);
+    tcase_add_test(processes, test_log_names_each_key_component_on_a_miss);
+    tcase_add_loop_test(processes, test_damaged_entries_cost_time_not_answers, 0,
+                        (int)(sizeof damages / sizeof *damages));
+    tcase_add_test(processes, test_killed_writers_leave_nothing_that_loads);
+    tcase_add_test(processes, test_four_processes_fill_one_cache);
+    tcase_add_test(processes, test_require_names_the_missing_kernel);
+    tcase_add_test(processes, test_off_and_readonly_modes_write_nothing);
+    tcase_add_test(processes, test_readonly_directory_works_with_one_warning);
+    tcase_add_test(processes, test_full_disk_works_with_one_warning);
+    tcase_add_test(processes, test_size_cap_evicts_least_recently_used);
+    tcase_add_test(processes, test_other_cpu_entries_are_never_loaded_here);
+    tcase_add_test(processes, test_precompile_rejects_bad_targets);
+    tcase_add_test(processes, test_bundle_ships_a_complete_cache);
+    tcase_add_test(processes, test_bundle_with_a_bad_entry_is_rejected_whole);
+    tcase_add_test(processes, test_import_into_readonly_directory_errors);
+    suite_add_tcase(s, processes);
+    return s;
+}
+
+KILN_TEST_MAIN(cache_suite)
