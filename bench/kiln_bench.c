@@ -40,6 +40,7 @@ static const char usage[] =
 
 typedef struct {
     const char *workload, *json, *svg, *compare;
+    const char *probe, *probe_workload; /* internal: a disk-hit probe's fresh process */
     int threads, reps;
     bool quick;
 } options;
@@ -235,15 +236,20 @@ static int64_t peak_of_run(const workload *w, kiln_fn *f, kiln_tensor **in, work
     return kiln_peak_live_bytes() - base;
 }
 
+/* Marks w's body. The timed functions leave the disk cache alone: the
+ * disk-hit column has a cache of its own. */
 static kiln_fn *mark(const workload *w, workload_state *state)
 {
-    kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, state, NULL);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.no_cache = true;
+    kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, state, &o);
     if (!f)
         die(w->name);
     return f;
 }
 
-/* A fresh marked function's first call: trace, compile and run. */
+/* A fresh marked function's first call: trace, compile and run. No other
+ * function of w may be alive, or its kernels would be shared, not compiled. */
 static double time_first_call(const workload *w, kiln_tensor **in, workload_state *state, int reps)
 {
     double samples[MAX_REPS];
@@ -258,6 +264,114 @@ static double time_first_call(const workload *w, kiln_tensor **in, workload_stat
     return median(samples, n);
 }
 
+/* Milliseconds kiln_fn_precompile takes to make f ready for in's signature
+ * on the host: trace, passes and compile or load, without running. */
+static double time_prepare(kiln_fn *f, const workload *w, kiln_tensor **in)
+{
+    kiln_spec specs[WORKLOAD_MAX_INPUTS];
+    for (int i = 0; i < w->n_in; i++) {
+        specs[i] = (kiln_spec){kiln_dtype_of(in[i]), kiln_ndim(in[i]), {0}, KILN_CPU};
+        memcpy(specs[i].shape, kiln_shape(in[i]), (size_t)specs[i].ndim * sizeof *specs[i].shape);
+    }
+    double start = now_ms();
+    if (kiln_fn_precompile(f, specs, "host") != 0)
+        die(w->name);
+    return now_ms() - start;
+}
+
+/* The cold compile: a fresh function prepared with no kernel on disk or
+ * loaded (no other function of w alive). */
+static double time_cold_prepare(const workload *w, kiln_tensor **in, workload_state *state, int reps)
+{
+    double samples[MAX_REPS];
+    int n = reps < 3 ? reps : 3;
+    for (int r = 0; r < n; r++) {
+        kiln_fn *f = mark(w, state);
+        samples[r] = time_prepare(f, w, in);
+        kiln_fn_free(f);
+    }
+    return median(samples, n);
+}
+
+/* -- Fresh processes with a disk hit --------------------------------------- */
+
+/* kiln-bench --probe first-call|prepare NAME, run as a fresh process: the
+ * milliseconds of w's first call (or of preparing it) with the disk cache on,
+ * and the kernels that compiled, which must be none for a disk hit. */
+static int probe(const char *what, const workload *w, bool quick)
+{
+    kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
+    workload_state state = {0};
+    if (w->setup(quick, in, &state) < 0)
+        die(w->name);
+    kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, NULL);
+    if (!f)
+        die(w->name);
+    double ms;
+    if (!strcmp(what, "prepare")) {
+        ms = time_prepare(f, w, in);
+    } else {
+        double start = now_ms();
+        run_once(w, f, in, &state);
+        ms = now_ms() - start;
+    }
+    kiln_fn_stats_t s;
+    kiln_fn_stats(f, &s);
+    printf("%.6f %lld\n", ms, (long long)s.kernels_compiled);
+    kiln_fn_free(f);
+    workload_free(w, in, &state);
+    return 0;
+}
+
+/* This program run as a fresh process probing w over cache_root; NAN when
+ * it failed. */
+static double spawn_probe(const char *what, const workload *w, const options *opt, const char *cache_root,
+                          long long *compiled)
+{
+    char self[1024], cmd[2400];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return NAN;
+    self[len] = '\0';
+    snprintf(cmd, sizeof cmd, "KILN_CACHE=on KILN_CACHE_DIR='%s' '%s' --threads %d --probe %s %s%s", cache_root,
+             self, opt->threads, what, w->name, opt->quick ? " --quick" : "");
+    FILE *p = popen(cmd, "r");
+    double ms = NAN;
+    if (!p || fscanf(p, "%lf %lld", &ms, compiled) != 2)
+        ms = NAN;
+    if (p && pclose(p) != 0)
+        ms = NAN;
+    return ms;
+}
+
+/* Medians over fresh processes that find every kernel on disk (a first
+ * process fills a cache of their own) of the first call and of preparing;
+ * NAN if any process compiled. */
+static void time_disk_hits(const workload *w, const options *opt, double *first_call, double *prepare)
+{
+    *first_call = *prepare = NAN;
+    char root[] = "/tmp/kiln-bench-cache-XXXXXX", cmd[64];
+    if (!mkdtemp(root))
+        return;
+    long long compiled = 0;
+    double calls[MAX_REPS], prepares[MAX_REPS];
+    int n = opt->reps < 3 ? opt->reps : 3;
+    bool hits = !isnan(spawn_probe("prepare", w, opt, root, &compiled));
+    for (int r = 0; hits && r < n; r++) {
+        calls[r] = spawn_probe("first-call", w, opt, root, &compiled);
+        hits = !isnan(calls[r]) && compiled == 0;
+        prepares[r] = spawn_probe("prepare", w, opt, root, &compiled);
+        hits = hits && !isnan(prepares[r]) && compiled == 0;
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        progress("could not remove %s", root);
+    if (hits) {
+        *first_call = median(calls, n);
+        *prepare = median(prepares, n);
+    }
+}
+
 static void measure(const workload *w, const options *opt, const bench_probes *probes, bench_result *res)
 {
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
@@ -270,11 +384,13 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
 
     progress("%s %s: eager", w->name, state.size);
     res->eager_ms = time_runs(w, NULL, in, &state, opt->reps);
+    progress("%s %s: first calls", w->name, state.size);
+    res->first_call_ms = time_first_call(w, in, &state, opt->reps);
+    res->compile_ms = time_cold_prepare(w, in, &state, opt->reps);
+    time_disk_hits(w, opt, &res->disk_hit_ms, &res->disk_load_ms);
     progress("%s %s: traced", w->name, state.size);
     kiln_fn *f = mark(w, &state);
     res->traced_ms = time_runs(w, f, in, &state, opt->reps);
-    res->first_call_ms = time_first_call(w, in, &state, opt->reps);
-    res->disk_hit_ms = NAN; /* the cache issue fills this in */
     kiln_fn_stats_t stats;
     kiln_fn_stats(f, &stats);
     res->kernels = stats.kernels;
@@ -332,6 +448,10 @@ static int parse_args(int argc, char **argv, options *opt)
             opt->svg = next;
         else if (!strcmp(a, "--compare"))
             opt->compare = next;
+        else if (!strcmp(a, "--probe") && i + 2 < argc) {
+            opt->probe = next;
+            opt->probe_workload = argv[++i + 1];
+        }
         else if (strcmp(a, "--device"))
             return fprintf(stderr, "kiln-bench: unknown option %s\n%s", a, usage), -1;
         i += takes;
@@ -339,8 +459,9 @@ static int parse_args(int argc, char **argv, options *opt)
     opt->reps = reps > 0 ? reps : opt->quick ? 3 : 10;
     if (opt->threads < 1 || opt->reps > MAX_REPS)
         return fprintf(stderr, "kiln-bench: --threads must be at least 1, --reps at most %d\n", MAX_REPS), -1;
-    if (opt->workload && !workload_find(opt->workload))
-        return fprintf(stderr, "kiln-bench: no workload %s\n%s", opt->workload, usage), -1;
+    const char *name = opt->probe ? opt->probe_workload : opt->workload;
+    if (name && !workload_find(name))
+        return fprintf(stderr, "kiln-bench: no workload %s\n%s", name, usage), -1;
     return 0;
 }
 
@@ -354,6 +475,8 @@ int main(int argc, char **argv)
     snprintf(threads, sizeof threads, "%d", opt.threads);
     setenv("KILN_THREADS", threads, 1); /* before kiln's pool starts */
     openblas_set_num_threads(opt.threads);
+    if (opt.probe)
+        return probe(opt.probe, workload_find(opt.probe_workload), opt.quick);
 
     bench_run run = {.threads = opt.threads, .quick = opt.quick};
     bench_describe_machine(&run);

@@ -44,16 +44,17 @@ void bench_print_table(const bench_run *run, FILE *out)
     fprintf(out, "kiln-bench: %s, %d threads%s; traced by %s; copy %.1f GB/s, sgemm %.1f GFLOP/s; medians of %d runs\n",
             run->cpu, run->threads, run->quick ? ", quick sizes" : "", run->backend, run->probes.copy_gbps,
             run->probes.sgemm_gflops, run->count ? run->results[0].reps : 0);
-    fprintf(out, "%-10s %-18s %10s %10s %8s %10s %9s %7s %10s %10s %9s %9s %8s\n", "workload", "size",
-            "eager ms", "traced ms", "speedup", "1st call", "disk hit", "kernels", "peak eager",
-            "peak trace", "max diff", "limit ms", "% limit");
+    fprintf(out, "%-10s %-18s %10s %10s %8s %9s %9s %9s %9s %7s %10s %10s %9s %9s %8s\n", "workload", "size",
+            "eager ms", "traced ms", "speedup", "1st call", "compile", "disk hit", "disk load", "kernels",
+            "peak eager", "peak trace", "max diff", "limit ms", "% limit");
     for (int i = 0; i < run->count; i++) {
         const bench_result *r = &run->results[i];
-        char b[8][32];
-        fprintf(out, "%-10s %-18s %10s %10s %8s %10s %9s %7d %9.1fM %9.1fM %9.2g %9s %8s\n", r->name,
+        char b[10][32];
+        fprintf(out, "%-10s %-18s %10s %10s %8s %9s %9s %9s %9s %7d %9.1fM %9.1fM %9.2g %9s %8s\n", r->name,
                 r->size, num(b[0], 32, r->eager_ms, "%.4g"), num(b[1], 32, r->traced_ms, "%.4g"),
                 num(b[2], 32, r->eager_ms / r->traced_ms, "%.2fx"), num(b[3], 32, r->first_call_ms, "%.3f"),
-                num(b[4], 32, r->disk_hit_ms, "%.3f"), r->kernels, (double)r->peak_eager_bytes / 1e6,
+                num(b[7], 32, r->compile_ms, "%.3f"), num(b[4], 32, r->disk_hit_ms, "%.3f"),
+                num(b[8], 32, r->disk_load_ms, "%.3f"), r->kernels, (double)r->peak_eager_bytes / 1e6,
                 (double)r->peak_traced_bytes / 1e6, r->max_abs_diff, num(b[5], 32, r->limit_ms, "%.3f"),
                 num(b[6], 32, 100 * r->limit_ms / r->traced_ms, "%.0f%%"));
     }
@@ -76,6 +77,8 @@ static void json_result(FILE *out, const bench_result *r, bool last)
     json_number(out, "traced_ms", r->traced_ms, ", ");
     json_number(out, "first_call_ms", r->first_call_ms, ", ");
     json_number(out, "disk_hit_ms", r->disk_hit_ms, ", ");
+    json_number(out, "compile_ms", r->compile_ms, ", ");
+    json_number(out, "disk_load_ms", r->disk_load_ms, ", ");
     fprintf(out, "\"kernels\": %d, \"peak_eager_bytes\": %lld, \"peak_traced_bytes\": %lld, ", r->kernels,
             (long long)r->peak_eager_bytes, (long long)r->peak_traced_bytes);
     json_number(out, "max_abs_diff", r->max_abs_diff, ", ");

@@ -10,7 +10,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 WORKLOADS = ["gelu", "softmax", "layernorm", "mlp", "attention", "tiny"]
-FIELDS = ["name", "size", "eager_ms", "traced_ms", "first_call_ms", "disk_hit_ms", "kernels",
+FIELDS = ["name", "size", "eager_ms", "traced_ms", "first_call_ms", "disk_hit_ms", "compile_ms", "disk_load_ms",
+          "kernels",
           "peak_eager_bytes", "peak_traced_bytes", "max_abs_diff", "limit_ms", "limit_kind", "reps"]
 RUN_FIELDS = ["system", "eager_label", "traced_label", "device", "threads", "quick", "machine",
               "probes", "workloads"]
@@ -42,7 +43,7 @@ def check_json(path):
         for key in FIELDS:
             if key not in w:
                 fail("%s lacks %s" % (w["name"], key))
-        for key in ["eager_ms", "traced_ms", "first_call_ms"]:
+        for key in ["eager_ms", "traced_ms", "first_call_ms", "disk_hit_ms", "compile_ms", "disk_load_ms"]:
             if not (isinstance(w[key], (int, float)) and w[key] > 0):
                 fail("%s: %s is %r" % (w["name"], key, w[key]))
         if w["max_abs_diff"] is None or not math.isfinite(w["max_abs_diff"]) or w["max_abs_diff"] > MAX_DIFF:

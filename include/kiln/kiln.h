@@ -262,7 +262,7 @@ typedef struct {
     kiln_backend backend; /* default KILN_BACKEND_AUTO */
     int opt_level;        /* 0 runs no graph passes; 1..3 run them; default 2 */
     bool strict;          /* errors instead of eager fallback */
-    bool no_cache;        /* skip the disk cache */
+    bool no_cache;        /* skip the disk cache (kernels are still shared in the process) */
     int retrace_limit;    /* signatures traced before falling back; 0: default 8 */
     bool fast_math;       /* allow rewrites that are not exact in IEEE arithmetic */
 } kiln_jit_options;
@@ -301,8 +301,10 @@ KILN_API void kiln_fn_free(kiln_fn *f);
 /* Copies f's counters into s. */
 KILN_API int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s);
 /* Traces and prepares f for the input signature in (n_in specs) without
- * running it. target: "host" ("cpu:<name>" and "cuda:sm_XX" arrive with the
- * LLVM and CUDA backends). */
+ * running it. target: "host" (ready to run here), or "cpu:<LLVM CPU name>"
+ * (e.g. "cpu:skylake-avx512": compiled for that CPU into the disk cache only,
+ * for shipping; needs KILN_CACHE=on). "cuda:sm_XX" arrives with the CUDA
+ * backend. */
 KILN_API int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target);
 /* "llvm" when f's last specialization runs compiled kernels, "interp" when it
  * is interpreted, NULL before the first trace. */

@@ -428,7 +428,8 @@ int cache_list(const char *dir, cache_file **files, int *n)
         f->keyed = len - 5 == CACHE_HEX_CHARS && cache_key_parse(hex, &f->key);
     }
     closedir(d);
-    qsort(*files, (size_t)*n, sizeof **files, newest_first);
+    if (*n > 1)
+        qsort(*files, (size_t)*n, sizeof **files, newest_first);
     return 0;
 }
 

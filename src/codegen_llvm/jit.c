@@ -33,8 +33,11 @@ struct llvm_code {
 struct llvm_target {
     char cpu[64];
     bool host;
-    LLVMTargetMachineRef tm;
-    char id[2048]; /* triple, CPU and the features that change code */
+    LLVMTargetRef target;
+    char triple[128];
+    char features[4096];
+    LLVMTargetMachineRef tm; /* made by the first compile: a disk hit needs none */
+    char id[2048];           /* triple, CPU and the features that change code */
 };
 
 enum { MAX_TARGETS = 8 };
@@ -119,20 +122,19 @@ static int make_target(llvm_target *t, const char *cpu, char *err, size_t size)
         snprintf(err, size, "no LLVM target for %s: %s", triple, message);
         LLVMDisposeMessage(message);
     } else if (cpu && !known_cpu(target, triple, cpu)) {
-        snprintf(err, size, "LLVM %s does not know the CPU \"%s\" for %s", state.toolchain, cpu, triple);
+        snprintf(err, size, "%s does not know the CPU \"%s\" for %s", state.toolchain, cpu, triple);
+    } else if (strlen(host_features) >= sizeof t->features || strlen(triple) >= sizeof t->triple) {
+        snprintf(err, size, "the host's triple or CPU features are too long");
     } else {
         t->host = !cpu;
+        t->target = target;
         snprintf(t->cpu, sizeof t->cpu, "%s", cpu ? cpu : host_cpu);
-        const char *features = cpu ? "" : host_features;
-        t->tm = LLVMCreateTargetMachine(target, triple, t->cpu, features, LLVMCodeGenLevelAggressive, LLVMRelocPIC,
-                                        LLVMCodeModelDefault);
+        snprintf(t->triple, sizeof t->triple, "%s", triple);
+        snprintf(t->features, sizeof t->features, "%s", cpu ? "" : host_features);
         char enabled[1536];
-        enabled_features(features, enabled, sizeof enabled);
+        enabled_features(t->features, enabled, sizeof enabled);
         snprintf(t->id, sizeof t->id, "%s cpu=%s features=%s", triple, t->cpu, cpu ? "(the CPU's own)" : enabled);
-        if (t->tm)
-            status = 0;
-        else
-            snprintf(err, size, "LLVM cannot target %s (%s)", triple, t->cpu);
+        status = 0;
     }
     LLVMDisposeMessage(host_cpu);
     LLVMDisposeMessage(host_features);
@@ -290,20 +292,37 @@ static int emit_object(LLVMModuleRef m, LLVMTargetMachineRef tm, void **object, 
     return *object ? 0 : -1;
 }
 
+/* t's target machine, made on first use; under the lock. */
+static LLVMTargetMachineRef machine(const llvm_target *target, char *err, size_t size)
+{
+    llvm_target *t = (llvm_target *)target; /* targets live in state, which is not const */
+    if (!t->tm)
+        t->tm = LLVMCreateTargetMachine(t->target, t->triple, t->cpu, t->features, LLVMCodeGenLevelAggressive,
+                                        LLVMRelocPIC, LLVMCodeModelDefault);
+    if (!t->tm)
+        snprintf(err, size, "LLVM cannot target %s (%s)", t->triple, t->cpu);
+    return t->tm;
+}
+
 int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_target *t, const llvm_options *opt,
                         void **object, size_t *size, char *err, size_t err_size)
 {
     *object = NULL;
     pthread_mutex_lock(&state.lock);
+    LLVMTargetMachineRef tm = machine(t, err, err_size);
+    if (!tm) {
+        pthread_mutex_unlock(&state.lock);
+        return -1;
+    }
     LLVMContextRef ctx = LLVMContextCreate();
-    LLVMModuleRef m = build_module(ctx, k, symbol, t->tm, err, err_size);
+    LLVMModuleRef m = build_module(ctx, k, symbol, tm, err, err_size);
     int status = -1;
     if (m && opt->ir_before)
         *opt->ir_before = module_text(m);
-    if (m && optimise(m, t->tm, opt->opt_level, err, err_size) == 0) {
+    if (m && optimise(m, tm, opt->opt_level, err, err_size) == 0) {
         if (opt->ir_after)
             *opt->ir_after = module_text(m);
-        status = emit_object(m, t->tm, object, size, err, err_size);
+        status = emit_object(m, tm, object, size, err, err_size);
     }
     if (m)
         LLVMDisposeModule(m);
