@@ -756,6 +756,27 @@ START_TEST(test_other_cpu_entries_are_never_loaded_here)
 }
 END_TEST
 
+/* A build machine compiling for this machine's exact target (what
+ * kiln-cache target prints) makes the entries this machine's host loads. */
+START_TEST(test_precompile_for_a_named_machine_serves_its_host)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    tool(c.root, (const char *[]){"target", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0 && !strncmp(r.out, "cpu:", 4), "%s%s", r.out, r.err);
+    static char target[OUTPUT_MAX];
+    snprintf(target, sizeof target, "%.*s", (int)strcspn(r.out, "\n"), r.out);
+    helper(c.root, "on", (const char *[]){"--precompile", target, NULL}, NULL, &r);
+    ck_assert_ran(&r, 6);
+    helper(c.root, "require", NULL, NULL, &r);
+    ck_assert_ran(&r, 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(r.lines[i].compiled == 0 && r.lines[i].from_disk > 0, "%s", r.out);
+    remove_cache_dir(&c);
+}
+END_TEST
+
 START_TEST(test_precompile_rejects_bad_targets)
 {
     cache_dir c;
@@ -764,6 +785,10 @@ START_TEST(test_precompile_rejects_bad_targets)
     helper(c.root, "on", (const char *[]){"--precompile", "cpu:no-such-cpu", "gelu", NULL}, NULL, &r);
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "kiln_fn_precompile") && strstr(r.err, "no-such-cpu"), "%s", r.err);
+    helper(c.root, "on", (const char *[]){"--precompile", "cpu:znver3:+avx2,+no-such-feature", "gelu", NULL}, NULL,
+           &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "no-such-feature"), "%s", r.err);
     helper(c.root, "off", (const char *[]){"--precompile", "cpu:znver4", "gelu", NULL}, NULL, &r);
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "KILN_CACHE=off"), "%s", r.err);
@@ -931,6 +956,7 @@ static Suite *cache_suite(void)
     tcase_add_test(processes, test_full_disk_works_with_one_warning);
     tcase_add_test(processes, test_size_cap_evicts_least_recently_used);
     tcase_add_test(processes, test_other_cpu_entries_are_never_loaded_here);
+    tcase_add_test(processes, test_precompile_for_a_named_machine_serves_its_host);
     tcase_add_test(processes, test_precompile_rejects_bad_targets);
     tcase_add_test(processes, test_bundle_ships_a_complete_cache);
     tcase_add_test(processes, test_bundle_with_a_bad_entry_is_rejected_whole);

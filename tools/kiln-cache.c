@@ -1,7 +1,7 @@
 /* kiln-cache: inspect, check, trim, pack and unpack a kiln cache.
  *
  *   kiln-cache [--dir ROOT] ls | stat | verify | prune --max-bytes N |
- *              export FILE [--all | KEY...] | import FILE
+ *              export FILE [--all | KEY...] | import FILE | target
  *
  * ROOT defaults to what kiln itself uses (KILN_CACHE_DIR, else
  * $XDG_CACHE_HOME/kiln, else ~/.cache/kiln). Exit status: 0, 1 when verify
@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <kiln/kiln.h>
+
 #include "cache/cache.h"
 
 static const char USAGE[] =
@@ -23,7 +25,8 @@ static const char USAGE[] =
     "  verify                     check every entry; exit 1 if any is damaged\n"
     "  prune --max-bytes N        remove least recently used entries down to N bytes\n"
     "  export FILE [--all|KEY...] pack entries (all, or those whose keys start with KEY) into a bundle\n"
-    "  import FILE                check every entry of a bundle, then install them all\n";
+    "  import FILE                check every entry of a bundle, then install them all\n"
+    "  target                     this machine as a kiln_fn_precompile target, to build its entries elsewhere\n";
 
 static int usage(const char *why)
 {
@@ -276,6 +279,14 @@ int main(int argc, char **argv)
         return cmd_export(dir, rest, args);
     if (!strcmp(cmd, "import"))
         return cmd_import(dir, rest, args);
+    if (!strcmp(cmd, "target") && !rest) {
+        const char *target = kiln_host_target();
+        if (!target)
+            fprintf(stderr, "kiln-cache: %s\n", kiln_last_error());
+        else
+            printf("%s\n", target);
+        return target ? 0 : 1;
+    }
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
         fputs(USAGE, stdout);
         return 0;

@@ -301,11 +301,16 @@ KILN_API void kiln_fn_free(kiln_fn *f);
 /* Copies f's counters into s. */
 KILN_API int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s);
 /* Traces and prepares f for the input signature in (n_in specs) without
- * running it. target: "host" (ready to run here), or "cpu:<LLVM CPU name>"
- * (e.g. "cpu:skylake-avx512": compiled for that CPU into the disk cache only,
- * for shipping; needs KILN_CACHE=on). "cuda:sm_XX" arrives with the CUDA
+ * running it. target: "host" (ready to run here); or, compiled into the disk
+ * cache only (KILN_CACHE=on), for shipping: "cpu:<LLVM CPU name>" (e.g.
+ * "cpu:skylake-avx512", the CPU's own features) or "cpu:<name>:<features>"
+ * as kiln_host_target names a machine. "cuda:sm_XX" arrives with the CUDA
  * backend. */
 KILN_API int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target);
+/* This machine's CPU as a target, "cpu:<LLVM name>:<sorted LLVM feature
+ * list>": entries precompiled for it on any machine are the ones this
+ * machine's "host" loads. Borrowed; NULL (error set) without LLVM. */
+KILN_API const char *kiln_host_target(void);
 /* "llvm" when f's last specialization runs compiled kernels, "interp" when it
  * is interpreted, NULL before the first trace. */
 KILN_API const char *kiln_fn_backend(const kiln_fn *f);

@@ -65,7 +65,7 @@ void *cache_bundle_pack(const char *dir, const cache_key *keys, int n, size_t *s
     buffer manifest = {0}, body = {0}, out = {0};
     bool ok = true;
     for (int i = 0; ok && i < n; i++) {
-        char path[CACHE_PATH_MAX + 80], hex[CACHE_HEX_CHARS + 1], line[4096];
+        char path[CACHE_PATH_MAX + 80], hex[CACHE_HEX_CHARS + 1], line[8192];
         cache_entry_path(dir, &keys[i], path, sizeof path);
         cache_key_hex(&keys[i], hex);
         void *bytes = NULL;

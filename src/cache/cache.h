@@ -45,7 +45,7 @@ bool cache_key_parse(const char *s, cache_key *k);
 /* What an entry says about itself: checked on load, listed by kiln-cache. */
 typedef struct {
     char backend[16];     /* "llvm" */
-    char target[2048];    /* the backend's target id */
+    char target[4400];    /* the backend's target id */
     char symbol[96];      /* the entry point in the object code */
     char function[64];    /* the marked function that first produced it */
     char signature[512];  /* and its input signature */
@@ -158,6 +158,8 @@ enum { CACHE_COMPILE_FAILED = -1, CACHE_REQUIRED_MISSING = -2 };
  * nothing is held then. */
 int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cache_kernel **handles, void **fns,
                   cache_counts *counts, char *err, size_t err_size);
+/* This machine as a "cpu:<name>:<features>" target, or NULL. */
+const char *cache_host_target(void);
 /* Drops a reference; the last one unloads the kernel. */
 void cache_kernel_release(cache_kernel *k);
 

@@ -317,6 +317,11 @@ int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cach
     return status;
 }
 
+const char *cache_host_target(void)
+{
+    return llvm_host_target_name();
+}
+
 void cache_kernel_release(cache_kernel *k)
 {
     if (!k)

@@ -31,13 +31,14 @@ struct llvm_code {
 /* A CPU that code is generated for: the host, or one named for
  * cross-compiling. */
 struct llvm_target {
+    char name[4200];         /* as asked for: "cpu:<name>[:<features>]" */
     char cpu[64];
     bool host;
     LLVMTargetRef target;
     char triple[128];
     char features[4096];
     LLVMTargetMachineRef tm; /* made by the first compile: a disk hit needs none */
-    char id[2048];           /* triple, CPU and the features that change code */
+    char id[4400];           /* triple, CPU and the features that change code */
 };
 
 enum { MAX_TARGETS = 8 };
@@ -50,6 +51,7 @@ static struct {
     int n_targets;
     char failure[512]; /* why the JIT could not start, or "" */
     char toolchain[32];
+    char host_name[4200]; /* "cpu:<name>:<features>": the host, named */
 } state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Takes an LLVMErrorRef, writes its message after what into buf. */
@@ -65,28 +67,34 @@ static int compare_strings(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The enabled features of an LLVM feature list ("+avx2,-avx512f,..."),
- * sorted so that the same CPU always gives the same text. */
-static void enabled_features(const char *list, char *out, size_t size)
+/* An LLVM feature list ("+avx2,-avx512f,...") sorted, so that one CPU always
+ * gives one text. Disabled features stay: a named CPU would otherwise turn
+ * them back on from its defaults. */
+static int sort_features(const char *list, char *out, size_t size)
 {
-    char *copy = strdup(list ? list : ""), *names[512], *save = NULL;
+    char *copy = strdup(list), *names[1024], *save = NULL;
+    if (!copy)
+        return -1;
     int n = 0;
-    for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f && n < 512; f = strtok_r(NULL, ",", &save))
-        if (f[0] == '+')
-            names[n++] = f;
+    for (char *f = strtok_r(copy, ",", &save); f && n < 1024; f = strtok_r(NULL, ",", &save))
+        names[n++] = f;
     qsort(names, (size_t)n, sizeof *names, compare_strings);
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; i < n && used < size; i++)
         used += (size_t)snprintf(out + used, size - used, "%s%s", i ? "," : "", names[i]);
     free(copy);
+    return used < size ? 0 : -1;
 }
 
-/* Whether LLVM knows cpu. LLVM's C API has no such query: creating a target
- * machine for an unknown CPU only prints a warning to stderr, so the warning
- * is caught in a temporary file. Called under the lock, once per name. */
-static bool known_cpu(LLVMTargetRef target, const char *triple, const char *cpu)
+/* What LLVM says (to stderr) when it makes a target machine for cpu and
+ * features: its C API has no other way to tell an unknown CPU or feature,
+ * which it only warns about. The warning is caught in a temporary file.
+ * Called under the lock, once per target. */
+static bool llvm_accepts(LLVMTargetRef target, const char *triple, const char *cpu, const char *features,
+                         char *said, size_t size)
 {
+    said[0] = '\0';
     FILE *caught = tmpfile();
     int saved = caught ? dup(STDERR_FILENO) : -1;
     if (saved < 0) {
@@ -96,48 +104,47 @@ static bool known_cpu(LLVMTargetRef target, const char *triple, const char *cpu)
     }
     fflush(stderr);
     dup2(fileno(caught), STDERR_FILENO);
-    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, "", LLVMCodeGenLevelNone,
+    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelNone,
                                                       LLVMRelocPIC, LLVMCodeModelDefault);
     fflush(stderr);
     dup2(saved, STDERR_FILENO);
     close(saved);
-    char said[256] = "";
     rewind(caught);
-    size_t n = fread(said, 1, sizeof said - 1, caught);
+    size_t n = fread(said, 1, size - 1, caught);
     said[n] = '\0';
+    said[strcspn(said, "\n")] = '\0';
     fclose(caught);
     if (tm)
         LLVMDisposeTargetMachine(tm);
-    return tm && !strstr(said, "not a recognized processor");
+    return tm && !strstr(said, "not a recognized");
 }
 
-/* Sets t up for cpu (NULL: the host's CPU and features). */
-static int make_target(llvm_target *t, const char *cpu, char *err, size_t size)
+/* Sets t up for cpu with features (NULL: the CPU's own); host marks the
+ * machine kiln runs on. */
+static int make_target(llvm_target *t, const char *cpu, const char *features, bool host, char *err, size_t size)
 {
-    char *triple = LLVMGetDefaultTargetTriple(), *message = NULL;
-    char *host_cpu = LLVMGetHostCPUName(), *host_features = LLVMGetHostCPUFeatures();
+    char *triple = LLVMGetDefaultTargetTriple(), *message = NULL, said[256];
     LLVMTargetRef target;
     int status = -1;
     if (LLVMGetTargetFromTriple(triple, &target, &message)) {
         snprintf(err, size, "no LLVM target for %s: %s", triple, message);
         LLVMDisposeMessage(message);
-    } else if (cpu && !known_cpu(target, triple, cpu)) {
-        snprintf(err, size, "%s does not know the CPU \"%s\" for %s", state.toolchain, cpu, triple);
-    } else if (strlen(host_features) >= sizeof t->features || strlen(triple) >= sizeof t->triple) {
-        snprintf(err, size, "the host's triple or CPU features are too long");
+    } else if (strlen(cpu) >= sizeof t->cpu || strlen(triple) >= sizeof t->triple ||
+               (features && sort_features(features, t->features, sizeof t->features) < 0)) {
+        snprintf(err, size, "the CPU name or its feature list is too long");
+    } else if (!host && !llvm_accepts(target, triple, cpu, features ? t->features : "", said, sizeof said)) {
+        snprintf(err, size, "%s does not accept this target for %s: %s", state.toolchain, triple, said);
     } else {
-        t->host = !cpu;
+        t->host = host;
         t->target = target;
-        snprintf(t->cpu, sizeof t->cpu, "%s", cpu ? cpu : host_cpu);
+        snprintf(t->cpu, sizeof t->cpu, "%s", cpu);
         snprintf(t->triple, sizeof t->triple, "%s", triple);
-        snprintf(t->features, sizeof t->features, "%s", cpu ? "" : host_features);
-        char enabled[1536];
-        enabled_features(t->features, enabled, sizeof enabled);
-        snprintf(t->id, sizeof t->id, "%s cpu=%s features=%s", triple, t->cpu, cpu ? "(the CPU's own)" : enabled);
+        if (!features)
+            t->features[0] = '\0';
+        snprintf(t->id, sizeof t->id, "%s cpu=%s features=%s", triple, t->cpu,
+                 features ? t->features : "(the CPU's own)");
         status = 0;
     }
-    LLVMDisposeMessage(host_cpu);
-    LLVMDisposeMessage(host_features);
     LLVMDisposeMessage(triple);
     return status;
 }
@@ -149,7 +156,13 @@ static void start(void)
     snprintf(state.toolchain, sizeof state.toolchain, "LLVM %u.%u.%u", major, minor, patch);
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
-    if (make_target(&state.targets[0], NULL, state.failure, sizeof state.failure) < 0)
+    char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
+    int made = make_target(&state.targets[0], cpu, features, true, state.failure, sizeof state.failure);
+    snprintf(state.host_name, sizeof state.host_name, "cpu:%s:%s", state.targets[0].cpu,
+             state.targets[0].features);
+    LLVMDisposeMessage(cpu);
+    LLVMDisposeMessage(features);
+    if (made < 0)
         return;
     state.n_targets = 1;
     LLVMErrorRef e = LLVMOrcCreateLLJIT(&state.jit, NULL);
@@ -182,22 +195,39 @@ const llvm_target *llvm_target_get(const char *name, char *err, size_t size)
         return NULL;
     if (!strcmp(name, "host"))
         return &state.targets[0];
-    if (strncmp(name, "cpu:", 4) != 0 || !name[4] || strlen(name + 4) >= sizeof state.targets[0].cpu) {
-        snprintf(err, size, "\"%s\" is not a CPU target (\"host\" or \"cpu:<LLVM CPU name>\")", name);
+    const char *cpu = name + 4, *colon = strchr(cpu, ':');
+    size_t cpu_len = colon ? (size_t)(colon - cpu) : strlen(cpu);
+    if (strncmp(name, "cpu:", 4) != 0 || cpu_len == 0 || cpu_len >= sizeof state.targets[0].cpu) {
+        snprintf(err, size, "\"%.200s\" is not a CPU target (\"host\", \"cpu:<LLVM CPU name>\" or "
+                 "\"cpu:<name>:<LLVM feature list>\")", name);
         return NULL;
     }
-    const char *cpu = name + 4;
+    char cpu_name[sizeof state.targets[0].cpu];
+    snprintf(cpu_name, sizeof cpu_name, "%.*s", (int)cpu_len, cpu);
     pthread_mutex_lock(&state.lock);
     llvm_target *found = NULL;
     for (int i = 1; i < state.n_targets && !found; i++)
-        if (!strcmp(state.targets[i].cpu, cpu))
+        if (!strcmp(state.targets[i].name, name))
             found = &state.targets[i];
+    llvm_target *next = &state.targets[state.n_targets];
     if (!found && state.n_targets == MAX_TARGETS)
         snprintf(err, size, "too many CPU targets in one process (%d)", MAX_TARGETS - 1);
-    else if (!found && make_target(&state.targets[state.n_targets], cpu, err, size) == 0)
-        found = &state.targets[state.n_targets++];
+    else if (!found && strlen(name) >= sizeof next->name)
+        snprintf(err, size, "the target name is too long");
+    else if (!found && make_target(next, cpu_name, colon ? colon + 1 : NULL, false, err, size) == 0)
+        found = next;
+    if (found == next) {
+        snprintf(next->name, sizeof next->name, "%s", name);
+        state.n_targets++;
+    }
     pthread_mutex_unlock(&state.lock);
     return found;
+}
+
+const char *llvm_host_target_name(void)
+{
+    char ignored[sizeof state.failure];
+    return started(ignored, sizeof ignored) ? state.host_name : NULL;
 }
 
 const char *llvm_target_id(const llvm_target *t)

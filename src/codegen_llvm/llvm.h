@@ -20,9 +20,13 @@ typedef struct {
     char **ir_after;   /* and after */
 } llvm_options;
 
-/* The target named "host" or "cpu:<LLVM CPU name>", or NULL with the reason
- * in err. Targets live as long as the process. */
+/* The target named "host", "cpu:<LLVM CPU name>" (its own features) or
+ * "cpu:<name>:<LLVM feature list>", or NULL with the reason in err. Targets
+ * live as long as the process. */
 const llvm_target *llvm_target_get(const char *name, char *err, size_t err_size);
+/* The host as a "cpu:<name>:<features>" target: code compiled for it
+ * anywhere has the host's keys. NULL when LLVM cannot start. */
+const char *llvm_host_target_name(void);
 /* What identifies the code made for t: its triple, CPU and enabled features. */
 const char *llvm_target_id(const llvm_target *t);
 /* Whether code for t runs here (only the host's is loaded). */

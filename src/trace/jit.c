@@ -7,6 +7,9 @@
 #include <time.h>
 
 #include "trace/trace.h"
+#ifdef KILN_HAVE_LLVM
+#include "cache/cache.h"
+#endif
 
 typedef struct {
     kiln_spec *inputs; /* the signature */
@@ -645,8 +648,8 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
     bool cpu = !strncmp(target, "cpu:", 4);
     if (strcmp(target, "host") != 0 && !cpu)
         return core_fail(CORE_DEVICE, "kiln_fn_precompile",
-                         "target \"%s\" is not \"host\" or \"cpu:<LLVM CPU name>\" (CUDA targets need a build "
-                         "with the NVRTC backend)", target);
+                         "target \"%s\" is not \"host\", \"cpu:<LLVM CPU name>\" or \"cpu:<name>:<features>\" "
+                         "(CUDA targets need a build with the NVRTC backend)", target);
     if (cpu && !compiles_natively(f))
         return core_fail(CORE_DEVICE, "kiln_fn_precompile",
                          "target \"%s\" needs the LLVM backend, and '%s' does not use it", target, f->name);
@@ -661,6 +664,19 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
         lookup(f, in, &status);
     pthread_mutex_unlock(&f->lock);
     return status < 0 ? status : 0;
+}
+
+const char *kiln_host_target(void)
+{
+#ifdef KILN_HAVE_LLVM
+    const char *name = cache_host_target();
+    if (name)
+        return name;
+    core_fail(CORE_DEVICE, "kiln_host_target", "the LLVM backend cannot start on this machine");
+#else
+    core_fail(CORE_DEVICE, "kiln_host_target", "this build of kiln has no LLVM backend");
+#endif
+    return NULL;
 }
 
 /* -- One-line marking ------------------------------------------------------ */
