@@ -637,6 +637,25 @@ START_TEST(test_off_and_readonly_modes_write_nothing)
 }
 END_TEST
 
+/* Code in the cache runs as the user: a directory others can write is worth a warning. */
+START_TEST(test_shared_directory_is_warned_about)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    ck_assert_int_eq(mkdir(c.dir, 0777), 0);
+    ck_assert_int_eq(chmod(c.dir, 0777), 0);
+    static run_result r;
+    helper(c.root, "on", (const char *[]){"gelu", "softmax", NULL}, NULL, &r);
+    ck_assert_ran(&r, 2);
+    ck_assert_msg(occurrences(r.err, "writable by others") == 1, "%s", r.err);
+    ck_assert_int_eq(chmod(c.dir, 0700), 0);
+    helper(c.root, "on", (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_msg(!strstr(r.err, "warning"), "%s", r.err);
+    remove_cache_dir(&c);
+}
+END_TEST
+
 /* A cache directory nobody may write: hits load, misses compile, one warning. */
 START_TEST(test_readonly_directory_works_with_one_warning)
 {
@@ -952,6 +971,7 @@ static Suite *cache_suite(void)
     tcase_add_test(processes, test_four_processes_fill_one_cache);
     tcase_add_test(processes, test_require_names_the_missing_kernel);
     tcase_add_test(processes, test_off_and_readonly_modes_write_nothing);
+    tcase_add_test(processes, test_shared_directory_is_warned_about);
     tcase_add_test(processes, test_readonly_directory_works_with_one_warning);
     tcase_add_test(processes, test_full_disk_works_with_one_warning);
     tcase_add_test(processes, test_size_cap_evicts_least_recently_used);

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cache/cache.h"
 #include "codegen_llvm/llvm.h"
@@ -33,7 +35,7 @@ static struct {
     cache_kernel *loaded;
     cache_key reported[REPORTED_MAX]; /* damaged entries already reported */
     int n_reported;
-    bool warned_write, warned_config;
+    bool warned_write, warned_config, checked_dir;
 } table = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const char *const component_names[COMPONENTS] = {"kernel", "backend", "target", "format",
@@ -122,6 +124,20 @@ static void log_miss(const lookup *l)
     fputc('\n', stderr);
 }
 
+/* Code in the cache runs as the user: say so once if others can write it. */
+static void check_private(const char *dir)
+{
+    struct stat st;
+    if (table.checked_dir || stat(dir, &st) < 0)
+        return;
+    table.checked_dir = true;
+    if ((st.st_mode & 022) || st.st_uid != geteuid())
+        fprintf(stderr,
+                "kiln: warning: the cache directory %s is %s (mode %03o): whoever can write there can run "
+                "code as you\n", dir, st.st_uid != geteuid() ? "owned by another user" : "writable by others",
+                (unsigned)(st.st_mode & 0777));
+}
+
 static bool uses_disk(const lookup *l)
 {
     return l->config->mode != CACHE_OFF && !l->r->no_disk;
@@ -131,6 +147,7 @@ static bool uses_disk(const lookup *l)
  * 1, or 0 when there is none to use. */
 static int from_disk(lookup *l)
 {
+    check_private(l->config->dir);
     cache_entry e;
     char why[CACHE_PATH_MAX + 256];
     int found = cache_read(l->config->dir, &l->key, &e, why, sizeof why);
