@@ -214,6 +214,14 @@ START_TEST(test_traced_mlp_and_attention_peak_below_eager)
         int64_t traced = kiln_peak_live_bytes() - base;
         ck_assert_msg(traced < eager, "%s: traced peak %lld, eager %lld", w->name, (long long)traced,
                       (long long)eager);
+        /* kiln_fn_stats says the same: the plan's peak, and eager's as the
+         * graph estimates it (within a fifth of what eager measured). */
+        kiln_fn_stats_t s;
+        ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+        ck_assert_msg(s.peak_bytes < s.eager_peak_bytes && s.eager_peak_bytes >= eager * 4 / 5 &&
+                          s.eager_peak_bytes <= eager * 6 / 5,
+                      "%s: stats say traced %lld, eager %lld; eager measured %lld", w->name,
+                      (long long)s.peak_bytes, (long long)s.eager_peak_bytes, (long long)eager);
         kiln_fn_free(f);
         workload_free(w, in, &state);
     }

@@ -279,6 +279,8 @@ typedef struct {
     int64_t kernels_compiled;  /* by the code generator, for f */
     int64_t kernels_from_disk; /* loaded from the disk cache */
     int64_t kernels_shared;    /* already loaded in this process, by f or another function */
+    int64_t eager_peak_bytes;  /* the same body run eagerly, estimated from its graph: every
+                                  value it makes held until it returns, as in kiln_call's scope */
 } kiln_fn_stats_t;
 
 typedef struct {

@@ -275,6 +275,17 @@ static int optimise(const kiln_fn *f, ir_graph **g)
     return 0;
 }
 
+/* Bytes of the values g's body made when traced: eager holds them all until
+ * the body returns, so this is eager's peak for it. */
+static int64_t eager_bytes(const ir_graph *g)
+{
+    int64_t bytes = 0;
+    for (ir_ref r = 0; r < g->count; r++)
+        if (ir_node_computes(&g->nodes[r]))
+            bytes += ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype);
+    return bytes;
+}
+
 /* A specialization counts as a compile when code was generated for it (or it
  * is interpreted), as a disk hit when its kernels came from the disk cache
  * (and from memory) without compiling. */
@@ -311,6 +322,7 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
         return -CORE_STATE;
     }
     uint32_t traced_nodes = g->count;
+    int64_t eager_peak = eager_bytes(g);
     dump_graph(f, f->n_specs, "before", g);
     int status = optimise(f, &g);
     if (status < 0) {
@@ -351,6 +363,7 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     count_plan(f, plan);
     f->stats.kernels = interp_kernels(plan);
     f->stats.peak_bytes = interp_peak_bytes(plan);
+    f->stats.eager_peak_bytes = eager_peak;
     double ms = now_ms() - start;
     f->stats.compile_ms += ms;
     plan_counts c = interp_counts(plan);
