@@ -6,6 +6,7 @@
  * header. Runs that must not write are made as the user nobody when the
  * tests run as root, since root writes through permission bits. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -620,19 +621,57 @@ START_TEST(test_require_names_the_missing_kernel)
 }
 END_TEST
 
+/* Every file of c, with its size and modification time, as one text. */
+static void snapshot(const cache_dir *c, char *out, size_t size)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "cd %s && find . -exec stat -c '%%n %%s %%Y' {} + | sort", c->root);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    pclose(p);
+}
+
+/* off writes nothing; readonly loads hits and compiles around a damaged
+ * entry, touching no file: no removal, no last-use update, no counts. */
 START_TEST(test_off_and_readonly_modes_write_nothing)
 {
     cache_dir c;
     make_cache_dir(&c);
-    static run_result r;
+    static run_result r, clean;
+    static char before[OUTPUT_MAX], after[OUTPUT_MAX];
     helper(c.root, "off", (const char *[]){"gelu", NULL}, NULL, &r);
     ck_assert_ran(&r, 1);
-    helper(c.root, "readonly", (const char *[]){"gelu", NULL}, NULL, &r);
-    ck_assert_ran(&r, 1);
-    ck_assert_int_gt(r.lines[0].compiled, 0);
+    snapshot(&c, before, sizeof before);
+    ck_assert_msg(!strstr(before, "./1"), "KILN_CACHE=off wrote:\n%s", before);
+    const char *args[] = {"gelu", "softmax", NULL};
+    fill(&c, args, &clean);
+    ck_assert_ran(&clean, 2);
     int n;
-    free(entries(&c, &n));
-    ck_assert_int_eq(n, 0);
+    cache_file *files = entries(&c, &n);
+    ck_assert_int_eq(n, 2);
+    char path[256];
+    entry_path(&c, &files[0], path, sizeof path);
+    truncate_half(path, &c);
+    free(files);
+    struct timespec old[2] = {{.tv_sec = 1000}, {.tv_sec = 1000}};
+    files = entries(&c, &n);
+    for (int i = 0; i < n; i++) {
+        entry_path(&c, &files[i], path, sizeof path);
+        ck_assert_int_eq(utimensat(AT_FDCWD, path, old, 0), 0);
+    }
+    free(files);
+    snapshot(&c, before, sizeof before);
+    helper(c.root, "readonly", args, NULL, &r);
+    ck_assert_ran(&r, 2);
+    ck_assert_int_eq(line_of(&r, "gelu")->compiled + line_of(&r, "softmax")->compiled, 1);
+    ck_assert_int_eq(line_of(&r, "gelu")->from_disk + line_of(&r, "softmax")->from_disk, 1);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(line_of(&r, clean.lines[i].name)->hash, clean.lines[i].hash);
+    ck_assert_msg(occurrences(r.err, "damaged cache entry") == 1 && !strstr(r.err, "removed"), "%s", r.err);
+    snapshot(&c, after, sizeof after);
+    ck_assert_msg(!strcmp(before, after), "readonly changed the cache:\n%s\nbecame\n%s", before, after);
     remove_cache_dir(&c);
 }
 END_TEST
@@ -801,6 +840,13 @@ START_TEST(test_precompile_rejects_bad_targets)
     cache_dir c;
     make_cache_dir(&c);
     static run_result r;
+    run_options full = {.file_size_limit = 256};
+    helper(c.root, "on", (const char *[]){"--precompile", "cpu:skylake-avx512", "gelu", NULL}, &full, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "kiln_fn_precompile") && strstr(r.err, "cannot write"), "%s", r.err);
+    helper(c.root, "on", (const char *[]){"--precompile", "cpu:znver3:+avx2,-avx2", "gelu", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "avx2 twice"), "%s", r.err);
     helper(c.root, "on", (const char *[]){"--precompile", "cpu:no-such-cpu", "gelu", NULL}, NULL, &r);
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "kiln_fn_precompile") && strstr(r.err, "no-such-cpu"), "%s", r.err);
@@ -953,6 +999,95 @@ START_TEST(test_functions_share_kernels_in_a_process)
 }
 END_TEST
 
+/* opt_level and fast_math are in the key: functions that differ only in
+ * them share no kernel. */
+START_TEST(test_options_are_in_the_key)
+{
+    kiln_tensor *x = kiln_arange(0, 1000, 1, KILN_F32), *out[3];
+    kiln_jit_options o[3] = {kiln_jit_defaults(), kiln_jit_defaults(), kiln_jit_defaults()};
+    o[1].opt_level = 3;
+    o[2].fast_math = true;
+    kiln_fn *f[3];
+    for (int i = 0; i < 3; i++) {
+        f[i] = kiln_jit("options", scaled_tanh, 1, 1, NULL, &o[i]);
+        ck_assert_int_eq(kiln_call(f[i], &x, &out[i]), 0);
+        kiln_fn_stats_t s;
+        ck_assert_int_eq(kiln_fn_stats(f[i], &s), 0);
+        if (strcmp(kiln_fn_backend(f[i]), "llvm") == 0)
+            ck_assert_msg(s.kernels_compiled == 1 && s.kernels_shared == 0, "options %d shared a kernel", i);
+    }
+    for (int i = 0; i < 3; i++) {
+        kiln_fn_free(f[i]);
+        kiln_release(out[i]);
+    }
+    kiln_release(x);
+}
+END_TEST
+
+typedef struct {
+    kiln_tensor *x;
+    float want[1000];
+    int failures;
+} churn_state;
+
+static double seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Marks, calls and frees one body over and over for two seconds: kernels
+ * are loaded, shared and unloaded while other threads do the same. */
+static void *churn(void *arg)
+{
+    churn_state *c = arg;
+    double end = seconds() + 2;
+    for (int i = 0; i < 20 || seconds() < end; i++) {
+        kiln_fn *f = kiln_jit("churn", scaled_tanh, 1, 1, NULL, NULL);
+        kiln_tensor *out = NULL;
+        float got[1000];
+        bool ok = kiln_call(f, &c->x, &out) == 0 && !strcmp(kiln_fn_backend(f), "llvm") &&
+                  kiln_copy_to_host(out, got, sizeof got) == 0 && !memcmp(got, c->want, sizeof got);
+        __atomic_add_fetch(&c->failures, !ok, __ATOMIC_RELAXED);
+        kiln_release(out);
+        kiln_fn_free(f);
+    }
+    return NULL;
+}
+
+/* Threads loading, sharing and unloading one kernel from one disk cache: every
+ * call compiled and right, and the entry left sound. */
+START_TEST(test_threads_share_and_unload_kernels)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    setenv("KILN_CACHE_DIR", c.root, 1);
+    setenv("KILN_CACHE", "on", 1);
+    static churn_state state;
+    state.x = kiln_arange(0, 1000, 1, KILN_F32);
+    kiln_fn *f = kiln_jit("churn", scaled_tanh, 1, 1, NULL, NULL);
+    kiln_tensor *want;
+    ck_assert_int_eq(kiln_call(f, &state.x, &want), 0);
+    ck_assert_int_eq(kiln_copy_to_host(want, state.want, sizeof state.want), 0);
+    kiln_release(want);
+    kiln_fn_free(f);
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, churn, &state), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(threads[i], NULL);
+    ck_assert_int_eq(state.failures, 0);
+    int n;
+    free(entries(&c, &n));
+    ck_assert_int_eq(n, 1);
+    assert_all_sound(&c);
+    kiln_release(state.x);
+    setenv("KILN_CACHE", "off", 1);
+    remove_cache_dir(&c);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -960,6 +1095,8 @@ static Suite *cache_suite(void)
     tcase_add_test(keys, test_key_changes_with_every_component);
     tcase_add_test(keys, test_entry_rejects_every_damage);
     tcase_add_test(keys, test_functions_share_kernels_in_a_process);
+    tcase_add_test(keys, test_options_are_in_the_key);
+    tcase_add_test(keys, test_threads_share_and_unload_kernels);
     suite_add_tcase(s, keys);
     TCase *processes = tcase_create("processes");
     tcase_set_timeout(processes, 300);

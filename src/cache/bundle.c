@@ -114,8 +114,10 @@ void *cache_bundle_pack(const char *dir, const cache_key *keys, int n, size_t *s
     return out.bytes;
 }
 
-/* The manifest's line i: its key and entry size; false when malformed. */
-static bool manifest_entry(const char **at, const char *end, cache_key *key, uint64_t *bytes)
+/* The manifest's next line: its key and entry size, and the line itself;
+ * false when malformed. */
+static bool manifest_entry(const char **at, const char *end, cache_key *key, uint64_t *bytes, const char **line,
+                           size_t *line_len)
 {
     const char *nl = memchr(*at, '\n', (size_t)(end - *at));
     char hex[CACHE_HEX_CHARS + 1];
@@ -125,9 +127,19 @@ static bool manifest_entry(const char **at, const char *end, cache_key *key, uin
     hex[CACHE_HEX_CHARS] = '\0';
     char *stop;
     unsigned long long n = strtoull(*at + CACHE_HEX_CHARS + 1, &stop, 10);
+    *line = *at;
+    *line_len = (size_t)(nl + 1 - *at);
     *at = nl + 1;
     *bytes = n;
     return cache_key_parse(hex, key) && stop <= nl && *stop == '\t';
+}
+
+/* Whether a manifest line says what the entry it lists says of itself. */
+static bool line_matches(const char *line, size_t len, const cache_entry *e, size_t bytes)
+{
+    char want[8192];
+    manifest_line(e, bytes, want, sizeof want);
+    return strlen(want) == len && !memcmp(want, line, len);
 }
 
 int cache_bundle_unpack(const void *data, size_t size, cache_entry **entries, int *n_entries, char *why,
@@ -151,7 +163,7 @@ int cache_bundle_unpack(const void *data, size_t size, cache_entry **entries, in
         snprintf(why, why_size, "its checksum does not match: it is truncated or damaged");
         return -1;
     }
-    if (manifest > size - FIXED_BYTES - CACHE_KEY_BYTES || n > size) {
+    if (manifest > size - FIXED_BYTES - CACHE_KEY_BYTES || n > size / (8 + CACHE_KEY_BYTES)) {
         snprintf(why, why_size, "its manifest does not fit in it");
         return -1;
     }
@@ -167,7 +179,9 @@ int cache_bundle_unpack(const void *data, size_t size, cache_entry **entries, in
         cache_key key;
         uint64_t bytes;
         char hex[CACHE_HEX_CHARS + 1] = "?", reason[512];
-        bool listed = manifest_entry(&line, manifest_end, &key, &bytes);
+        const char *listed_line;
+        size_t listed_len;
+        bool listed = manifest_entry(&line, manifest_end, &key, &bytes, &listed_line, &listed_len);
         if (listed)
             cache_key_hex(&key, hex);
         if (!listed || end - at < 8 || get_u64(at, 8) != bytes || bytes > (uint64_t)(end - at - 8)) {
@@ -176,6 +190,11 @@ int cache_bundle_unpack(const void *data, size_t size, cache_entry **entries, in
         }
         if (cache_entry_decode(at + 8, bytes, &key, &out[i], reason, sizeof reason) < 0) {
             snprintf(why, why_size, "entry %llu (%s) is damaged: %s", (unsigned long long)i, hex, reason);
+            break;
+        }
+        if (!line_matches(listed_line, listed_len, &out[i], bytes)) {
+            cache_entry_free(&out[i]);
+            snprintf(why, why_size, "entry %llu (%s) is not what the manifest says", (unsigned long long)i, hex);
             break;
         }
         at += 8 + bytes;

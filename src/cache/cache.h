@@ -84,9 +84,15 @@ int cache_entry_decode(const void *bytes, size_t size, const cache_key *expect, 
 
 /* The path of key's entry in dir. */
 void cache_entry_path(const char *dir, const cache_key *key, char *path, size_t size);
-/* Reads key's entry: 1 found and sound (its last use is updated), 0 absent,
- * -1 damaged: why says how, and the file is removed when it can be. */
-int cache_read(const char *dir, const cache_key *key, cache_entry *e, char *why, size_t why_size);
+enum { CACHE_FOUND = 1, CACHE_ABSENT = 0, CACHE_DAMAGED = -1, CACHE_UNREADABLE = -2 };
+
+/* Reads key's entry, checking it against expect (backend, target and symbol;
+ * NULL checks none): CACHE_FOUND (sound), CACHE_ABSENT, CACHE_DAMAGED (why
+ * says how) or CACHE_UNREADABLE (why says why). Unless writable is false, a
+ * hit refreshes the entry's last use and a damaged file is removed, if it is
+ * still the one read. */
+int cache_read(const char *dir, const cache_key *key, const cache_meta *expect, bool writable, cache_entry *e,
+               char *why, size_t why_size);
 /* Installs e atomically (a temporary file renamed into place), creating dir
  * 0700 if needed. 0, or -1 with errno kept and the reason in why. */
 int cache_write(const char *dir, const cache_entry *e, char *why, size_t why_size);

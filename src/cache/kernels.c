@@ -56,15 +56,15 @@ static cache_kernel *find_loaded(const cache_key *key)
     return NULL;
 }
 
-/* A damaged entry is worth one warning per process, not one per lookup. */
-static void report_damage(const cache_key *key, const char *why)
+/* A bad entry is worth one warning per process, not one per lookup. */
+static void report_problem(const cache_key *key, const char *what, const char *why, const char *then)
 {
     for (int i = 0; i < table.n_reported; i++)
         if (!memcmp(table.reported[i].bytes, key->bytes, CACHE_KEY_BYTES))
             return;
     if (table.n_reported < REPORTED_MAX)
         table.reported[table.n_reported++] = *key;
-    fprintf(stderr, "kiln: warning: damaged cache entry %s; removed, compiling again\n", why);
+    fprintf(stderr, "kiln: warning: %s %s%s\n", what, why, then);
 }
 
 static void report_write_failure(const char *why, int error)
@@ -143,38 +143,42 @@ static bool uses_disk(const lookup *l)
     return l->config->mode != CACHE_OFF && !l->r->no_disk;
 }
 
+/* The metadata l's entry has on disk. */
+static cache_meta meta_of(const lookup *l)
+{
+    cache_meta m = {.created = (int64_t)time(NULL)};
+    snprintf(m.backend, sizeof m.backend, "llvm");
+    snprintf(m.target, sizeof m.target, "%s", llvm_target_id(l->target));
+    snprintf(m.symbol, sizeof m.symbol, "%s", l->symbol);
+    snprintf(m.function, sizeof m.function, "%s", l->r->function);
+    snprintf(m.signature, sizeof m.signature, "%s", l->r->signature);
+    return m;
+}
+
 /* The entry's object code loaded (host) or known sound (other targets):
  * 1, or 0 when there is none to use. */
 static int from_disk(lookup *l)
 {
     check_private(l->config->dir);
+    bool writable = l->config->mode != CACHE_READONLY;
+    cache_meta expect = meta_of(l);
     cache_entry e;
-    char why[CACHE_PATH_MAX + 256];
-    int found = cache_read(l->config->dir, &l->key, &e, why, sizeof why);
-    if (found < 0)
-        report_damage(&l->key, why);
-    if (found <= 0)
+    char why[CACHE_PATH_MAX + 512];
+    int found = cache_read(l->config->dir, &l->key, &expect, writable, &e, why, sizeof why);
+    if (found == CACHE_DAMAGED)
+        report_problem(&l->key, "damaged cache entry", why, writable ? "; removed, compiling again" : "; compiling");
+    else if (found == CACHE_UNREADABLE)
+        report_problem(&l->key, "unreadable cache entry", why, "; compiling");
+    if (found != CACHE_FOUND)
         return 0;
-    int status = 1;
-    if (strcmp(e.meta.backend, "llvm") || strcmp(e.meta.target, llvm_target_id(l->target)) ||
-        strcmp(e.meta.symbol, l->symbol)) {
-        snprintf(why, sizeof why, "%.900s/%s.kiln: it was built for another backend or target", l->config->dir,
-                 l->hex);
-        status = -1;
-    } else if (llvm_target_is_host(l->target) &&
-               !(l->code = llvm_load(e.payload, e.payload_bytes, l->symbol, &l->fn, why, sizeof why))) {
-        status = -1;
-    }
+    bool loaded = !llvm_target_is_host(l->target) ||
+                  (l->code = llvm_load(e.payload, e.payload_bytes, l->symbol, &l->fn, why, sizeof why));
     cache_entry_free(&e);
-    if (status < 0) {
-        char path[CACHE_PATH_MAX + 80];
-        cache_entry_path(l->config->dir, &l->key, path, sizeof path);
-        if (l->config->mode != CACHE_READONLY)
-            remove(path);
-        report_damage(&l->key, why);
+    if (!loaded) {
+        report_problem(&l->key, "cache entry that does not load", why, "; compiling");
         return 0;
     }
-    if (l->config->mode != CACHE_READONLY)
+    if (writable)
         cache_count(l->config->dir, 1, 0);
     if (l->r->log)
         fprintf(stderr, "kiln: '%s': kernel %d loaded from the disk cache (key %.16s)\n", l->r->function,
@@ -182,24 +186,30 @@ static int from_disk(lookup *l)
     return 1;
 }
 
-static void store(const lookup *l, void *object, size_t size)
+/* Stores l's object code: 0, or -1 with err when it could not be stored
+ * (only a warning for the host, whose code runs anyway). */
+static int store(const lookup *l, void *object, size_t size, char *err, size_t err_size)
 {
     if (!uses_disk(l) || l->config->mode == CACHE_READONLY)
-        return;
-    cache_entry e = {.key = l->key, .payload = object, .payload_bytes = size};
-    snprintf(e.meta.backend, sizeof e.meta.backend, "llvm");
-    snprintf(e.meta.target, sizeof e.meta.target, "%s", llvm_target_id(l->target));
-    snprintf(e.meta.symbol, sizeof e.meta.symbol, "%s", l->symbol);
-    snprintf(e.meta.function, sizeof e.meta.function, "%s", l->r->function);
-    snprintf(e.meta.signature, sizeof e.meta.signature, "%s", l->r->signature);
-    e.meta.created = (int64_t)time(NULL);
-    char why[CACHE_PATH_MAX + 256];
+        return 0;
+    cache_entry e = {.key = l->key, .meta = meta_of(l), .payload = object, .payload_bytes = size};
+    char why[CACHE_PATH_MAX + 256], path[CACHE_PATH_MAX + 80];
     if (cache_write(l->config->dir, &e, why, sizeof why) < 0) {
+        if (!llvm_target_is_host(l->target)) {
+            snprintf(err, err_size, "%s", why);
+            return -1;
+        }
         report_write_failure(why, errno);
-        return;
+        return 0;
     }
     cache_count(l->config->dir, 0, 1);
     cache_evict(l->config->dir, l->config->max_bytes);
+    cache_entry_path(l->config->dir, &l->key, path, sizeof path);
+    if (!llvm_target_is_host(l->target) && access(path, F_OK) < 0) {
+        snprintf(err, err_size, "KILN_CACHE_MAX_BYTES=%lld leaves no room for it", (long long)l->config->max_bytes);
+        return -1;
+    }
+    return 0;
 }
 
 /* Compiles l's kernel into *object, dumping its IR when asked. */
@@ -247,7 +257,7 @@ static int compile(lookup *l, char *err, size_t err_size)
         !(l->code = llvm_load(object, size, l->symbol, &l->fn, err, err_size)))
         status = -1;
     if (status == 0)
-        store(l, object, size);
+        status = store(l, object, size, err, err_size);
     free(object);
     if (status == 0 && l->r->log)
         fprintf(stderr, "kiln: '%s': kernel %d compiled in %.3f ms\n", l->r->function, l->index,
@@ -343,17 +353,17 @@ void cache_kernel_release(cache_kernel *k)
 {
     if (!k)
         return;
+    /* The code is unloaded under the lock: a thread loading the same key
+     * meanwhile would find its symbol still defined. */
     pthread_mutex_lock(&table.lock);
-    bool last = --k->refs == 0;
-    if (last)
+    if (--k->refs == 0) {
         for (cache_kernel **at = &table.loaded; *at; at = &(*at)->next)
             if (*at == k) {
                 *at = k->next;
                 break;
             }
-    pthread_mutex_unlock(&table.lock);
-    if (last) {
         llvm_code_free(k->code);
         free(k);
     }
+    pthread_mutex_unlock(&table.lock);
 }

@@ -141,8 +141,11 @@ static bool parse_meta(const char *text, size_t n, cache_meta *m)
             ok = take_field(v, len, m->function, sizeof m->function);
         else if (key == 9 && !memcmp(line, "signature", 9))
             ok = take_field(v, len, m->signature, sizeof m->signature);
-        else if (key == 7 && !memcmp(line, "created", 7))
-            m->created = strtoll(v, NULL, 10);
+        else if (key == 7 && !memcmp(line, "created", 7)) {
+            char number[24];
+            ok = take_field(v, len, number, sizeof number);
+            m->created = ok ? strtoll(number, NULL, 10) : 0;
+        }
         if (!ok)
             return false;
         line = nl + 1;
@@ -285,31 +288,43 @@ static void remove_if_same(const char *path, int fd)
         unlink(path);
 }
 
-int cache_read(const char *dir, const cache_key *key, cache_entry *e, char *why, size_t why_size)
+/* Whether e is what the reader expects (backend, target, symbol), or why not. */
+static bool as_expected(const cache_entry *e, const cache_meta *expect, char *why, size_t why_size)
+{
+    if (!expect || (!strcmp(e->meta.backend, expect->backend) && !strcmp(e->meta.target, expect->target) &&
+                    !strcmp(e->meta.symbol, expect->symbol)))
+        return true;
+    snprintf(why, why_size, "it was built for another backend, target or entry point");
+    return false;
+}
+
+int cache_read(const char *dir, const cache_key *key, const cache_meta *expect, bool writable, cache_entry *e,
+               char *why, size_t why_size)
 {
     char path[CACHE_PATH_MAX + 80];
     cache_entry_path(dir, key, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
-            return 0;
+            return CACHE_ABSENT;
         snprintf(why, why_size, "cannot open %s: %s", path, strerror(errno));
-        return -1;
+        return CACHE_UNREADABLE;
     }
     void *bytes = NULL;
     size_t size = 0;
-    int status = 1;
+    int status = CACHE_FOUND;
+    char reason[256];
     if (read_fd(fd, &bytes, &size) < 0) {
         snprintf(why, why_size, "cannot read %s: %s", path, strerror(errno));
-        status = -1;
-    } else if (cache_entry_decode(bytes, size, key, e, why, why_size) < 0) {
-        char reason[256];
-        snprintf(reason, sizeof reason, "%s", why);
+        status = CACHE_UNREADABLE;
+    } else if (cache_entry_decode(bytes, size, key, e, reason, sizeof reason) < 0 ||
+               (!as_expected(e, expect, reason, sizeof reason) && (cache_entry_free(e), true))) {
         snprintf(why, why_size, "%s: %s", path, reason);
-        remove_if_same(path, fd);
-        status = -1;
-    } else {
-        futimens(fd, NULL); /* last use, for eviction; a read-only cache keeps the old one */
+        if (writable)
+            remove_if_same(path, fd);
+        status = CACHE_DAMAGED;
+    } else if (writable) {
+        futimens(fd, NULL); /* last use, for eviction */
     }
     free(bytes);
     close(fd);

@@ -62,29 +62,41 @@ static void take_error(LLVMErrorRef e, const char *what, char *buf, size_t size)
     LLVMDisposeErrorMessage(message);
 }
 
-static int compare_strings(const void *a, const void *b)
+/* By feature name, whatever the sign. */
+static int compare_features(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return strcmp(*(char *const *)a + 1, *(char *const *)b + 1);
 }
 
-/* An LLVM feature list ("+avx2,-avx512f,...") sorted, so that one CPU always
- * gives one text. Disabled features stay: a named CPU would otherwise turn
- * them back on from its defaults. */
-static int sort_features(const char *list, char *out, size_t size)
+/* An LLVM feature list ("+avx2,-avx512f,...") sorted by name, so that one CPU
+ * always gives one text; -1 (why in err) when an entry is not +name or -name,
+ * or a name comes twice (LLVM would take the last, which sorting changes).
+ * Disabled features stay: a named CPU would otherwise turn them back on from
+ * its defaults. */
+static int sort_features(const char *list, char *out, size_t size, char *err, size_t err_size)
 {
     char *copy = strdup(list), *names[1024], *save = NULL;
-    if (!copy)
+    if (!copy) {
+        snprintf(err, err_size, "out of memory");
         return -1;
+    }
     int n = 0;
     for (char *f = strtok_r(copy, ",", &save); f && n < 1024; f = strtok_r(NULL, ",", &save))
         names[n++] = f;
-    qsort(names, (size_t)n, sizeof *names, compare_strings);
+    qsort(names, (size_t)n, sizeof *names, compare_features);
     size_t used = 0;
     out[0] = '\0';
-    for (int i = 0; i < n && used < size; i++)
-        used += (size_t)snprintf(out + used, size - used, "%s%s", i ? "," : "", names[i]);
+    err[0] = '\0';
+    for (int i = 0; i < n && !err[0]; i++) {
+        if ((names[i][0] != '+' && names[i][0] != '-') || !names[i][1])
+            snprintf(err, err_size, "\"%s\" is not +feature or -feature", names[i]);
+        else if (i && !compare_features(&names[i - 1], &names[i]))
+            snprintf(err, err_size, "the feature list names %s twice", names[i] + 1);
+        else if ((used += (size_t)snprintf(out + used, size - used, "%s%s", i ? "," : "", names[i])) >= size)
+            snprintf(err, err_size, "the feature list is too long");
+    }
     free(copy);
-    return used < size ? 0 : -1;
+    return err[0] ? -1 : 0;
 }
 
 /* What LLVM says (to stderr) when it makes a target machine for cpu and
@@ -129,9 +141,10 @@ static int make_target(llvm_target *t, const char *cpu, const char *features, bo
     if (LLVMGetTargetFromTriple(triple, &target, &message)) {
         snprintf(err, size, "no LLVM target for %s: %s", triple, message);
         LLVMDisposeMessage(message);
-    } else if (strlen(cpu) >= sizeof t->cpu || strlen(triple) >= sizeof t->triple ||
-               (features && sort_features(features, t->features, sizeof t->features) < 0)) {
-        snprintf(err, size, "the CPU name or its feature list is too long");
+    } else if (strlen(cpu) >= sizeof t->cpu || strlen(triple) >= sizeof t->triple) {
+        snprintf(err, size, "the CPU name is too long");
+    } else if (features && sort_features(features, t->features, sizeof t->features, err, size) < 0) {
+        status = -1; /* err says why */
     } else if (!host && !llvm_accepts(target, triple, cpu, features ? t->features : "", said, sizeof said)) {
         snprintf(err, size, "%s does not accept this target for %s: %s", state.toolchain, triple, said);
     } else {

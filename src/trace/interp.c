@@ -202,8 +202,9 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
 }
 
 interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures, const plan_options *o,
-                             char *why, size_t why_size)
+                             char *why, size_t why_size, int *status)
 {
+    *status = 0;
     interp_plan *p = calloc(1, sizeof *p);
     size_t count = g->count ? g->count : 1;
     why[0] = '\0';
@@ -223,10 +224,10 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
                 kiln_release(captures[i]);
             free(captures);
         }
-        core_fail(CORE_NOMEM, "kiln_call", "out of memory planning a graph");
+        *status = core_fail(CORE_NOMEM, "kiln_call", "out of memory planning a graph");
         return NULL;
     }
-    if (o->native && plan_native(p, o, why, why_size) < 0) {
+    if (o->native && (*status = plan_native(p, o, why, why_size)) < 0) {
         interp_plan_free(p);
         return NULL;
     }

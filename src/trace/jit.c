@@ -347,12 +347,10 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
         free(captures);
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
     }
-    kiln_clear_error();
-    interp_plan *plan = interp_plan_new(g, captures, n_captures, &po, why, sizeof why);
+    interp_plan *plan = interp_plan_new(g, captures, n_captures, &po, why, sizeof why, &status);
     if (!plan) {
         free(inputs);
-        return core_error_pending() ? -CORE_STATE
-                                    : core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
+        return status;
     }
     if (why[0])
         fprintf(stderr, "kiln: warning: '%s': compiling failed (%s); interpreting this signature\n",

@@ -49,11 +49,12 @@ typedef struct {
 } plan_counts;
 
 /* A plan to run g (taking ownership of it and of captures). NULL with the
- * error set when out of memory, or when KILN_CACHE=require finds a kernel
- * missing; captures are released then. A native plan that cannot be compiled
- * is interpreted instead, and why says why ("" when all went as asked). */
+ * error set and its status in *status when out of memory, or when
+ * KILN_CACHE=require finds a kernel missing; captures are released then. A
+ * native plan that cannot be compiled is interpreted instead, and why says
+ * why ("" when all went as asked). */
 interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures, const plan_options *o,
-                             char *why, size_t why_size);
+                             char *why, size_t why_size, int *status);
 /* Compiles g's kernels for target ("cpu:<name>") into the disk cache
  * without loading them. 0, or -1 with the reason in why. */
 int interp_compile_for(const ir_graph *g, const plan_options *o, const char *target, plan_counts *counts,
