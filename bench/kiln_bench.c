@@ -265,7 +265,7 @@ static double time_first_call(const workload *w, kiln_tensor **in, workload_stat
 }
 
 /* Milliseconds kiln_fn_precompile takes to make f ready for in's signature
- * on the host: trace, passes and compile or load, without running. */
+ * on the host: trace, passes, and compile or load, without running. */
 static double time_prepare(kiln_fn *f, const workload *w, kiln_tensor **in)
 {
     kiln_spec specs[WORKLOAD_MAX_INPUTS];
@@ -279,21 +279,7 @@ static double time_prepare(kiln_fn *f, const workload *w, kiln_tensor **in)
     return now_ms() - start;
 }
 
-/* The cold compile: a fresh function prepared with no kernel on disk or
- * loaded (no other function of w alive). */
-static double time_cold_prepare(const workload *w, kiln_tensor **in, workload_state *state, int reps)
-{
-    double samples[MAX_REPS];
-    int n = reps < 3 ? reps : 3;
-    for (int r = 0; r < n; r++) {
-        kiln_fn *f = mark(w, state);
-        samples[r] = time_prepare(f, w, in);
-        kiln_fn_free(f);
-    }
-    return median(samples, n);
-}
-
-/* -- Fresh processes with a disk hit --------------------------------------- */
+/* -- Fresh processes: cold compiles and disk hits ------------------------- */
 
 /* kiln-bench --probe first-call|prepare NAME, run as a fresh process: the
  * milliseconds of w's first call (or of preparing it) with the disk cache on,
@@ -323,18 +309,18 @@ static int probe(const char *what, const workload *w, bool quick)
     return 0;
 }
 
-/* This program run as a fresh process probing w over cache_root; NAN when
- * it failed. */
-static double spawn_probe(const char *what, const workload *w, const options *opt, const char *cache_root,
-                          long long *compiled)
+/* This program run as a fresh process probing w over cache_root with
+ * KILN_CACHE=mode; NAN when it failed. */
+static double spawn_probe(const char *what, const char *mode, const workload *w, const options *opt,
+                          const char *cache_root, long long *compiled)
 {
     char self[1024], cmd[2400];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0)
         return NAN;
     self[len] = '\0';
-    snprintf(cmd, sizeof cmd, "KILN_CACHE=on KILN_CACHE_DIR='%s' '%s' --threads %d --probe %s %s%s", cache_root,
-             self, opt->threads, what, w->name, opt->quick ? " --quick" : "");
+    snprintf(cmd, sizeof cmd, "KILN_CACHE=%s KILN_CACHE_DIR='%s' '%s' --threads %d --probe %s %s%s", mode,
+             cache_root, self, opt->threads, what, w->name, opt->quick ? " --quick" : "");
     FILE *p = popen(cmd, "r");
     double ms = NAN;
     if (!p || fscanf(p, "%lf %lld", &ms, compiled) != 2)
@@ -344,31 +330,40 @@ static double spawn_probe(const char *what, const workload *w, const options *op
     return ms;
 }
 
-/* Medians over fresh processes that find every kernel on disk (a first
- * process fills a cache of their own) of the first call and of preparing;
- * NAN if any process compiled. */
-static void time_disk_hits(const workload *w, const options *opt, double *first_call, double *prepare)
+/* Medians over fresh processes, so that each pays for starting LLVM: of
+ * preparing w with the disk cache off (the cold compile), and, in processes
+ * that find every kernel on disk (a first one fills a cache of their own),
+ * of the first call and of preparing. NAN where a process failed, or
+ * compiled when it should have loaded. */
+static void time_fresh_processes(const workload *w, const options *opt, bench_result *res)
 {
-    *first_call = *prepare = NAN;
+    res->compile_ms = res->disk_hit_ms = res->disk_load_ms = NAN;
     char root[] = "/tmp/kiln-bench-cache-XXXXXX", cmd[64];
     if (!mkdtemp(root))
         return;
     long long compiled = 0;
-    double calls[MAX_REPS], prepares[MAX_REPS];
+    double compiles[MAX_REPS], calls[MAX_REPS], prepares[MAX_REPS];
     int n = opt->reps < 3 ? opt->reps : 3;
-    bool hits = !isnan(spawn_probe("prepare", w, opt, root, &compiled));
+    bool cold = true, hits = true;
+    for (int r = 0; cold && r < n; r++) {
+        compiles[r] = spawn_probe("prepare", "off", w, opt, root, &compiled);
+        cold = !isnan(compiles[r]) && compiled > 0;
+    }
+    hits = !isnan(spawn_probe("prepare", "on", w, opt, root, &compiled));
     for (int r = 0; hits && r < n; r++) {
-        calls[r] = spawn_probe("first-call", w, opt, root, &compiled);
+        calls[r] = spawn_probe("first-call", "on", w, opt, root, &compiled);
         hits = !isnan(calls[r]) && compiled == 0;
-        prepares[r] = spawn_probe("prepare", w, opt, root, &compiled);
+        prepares[r] = spawn_probe("prepare", "on", w, opt, root, &compiled);
         hits = hits && !isnan(prepares[r]) && compiled == 0;
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0)
         progress("could not remove %s", root);
+    if (cold)
+        res->compile_ms = median(compiles, n);
     if (hits) {
-        *first_call = median(calls, n);
-        *prepare = median(prepares, n);
+        res->disk_hit_ms = median(calls, n);
+        res->disk_load_ms = median(prepares, n);
     }
 }
 
@@ -386,8 +381,7 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     res->eager_ms = time_runs(w, NULL, in, &state, opt->reps);
     progress("%s %s: first calls", w->name, state.size);
     res->first_call_ms = time_first_call(w, in, &state, opt->reps);
-    res->compile_ms = time_cold_prepare(w, in, &state, opt->reps);
-    time_disk_hits(w, opt, &res->disk_hit_ms, &res->disk_load_ms);
+    time_fresh_processes(w, opt, res);
     progress("%s %s: traced", w->name, state.size);
     kiln_fn *f = mark(w, &state);
     res->traced_ms = time_runs(w, f, in, &state, opt->reps);

@@ -18,7 +18,7 @@ typedef struct {
 typedef struct {
     char name[32], size[64];
     double eager_ms, traced_ms, first_call_ms, disk_hit_ms;
-    double compile_ms, disk_load_ms; /* preparing without running: cold, and from disk in a fresh process */
+    double compile_ms, disk_load_ms; /* preparing without running, in fresh processes: cold, and from disk */
     int kernels;
     int64_t peak_eager_bytes, peak_traced_bytes;
     double max_abs_diff;
