@@ -23,6 +23,8 @@ struct interp_plan {
     int n_captures;
     kiln_tensor **consts;  /* per node: the 0-d tensor of a const node */
     uint32_t *last_use;    /* per node: the last node reading it; count for kept ones */
+    ir_ref *visit;         /* the nodes a run computes or takes, in order (all but those fused away) */
+    uint32_t n_visit;
     int kernels;
     int64_t peak_bytes;
     /* Native plans only: */
@@ -214,8 +216,9 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
         p->n_captures = n_captures;
         p->consts = calloc(count, sizeof *p->consts);
         p->last_use = malloc(count * sizeof *p->last_use);
+        p->visit = malloc(count * sizeof *p->visit);
     }
-    if (!p || !p->consts || !p->last_use || !plan_consts(p)) {
+    if (!p || !p->consts || !p->last_use || !p->visit || !plan_consts(p)) {
         if (p)
             interp_plan_free(p);
         else {
@@ -233,6 +236,9 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
     }
     plan_liveness(p);
     plan_memory(p);
+    for (ir_ref r = 0; r < g->count; r++)
+        if (!native(p) || p->low.materialized[r]) /* the rest is computed inside the kernels that use it */
+            p->visit[p->n_visit++] = r;
     return p;
 }
 
@@ -292,6 +298,7 @@ void interp_plan_free(interp_plan *p)
     free(p->captures);
     free(p->consts);
     free(p->last_use);
+    free(p->visit);
     ir_graph_free(p->graph);
     free(p);
 }
@@ -403,6 +410,12 @@ static void release_dead_operands(const interp_plan *p, ir_ref r, kiln_tensor **
     }
 }
 
+/* Whether node r's value is a new tensor a compiled kernel wrote. */
+static bool made_by_kernel(const interp_plan *p, ir_ref r)
+{
+    return native(p) && p->step_of[r] >= 0 && p->low.steps[p->step_of[r]].kernel;
+}
+
 static bool shares_caller_storage(const interp_plan *p, kiln_tensor *const *in, const kiln_tensor *t)
 {
     for (int i = 0; i < p->graph->n_inputs; i++)
@@ -423,7 +436,7 @@ static int take_outputs(const interp_plan *p, kiln_tensor *const *in, kiln_tenso
     const ir_graph *g = p->graph;
     for (int i = 0; i < g->n_outputs; i++) {
         kiln_tensor *t = values[g->outputs[i]];
-        bool shared = shares_caller_storage(p, in, t);
+        bool shared = !made_by_kernel(p, g->outputs[i]) && shares_caller_storage(p, in, t);
         for (int j = 0; j < i && !shared; j++) /* one value returned twice: two tensors */
             shared = kiln_shares_storage(out[j], t);
         out[i] = shared ? eager_copy("kiln_call", t) : kiln_retain(t);
@@ -450,7 +463,9 @@ static bool written_back(const interp_plan *p, const kiln_tensor *t)
 static int write_back(const interp_plan *p, kiln_tensor **values)
 {
     int n = p->graph->n_writebacks, status = 0;
-    kiln_tensor **sources = calloc((size_t)n + 1, sizeof *sources);
+    if (n == 0)
+        return 0;
+    kiln_tensor **sources = calloc((size_t)n, sizeof *sources);
     if (!sources)
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory writing back");
     for (int i = 0; i < n && status == 0; i++) {
@@ -474,11 +489,11 @@ int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out)
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
-    memset(values, 0, g->count * sizeof *values);
+    for (uint32_t i = 0; i < p->n_visit; i++)
+        values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;
-    for (ir_ref r = 0; r < g->count && status == 0; r++) {
-        if (native(p) && !p->low.materialized[r])
-            continue; /* computed inside the kernels that use it */
+    for (uint32_t i = 0; i < p->n_visit && status == 0; i++) {
+        ir_ref r = p->visit[i];
         bool kernel = native(p) && p->step_of[r] >= 0 && p->fns[p->step_of[r]];
         values[r] = kernel ? run_kernel(p, &p->low.steps[p->step_of[r]], p->fns[p->step_of[r]], values)
                            : run_node(p, r, in, values);
@@ -492,8 +507,8 @@ int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out)
     if (status == 0 && (status = write_back(p, values)) < 0)
         for (int i = 0; i < g->n_outputs; i++)
             out[i] = (kiln_release(out[i]), NULL);
-    for (ir_ref r = 0; r < g->count; r++)
-        kiln_release(values[r]);
+    for (uint32_t i = 0; i < p->n_visit; i++)
+        kiln_release(values[p->visit[i]]);
     if (values != stack)
         free(values);
     return status;

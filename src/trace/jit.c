@@ -429,6 +429,8 @@ static int check_call(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **ou
     for (int i = 0; i < f->n_out; i++)
         out[i] = NULL;
     for (int i = 0; i < f->n_in; i++) {
+        if (in[i] && !in[i]->trace)
+            continue; /* a plain eager tensor: nothing to name */
         char what[32];
         snprintf(what, sizeof what, "in[%d]", i);
         if (eager_check_operands("kiln_call", 1, &in[i], (const char *const[]){what}) < 0)
