@@ -136,7 +136,7 @@ typedef struct kx_kernel kx_kernel;
 typedef struct cache_kernel cache_kernel;
 
 typedef struct {
-    const char *target;     /* "host" or "cpu:<LLVM CPU name>" */
+    const char *target;     /* "host", "cpu:<LLVM CPU name>[:<features>]" or "cuda:sm_XX" */
     int opt_level;
     bool fast_math;
     bool no_disk;           /* the function's no_cache option */
@@ -144,7 +144,8 @@ typedef struct {
     const char *signature;
     bool log;               /* KILN_LOG=1 */
     /* Called, when not NULL, with each compiled kernel's LLVM IR before and
-     * after optimisation (stage "llvm-before", "llvm-after"). */
+     * after optimisation (stage "llvm-before", "llvm-after"), or its CUDA C
+     * (stage "cuda"). */
     void (*dump)(void *ctx, int kernel, const char *stage, const char *text);
     void *dump_ctx;
 } cache_request;

@@ -17,6 +17,7 @@
 
 #include "cache/cache.h"
 #include "codegen_llvm/llvm.h"
+#include "codegen_nvrtc/nvrtc.h"
 #include "core/core.h"
 #include "ir/kernel.h"
 
@@ -78,12 +79,44 @@ static void report_write_failure(const char *why, int error)
     fprintf(stderr, "kiln: warning: %s (%s); compiled kernels are not stored this run\n", what, why);
 }
 
+/* Where code is made for: a CPU through LLVM, or a GPU architecture through
+ * NVRTC (compiled here, run where there is one). */
+typedef struct {
+    const char *backend;      /* "llvm" or "nvrtc" */
+    const llvm_target *llvm;  /* LLVM's targets */
+    char arch[16];            /* NVRTC's: "sm_90" */
+    const char *id, *codegen, *toolchain;
+    bool host;                /* code for it is loaded and run in this process */
+} target;
+
+static int resolve_target(const char *name, target *t, char *err, size_t err_size)
+{
+    *t = (target){0};
+    if (!strncmp(name, "cuda:", 5)) {
+        t->backend = "nvrtc";
+        if (nvrtc_target(name, t->arch, sizeof t->arch, err, err_size) < 0)
+            return -1;
+        t->id = t->arch;
+        t->codegen = nvrtc_codegen_version();
+        t->toolchain = nvrtc_toolchain(err, err_size);
+        return 0;
+    }
+    t->backend = "llvm";
+    if (!(t->llvm = llvm_target_get(name, err, err_size)))
+        return -1;
+    t->id = llvm_target_id(t->llvm);
+    t->codegen = llvm_codegen_version();
+    t->toolchain = llvm_toolchain();
+    t->host = llvm_target_is_host(t->llvm);
+    return 0;
+}
+
 typedef struct {
     const kx_kernel *kernel;
     int index;
     const cache_request *r;
     const cache_config *config;
-    const llvm_target *target;
+    const target *target;
     cache_key key, hashes[COMPONENTS];
     char hex[CACHE_HEX_CHARS + 1];
     char symbol[8 + CACHE_HEX_CHARS];
@@ -99,11 +132,11 @@ static void make_key(lookup *l, const char *kernel_text)
     snprintf(format, sizeof format, "%d", CACHE_FORMAT_VERSION);
     cache_component c[COMPONENTS] = {
         {component_names[0], kernel_text},
-        {component_names[1], "llvm"},
-        {component_names[2], llvm_target_id(l->target)},
+        {component_names[1], l->target->backend},
+        {component_names[2], l->target->id},
         {component_names[3], format},
-        {component_names[4], llvm_codegen_version()},
-        {component_names[5], llvm_toolchain()},
+        {component_names[4], l->target->codegen},
+        {component_names[5], l->target->toolchain},
         {component_names[6], options},
     };
     cache_key_of(c, COMPONENTS, &l->key, l->hashes);
@@ -147,8 +180,8 @@ static bool uses_disk(const lookup *l)
 static cache_meta meta_of(const lookup *l)
 {
     cache_meta m = {.created = (int64_t)time(NULL)};
-    snprintf(m.backend, sizeof m.backend, "llvm");
-    snprintf(m.target, sizeof m.target, "%s", llvm_target_id(l->target));
+    snprintf(m.backend, sizeof m.backend, "%s", l->target->backend);
+    snprintf(m.target, sizeof m.target, "%s", l->target->id);
     snprintf(m.symbol, sizeof m.symbol, "%s", l->symbol);
     snprintf(m.function, sizeof m.function, "%s", l->r->function);
     snprintf(m.signature, sizeof m.signature, "%s", l->r->signature);
@@ -171,7 +204,7 @@ static int from_disk(lookup *l)
         report_problem(&l->key, "unreadable cache entry", why, "; compiling");
     if (found != CACHE_FOUND)
         return 0;
-    bool loaded = !llvm_target_is_host(l->target) ||
+    bool loaded = !l->target->host ||
                   (l->code = llvm_load(e.payload, e.payload_bytes, l->symbol, &l->fn, why, sizeof why));
     cache_entry_free(&e);
     if (!loaded) {
@@ -195,7 +228,7 @@ static int store(const lookup *l, void *object, size_t size, char *err, size_t e
     cache_entry e = {.key = l->key, .meta = meta_of(l), .payload = object, .payload_bytes = size};
     char why[CACHE_PATH_MAX + 256], path[CACHE_PATH_MAX + 80];
     if (cache_write(l->config->dir, &e, why, sizeof why) < 0) {
-        if (!llvm_target_is_host(l->target)) {
+        if (!l->target->host) {
             snprintf(err, err_size, "%s", why);
             return -1;
         }
@@ -205,7 +238,7 @@ static int store(const lookup *l, void *object, size_t size, char *err, size_t e
     cache_count(l->config->dir, 0, 1);
     cache_evict(l->config->dir, l->config->max_bytes);
     cache_entry_path(l->config->dir, &l->key, path, sizeof path);
-    if (!llvm_target_is_host(l->target) && access(path, F_OK) < 0) {
+    if (!l->target->host && access(path, F_OK) < 0) {
         snprintf(err, err_size, "KILN_CACHE_MAX_BYTES=%lld leaves no room for it", (long long)l->config->max_bytes);
         return -1;
     }
@@ -216,12 +249,18 @@ static int store(const lookup *l, void *object, size_t size, char *err, size_t e
 static int generate(const lookup *l, void **object, size_t *size, char *err, size_t err_size)
 {
     char *before = NULL, *after = NULL;
-    llvm_options o = {l->r->opt_level, l->r->dump ? &before : NULL, l->r->dump ? &after : NULL};
-    int status = llvm_compile_object(l->kernel, l->symbol, l->target, &o, object, size, err, err_size);
+    int status;
+    if (l->target->llvm) {
+        llvm_options o = {l->r->opt_level, l->r->dump ? &before : NULL, l->r->dump ? &after : NULL};
+        status = llvm_compile_object(l->kernel, l->symbol, l->target->llvm, &o, object, size, err, err_size);
+    } else {
+        status = nvrtc_compile_object(l->kernel, l->symbol, l->target->arch, l->r->dump ? &after : NULL, object,
+                                      size, err, err_size);
+    }
     if (before)
         l->r->dump(l->r->dump_ctx, l->index, "llvm-before", before);
     if (after)
-        l->r->dump(l->r->dump_ctx, l->index, "llvm-after", after);
+        l->r->dump(l->r->dump_ctx, l->index, l->target->llvm ? "llvm-after" : "cuda", after);
     free(before);
     free(after);
     return status;
@@ -253,7 +292,7 @@ static int compile(lookup *l, char *err, size_t err_size)
     void *object = NULL;
     size_t size = 0;
     int status = generate(l, &object, &size, err, err_size);
-    if (status == 0 && llvm_target_is_host(l->target) &&
+    if (status == 0 && l->target->host &&
         !(l->code = llvm_load(object, size, l->symbol, &l->fn, err, err_size)))
         status = -1;
     if (status == 0)
@@ -275,7 +314,7 @@ static int one_kernel(lookup *l, cache_kernel **handle, cache_counts *counts, ch
     }
     make_key(l, text);
     free(text);
-    bool host = llvm_target_is_host(l->target);
+    bool host = l->target->host;
     cache_kernel *k = host ? find_loaded(&l->key) : NULL;
     if (k) {
         k->refs++;
@@ -310,12 +349,12 @@ int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cach
                   cache_counts *counts, char *err, size_t err_size)
 {
     *counts = (cache_counts){0};
-    const llvm_target *target = llvm_target_get(r->target, err, err_size);
-    if (!target)
+    target t;
+    if (resolve_target(r->target, &t, err, err_size) < 0)
         return CACHE_COMPILE_FAILED;
     cache_config config;
     cache_config_from_env(&config);
-    if (!llvm_target_is_host(target) && (config.mode != CACHE_ON || r->no_disk)) {
+    if (!t.host && (config.mode != CACHE_ON || r->no_disk)) {
         snprintf(err, err_size, "code for %s is only stored in the disk cache, and %s", r->target,
                  r->no_disk ? "this function skips it (no_cache)"
                  : config.mode == CACHE_OFF ? "KILN_CACHE=off turns it off"
@@ -329,7 +368,7 @@ int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cach
     table.warned_config = table.warned_config || config.problem[0];
     int status = 0, i = 0;
     for (; i < n && status == 0; i++) {
-        lookup l = {.kernel = kernels[i], .index = i, .r = r, .config = &config, .target = target};
+        lookup l = {.kernel = kernels[i], .index = i, .r = r, .config = &config, .target = &t};
         cache_kernel *handle = NULL;
         status = one_kernel(&l, &handle, counts, err, err_size);
         if (handles)

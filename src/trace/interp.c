@@ -260,8 +260,14 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
     for (int i = 0; kernels && i < low.n_steps; i++)
         if (low.steps[i].kernel)
             kernels[n++] = low.steps[i].kernel;
+    for (int i = 0; status == 0 && o->dump && i < n; i++) {
+        char *text = kx_to_text(kernels[i]);
+        o->dump(o->dump_ctx, i, "kernel", text);
+        free(text);
+    }
     cache_request r = {.target = target, .opt_level = o->opt_level, .fast_math = o->fast_math,
-                       .no_disk = o->no_disk, .function = o->function, .signature = o->signature, .log = o->log};
+                       .no_disk = o->no_disk, .function = o->function, .signature = o->signature, .log = o->log,
+                       .dump = o->dump ? dump_llvm : NULL, .dump_ctx = (void *)o};
     cache_counts c = {0};
     if (status == 0 && n > 0)
         status = cache_kernels(kernels, n, &r, NULL, NULL, &c, why, why_size) < 0 ? -1 : 0;

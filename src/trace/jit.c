@@ -23,7 +23,7 @@ struct kiln_fn {
     void *user;
     kiln_jit_options opts;
     bool jit_off, log;             /* KILN_JIT=0, KILN_LOG=1 */
-    bool dump_graph, dump_kernels, dump_llvm; /* KILN_DUMP=graph,kernels,llvm */
+    bool dump_graph, dump_kernels, dump_llvm, dump_cuda; /* KILN_DUMP=graph,kernels,llvm,cuda */
     char dump_dir[512];            /* KILN_DUMP_DIR, default "." */
     pthread_mutex_t lock;          /* guards everything below */
     specialization *specs;         /* retrace_limit of them at most */
@@ -163,15 +163,16 @@ typedef struct {
 static void dump_stage(void *ctx, int kernel, const char *stage, const char *text)
 {
     dump_target *t = ctx;
-    bool kernel_text = !strcmp(stage, "kernel");
-    if ((kernel_text && !t->f->dump_kernels) || (!kernel_text && !t->f->dump_llvm))
+    bool kernel_text = !strcmp(stage, "kernel"), cuda = !strcmp(stage, "cuda");
+    bool wanted = kernel_text ? t->f->dump_kernels : cuda ? t->f->dump_cuda : t->f->dump_llvm;
+    if (!wanted)
         return;
     char name[64];
     if (kernel_text)
         snprintf(name, sizeof name, "kernel-%d", kernel);
     else
         snprintf(name, sizeof name, "kernel-%d.%s", kernel, stage);
-    dump_file(t->f, t->spec, name, kernel_text ? "txt" : "ll", text);
+    dump_file(t->f, t->spec, name, kernel_text ? "txt" : cuda ? "cu" : "ll", text);
 }
 
 /* Whether f's graphs are lowered and compiled by LLVM. */
@@ -557,6 +558,7 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     f->dump_graph = dump && strstr(dump, "graph");
     f->dump_kernels = dump && strstr(dump, "kernels");
     f->dump_llvm = dump && strstr(dump, "llvm");
+    f->dump_cuda = dump && strstr(dump, "cuda");
     const char *dir = getenv("KILN_DUMP_DIR");
     snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir && *dir ? dir : ".");
     pthread_mutex_init(&f->lock, NULL);
@@ -627,8 +629,8 @@ static int check_spec(const kiln_spec *s, int i)
     return 0;
 }
 
-/* Compiles f's kernels for sig for another CPU into the disk cache. */
-static int precompile_for_cpu(kiln_fn *f, const kiln_spec *sig, const char *target)
+/* Compiles f's kernels for sig for another CPU or a GPU into the disk cache. */
+static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const char *target)
 {
     char sig_text[512], why[1024] = "";
     signature_text(f, sig, sig_text, sizeof sig_text);
@@ -636,8 +638,11 @@ static int precompile_for_cpu(kiln_fn *f, const kiln_spec *sig, const char *targ
     int n_captures = 0;
     ir_graph *g = trace_body(f, sig, &captures, &n_captures);
     int status = g ? optimise(f, &g) : -CORE_STATE;
+    dump_target dumps = {f, f->n_specs};
     plan_options po = {.native = true, .opt_level = f->opts.opt_level, .fast_math = f->opts.fast_math,
-                       .no_disk = f->opts.no_cache, .function = f->name, .signature = sig_text, .log = f->log};
+                       .no_disk = f->opts.no_cache, .function = f->name, .signature = sig_text, .log = f->log,
+                       .dump = f->dump_kernels || f->dump_llvm || f->dump_cuda ? dump_stage : NULL,
+                       .dump_ctx = &dumps};
     plan_counts counts = {0};
     if (status == 0 && interp_compile_for(g, &po, target, &counts, why, sizeof why) < 0)
         status = core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for %s: %s", f->name, target, why);
@@ -658,21 +663,26 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
 {
     if (!f || (!in && f->n_in > 0) || !target)
         return core_fail_null("kiln_fn_precompile", !f ? "f" : !target ? "target" : "in");
-    bool cpu = !strncmp(target, "cpu:", 4);
-    if (strcmp(target, "host") != 0 && !cpu)
+    bool cpu = !strncmp(target, "cpu:", 4), cuda = !strncmp(target, "cuda:", 5);
+    if (strcmp(target, "host") != 0 && !cpu && !cuda)
         return core_fail(CORE_DEVICE, "kiln_fn_precompile",
-                         "target \"%s\" is not \"host\", \"cpu:<LLVM CPU name>\" or \"cpu:<name>:<features>\" "
-                         "(CUDA targets need a build with the NVRTC backend)", target);
+                         "target \"%s\" is not \"host\", \"cpu:<LLVM CPU name>\", \"cpu:<name>:<features>\" "
+                         "or \"cuda:sm_XX\"", target);
     if (cpu && !compiles_natively(f))
         return core_fail(CORE_DEVICE, "kiln_fn_precompile",
                          "target \"%s\" needs the LLVM backend, and '%s' does not use it", target, f->name);
+#ifndef KILN_HAVE_LLVM
+    if (cuda)
+        return core_fail(CORE_DEVICE, "kiln_fn_precompile", "target \"%s\": this build of kiln has no kernel cache "
+                         "(it comes with the LLVM backend)", target);
+#endif
     for (int i = 0; i < f->n_in; i++)
         if (check_spec(&in[i], i) < 0)
             return -CORE_VALUE;
     pthread_mutex_lock(&f->lock);
     int status = 0;
-    if (cpu)
-        status = precompile_for_cpu(f, in, target);
+    if (cpu || cuda)
+        status = precompile_elsewhere(f, in, target);
     else if (find_spec(f, in) < 0)
         lookup(f, in, &status);
     pthread_mutex_unlock(&f->lock);
