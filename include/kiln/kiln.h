@@ -305,9 +305,9 @@ KILN_API int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s);
 /* Traces and prepares f for the input signature in (n_in specs) without
  * running it. target: "host" (ready to run here); or, compiled into the disk
  * cache only (KILN_CACHE=on), for shipping: "cpu:<LLVM CPU name>" (e.g.
- * "cpu:skylake-avx512", the CPU's own features) or "cpu:<name>:<features>"
- * as kiln_host_target names a machine. "cuda:sm_XX" arrives with the CUDA
- * backend. */
+ * "cpu:skylake-avx512", the CPU's own features), "cpu:<name>:<features>" as
+ * kiln_host_target names a machine, or "cuda:sm_XX" (the fused kernels as
+ * CUBIN and PTX by NVRTC; needs NVRTC, not a GPU). */
 KILN_API int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target);
 /* This machine's CPU as a target, "cpu:<LLVM name>:<sorted LLVM feature
  * list>": entries precompiled for it on any machine are the ones this
