@@ -223,6 +223,11 @@ static int from_disk(lookup *l)
  * (only a warning for the host, whose code runs anyway). */
 static int store(const lookup *l, void *object, size_t size, char *err, size_t err_size)
 {
+    if (!l->target->host && l->config->mode == CACHE_READONLY) {
+        snprintf(err, err_size, "code for another target is only stored in the disk cache, and "
+                 "KILN_CACHE=readonly does not write it");
+        return -1;
+    }
     if (!uses_disk(l) || l->config->mode == CACHE_READONLY)
         return 0;
     cache_entry e = {.key = l->key, .meta = meta_of(l), .payload = object, .payload_bytes = size};
@@ -354,12 +359,9 @@ int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cach
         return CACHE_COMPILE_FAILED;
     cache_config config;
     cache_config_from_env(&config);
-    if (!t.host && (config.mode != CACHE_ON || r->no_disk)) {
+    if (!t.host && (config.mode == CACHE_OFF || r->no_disk)) {
         snprintf(err, err_size, "code for %s is only stored in the disk cache, and %s", r->target,
-                 r->no_disk ? "this function skips it (no_cache)"
-                 : config.mode == CACHE_OFF ? "KILN_CACHE=off turns it off"
-                 : config.mode == CACHE_READONLY ? "KILN_CACHE=readonly does not write it"
-                                                 : "KILN_CACHE=require forbids compiling");
+                 r->no_disk ? "this function skips it (no_cache)" : "KILN_CACHE=off turns it off");
         return CACHE_COMPILE_FAILED;
     }
     pthread_mutex_lock(&table.lock);

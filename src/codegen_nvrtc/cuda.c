@@ -38,8 +38,15 @@ static const char PRELUDE[] =
     "}\n"
     "template <typename T> __device__ T kiln_max(T a, T b) { return (a > b || a != a) ? a : b; }\n"
     "template <typename T> __device__ T kiln_min(T a, T b) { return (a < b || a != a) ? a : b; }\n"
-    "template <typename T> __device__ T kiln_fold_max(T acc, T v) { return (v > acc || v != v) ? v : acc; }\n"
-    "template <typename T> __device__ T kiln_fold_min(T acc, T v) { return (v < acc || v != v) ? v : acc; }\n"
+    /* As llvm.maximum and llvm.minimum: NaN wins, and -0 < +0. */
+    "template <typename T> __device__ T kiln_fold_max(T acc, T v) {\n"
+    "    return (v > acc || v != v || (v == acc && signbit(acc) && !signbit(v))) ? v : acc;\n"
+    "}\n"
+    "template <typename T> __device__ T kiln_fold_min(T acc, T v) {\n"
+    "    return (v < acc || v != v || (v == acc && signbit(v) && !signbit(acc))) ? v : acc;\n"
+    "}\n"
+    /* sigmoid from t = exp(-|x|), which stays accurate where it is tiny. */
+    "template <typename T> __device__ T kiln_sigmoid(T x, T t) { return x < 0 ? t / (1 + t) : 1 / (1 + t); }\n"
     "template <typename T> __device__ T kiln_shfl(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }\n"
     "__device__ unsigned char kiln_shfl(unsigned char v, int d) {\n"
     "    return (unsigned char)__shfl_down_sync(0xffffffffu, (int)v, d);\n"
@@ -119,7 +126,7 @@ static bool float_op(gen *g, ir_op op, kiln_dtype dt, const char *a, const char 
     case OP_EXP: strbuf_put(g->s, "exp%s(%s)", suffix, a); break;
     case OP_LOG: strbuf_put(g->s, "log%s(%s)", suffix, a); break;
     case OP_TANH: strbuf_put(g->s, "tanh%s(%s)", suffix, a); break;
-    case OP_SIGMOID: strbuf_put(g->s, "(%s)1 / ((%s)1 + exp%s(-%s))", ctype(dt), ctype(dt), suffix, a); break;
+    case OP_SIGMOID: strbuf_put(g->s, "kiln_sigmoid(%s, exp%s(-fabs%s(%s)))", a, suffix, suffix, a); break;
     case OP_SIN: strbuf_put(g->s, "sin%s(%s)", suffix, a); break;
     case OP_COS: strbuf_put(g->s, "cos%s(%s)", suffix, a); break;
     case OP_ERF: strbuf_put(g->s, "erf%s(%s)", suffix, a); break;
@@ -128,19 +135,31 @@ static bool float_op(gen *g, ir_op op, kiln_dtype dt, const char *a, const char 
     return true;
 }
 
+/* Integer arithmetic wraps, as LLVM's does: it is done unsigned, since
+ * signed overflow is undefined in C++ and NVVM takes advantage of it. */
 static bool int_op(gen *g, ir_op op, kiln_dtype dt, const char *a, const char *b)
 {
     bool is_bool = dt == KILN_BOOL;
-    const char *t = ctype(dt);
+    const char *t = ctype(dt), *u = dt == KILN_I64 ? "unsigned long long" : "unsigned";
     switch (op) {
-    case OP_ADD: strbuf_put(g->s, is_bool ? "(%s)(%s | %s)" : "(%s)(%s + %s)", t, a, b); break;
-    case OP_SUB: strbuf_put(g->s, "(%s)(%s - %s)", t, a, b); break;
-    case OP_MUL: strbuf_put(g->s, is_bool ? "(%s)(%s & %s)" : "(%s)(%s * %s)", t, a, b); break;
+    case OP_ADD:
+        if (is_bool)
+            strbuf_put(g->s, "(%s)(%s | %s)", t, a, b);
+        else
+            strbuf_put(g->s, "(%s)((%s)%s + (%s)%s)", t, u, a, u, b);
+        break;
+    case OP_SUB: strbuf_put(g->s, "(%s)((%s)%s - (%s)%s)", t, u, a, u, b); break;
+    case OP_MUL:
+        if (is_bool)
+            strbuf_put(g->s, "(%s)(%s & %s)", t, a, b);
+        else
+            strbuf_put(g->s, "(%s)((%s)%s * (%s)%s)", t, u, a, u, b);
+        break;
     case OP_MAXIMUM: strbuf_put(g->s, "(%s)(%s > %s ? %s : %s)", t, a, b, a, b); break;
     case OP_MINIMUM: strbuf_put(g->s, "(%s)(%s < %s ? %s : %s)", t, a, b, a, b); break;
     case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: comparison(g, op, a, b); break;
-    case OP_NEG: strbuf_put(g->s, "(%s)(0 - %s)", t, a); break;
-    case OP_ABS: strbuf_put(g->s, "(%s)(%s < 0 ? 0 - %s : %s)", t, a, a, a); break;
+    case OP_NEG: strbuf_put(g->s, "(%s)(0 - (%s)%s)", t, u, a); break;
+    case OP_ABS: strbuf_put(g->s, "(%s)(%s < 0 ? 0 - (%s)%s : (%s)%s)", t, a, u, a, u, a); break;
     case OP_RELU: strbuf_put(g->s, "(%s)(%s > 0 ? %s : 0)", t, a, a); break;
     default: return false;
     }
@@ -160,7 +179,7 @@ static void element(gen *g, int v)
  * declared in this loop (done[]). */
 static void emit_expr(gen *g, int n, bool *done)
 {
-    if (done[n] || g->err[0])
+    if (!done || done[n] || g->err[0])
         return;
     const kx_expr *e = &g->k->exprs[n];
     for (int a = 0; a < 3 && (e->kind == KX_OP || e->kind == KX_CAST) && e->args[a] >= 0; a++)
@@ -197,6 +216,16 @@ static void emit_expr(gen *g, int n, bool *done)
 }
 
 /* -- Kernels --------------------------------------------------------------- */
+
+/* Which expressions a new loop has declared: none yet. NULL (err set) when
+ * out of memory. */
+static bool *new_loop(gen *g)
+{
+    bool *done = calloc((size_t)g->k->n_exprs + 1, sizeof *done);
+    if (!done)
+        snprintf(g->err, sizeof g->err, "out of memory");
+    return done;
+}
 
 static void signature(gen *g, const char *name)
 {
@@ -253,7 +282,7 @@ static void store_value(gen *g, const kx_store *st, bool *done)
 static void elementwise(gen *g)
 {
     const kx_kernel *k = g->k;
-    bool *done = calloc((size_t)k->n_exprs + 1, sizeof *done);
+    bool *done = new_loop(g);
     strbuf_put(g->s,
                "    for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < %lldLL;\n"
                "         at += (long long)gridDim.x * blockDim.x) {\n"
@@ -305,7 +334,7 @@ static void reduce(gen *g, int n, bool staged_here)
     const kx_kernel *k = g->k;
     const kx_reduction *r = &k->reductions[n];
     const char *t = ctype(r->dtype);
-    bool *done = calloc((size_t)k->n_exprs + 1, sizeof *done);
+    bool *done = new_loop(g);
     strbuf_put(g->s, "        %s acc%d = ", t, n);
     reduction_init(g, r);
     strbuf_put(g->s, ";\n        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
@@ -358,7 +387,7 @@ static void row_kernel(gen *g)
     bool staged = k->n_stores == 1 && k->stores[0].staged;
     for (int r = 0; r < k->n_reductions; r++)
         reduce(g, r, staged && r == k->n_reductions - 1);
-    bool *done = calloc((size_t)k->n_exprs + 1, sizeof *done);
+    bool *done = new_loop(g);
     if (k->n_stores > 0)
         strbuf_put(g->s, "        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
                    (long long)k->cols);

@@ -1,7 +1,8 @@
 /* NVRTC and the CUDA driver, opened with dlopen.
  *
- * NVRTC is looked for as the system has it (libnvrtc.so.13, .12, ...), then
- * under CUDA_HOME and /usr/local/cuda; the driver is libcuda.so.1. Neither
+ * NVRTC is looked for under $CUDA_HOME, then as the system has it
+ * (libnvrtc.so.13, .12, ...), then under /usr/local/cuda; the driver is
+ * libcuda.so.1. Neither
  * is linked, so a machine without them gets an error that says so, not a
  * failure to start. Compiling takes no GPU: CUBIN for any architecture NVRTC
  * supports is made here, and the driver is needed only to run it. */
@@ -39,33 +40,24 @@ static struct {
     nvrtc_result (*ptx)(nvrtc_program, char *);
 } nv = {.once = PTHREAD_ONCE_INIT};
 
-static void *open_nvrtc(char *tried, size_t size)
+static const char *const NAMES[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"};
+enum { N_NAMES = sizeof NAMES / sizeof *NAMES };
+
+/* NVRTC opens its builtins library by bare name: when NVRTC itself came
+ * from a directory the loader does not search, open them from there first. */
+static void open_builtins(const char *dir)
 {
-    static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"};
-    const char *home = getenv("CUDA_HOME");
-    const char *dirs[] = {"", home && *home ? home : NULL, "/usr/local/cuda"};
-    for (int d = 0; d < 3; d++) {
-        for (int n = 0; dirs[d] && n < 4; n++) {
-            char path[1024];
-            snprintf(path, sizeof path, "%s%s%s", dirs[d], d ? "/lib64/" : "", names[n]);
-            void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-            if (lib)
-                return lib;
-            if (!tried[0])
-                snprintf(tried, size, "%s", dlerror());
-        }
-    }
-    return NULL;
+    int major = 0, minor = 0;
+    if (!dir[0] || nv.version_of(&major, &minor) != 0)
+        return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/libnvrtc-builtins.so.%d.%d", dir, major, minor);
+    dlopen(path, RTLD_NOW | RTLD_GLOBAL);
 }
 
-static void start(void)
+/* Binds NVRTC's functions from lib; false when one is missing. */
+static bool bind(void *lib, char *why, size_t size)
 {
-    char tried[400] = "";
-    if (!(nv.lib = open_nvrtc(tried, sizeof tried))) {
-        snprintf(nv.failure, sizeof nv.failure, "no NVRTC: %s (looked in the system's paths, $CUDA_HOME/lib64 "
-                 "and /usr/local/cuda/lib64)", tried);
-        return;
-    }
     struct {
         void **slot;
         const char *name;
@@ -79,10 +71,54 @@ static void start(void)
         {(void **)&nv.ptx, "nvrtcGetPTX"},
     };
     for (size_t i = 0; i < sizeof symbols / sizeof *symbols; i++) {
-        if (!(*symbols[i].slot = dlsym(nv.lib, symbols[i].name))) {
-            snprintf(nv.failure, sizeof nv.failure, "NVRTC lacks %s: too old", symbols[i].name);
-            return;
+        if (!(*symbols[i].slot = dlsym(lib, symbols[i].name))) {
+            snprintf(why, size, "it lacks %s", symbols[i].name);
+            return false;
         }
+    }
+    return true;
+}
+
+/* The first NVRTC that loads with every function kiln calls: in
+ * $CUDA_HOME/lib64, then where the loader looks, then /usr/local/cuda/lib64.
+ * What went wrong with each is appended to tried. */
+static void *open_nvrtc(char *tried, size_t size)
+{
+    const char *home = getenv("CUDA_HOME");
+    char home_lib[900] = "";
+    if (home && *home)
+        snprintf(home_lib, sizeof home_lib, "%s/lib64", home);
+    const char *dirs[] = {home_lib, "", "/usr/local/cuda/lib64"};
+    for (int d = 0; d < 3; d++) {
+        if (d == 0 && !home_lib[0])
+            continue;
+        for (int n = 0; n < N_NAMES; n++) {
+            char path[1024], why[256];
+            snprintf(path, sizeof path, "%s%s%s", dirs[d], dirs[d][0] ? "/" : "", NAMES[n]);
+            void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (!lib)
+                continue;
+            if (bind(lib, why, sizeof why)) {
+                open_builtins(dirs[d]);
+                return lib;
+            }
+            size_t used = strlen(tried);
+            snprintf(tried + used, size - used, "%s%.300s: %s", used ? "; " : "", path, why);
+            dlclose(lib);
+        }
+    }
+    if (!tried[0])
+        snprintf(tried, size, "no libnvrtc.so.13, .12 or .11.2 in $CUDA_HOME/lib64, the loader's paths or "
+                 "/usr/local/cuda/lib64");
+    return NULL;
+}
+
+static void start(void)
+{
+    char tried[600] = "";
+    if (!(nv.lib = open_nvrtc(tried, sizeof tried))) {
+        snprintf(nv.failure, sizeof nv.failure, "no NVRTC: %s", tried);
+        return;
     }
     int major = 0, minor = 0;
     nv.version_of(&major, &minor);
@@ -176,12 +212,13 @@ int nvrtc_compile_source(const char *source, const char *symbol, const char *arc
     nvrtc_program p = NULL;
     char arch_option[64];
     snprintf(arch_option, sizeof arch_option, "--gpu-architecture=%s", arch);
-    const char *options[] = {arch_option, "--std=c++17"};
+    /* No contraction into FMAs: the LLVM backend rounds a*b+c twice too. */
+    const char *options[] = {arch_option, "--std=c++17", "--fmad=false"};
     nvrtc_result r = nv.create(&p, source, "kiln.cu", 0, NULL, NULL);
     int status = -1;
     if (r != 0) {
         snprintf(err, err_size, "nvrtcCreateProgram: %s", nv.error_string(r));
-    } else if ((r = nv.compile(p, 2, options)) != 0) {
+    } else if ((r = nv.compile(p, 3, options)) != 0) {
         snprintf(err, err_size, "NVRTC failed to compile kernel %s for %s (%s):", symbol, arch, nv.error_string(r));
         append_log(p, err, err_size);
     } else {
