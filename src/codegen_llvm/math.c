@@ -186,6 +186,20 @@ static LLVMValueRef exp_core(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
     return e_mul(e, e_mul(e, p, pow2i(e, k1)), pow2i(e, k2));
 }
 
+/* exp(x) for x in [0, 20], as exp_core: k <= 29, so 2^k is one normal
+ * float and nothing needs clamping. */
+static LLVMValueRef exp_0_20(const emitter *e, LLVMValueRef x)
+{
+    LLVMValueRef kf = e_mul(e, x, e_const(e, EXP_LOG2E));
+    kf = e_intrinsic(e, "llvm.rint", &kf, 1);
+    LLVMValueRef r = e_sub(e, x, e_mul(e, kf, e_const(e, EXP_LN2_HI)));
+    r = e_sub(e, r, e_mul(e, kf, e_const(e, EXP_LN2_LO)));
+    LLVMValueRef r2 = e_mul(e, r, r);
+    LLVMValueRef p = e_add(e, e_add(e, e_mul(e, r2, e_horner(e, r, exp_p, COUNT(exp_p))), r),
+                         e_const(e, 1.0));
+    return e_mul(e, p, pow2i(e, LLVMBuildFPToSI(e->b, kf, e->i32, "")));
+}
+
 static LLVMValueRef exp_f32(const emitter *e, LLVMValueRef x)
 {
     return nan_passthrough(e, x, exp_core(e, x, NULL));
@@ -258,7 +272,7 @@ static LLVMValueRef tanh_f32(const emitter *e, LLVMValueRef x)
     LLVMValueRef small = e_add(e, x, e_mul(e, x, e_mul(e, z, e_horner(e, z, tanh_q, COUNT(tanh_q)))));
 
     LLVMValueRef a = e_fabs(e, x);
-    LLVMValueRef ex = exp_core(e, e_mul(e, e_const(e, 2.0), e_min(e, a, TANH_CLAMP)), NULL);
+    LLVMValueRef ex = exp_0_20(e, e_mul(e, e_const(e, 2.0), e_min(e, a, TANH_CLAMP)));
     LLVMValueRef q = e_div(e, e_const(e, 2.0), e_add(e, ex, e_const(e, 1.0)));
     LLVMValueRef large = e_sub(e, e_const(e, 1.0), q);
 
