@@ -250,6 +250,46 @@ START_TEST(test_softmax_f32_sums_stay_close)
 }
 END_TEST
 
+/* An elementwise kernel whose input dies with it writes over that input: the
+ * plan holds one matrix, not two; unless the input is also an output. */
+static int matmul_epilogue(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *m = kiln_matmul(in[0], in[1]);
+    out[0] = kiln_add_scalar(kiln_mul_scalar(kiln_tanh(m), 2), 1);
+    if (user)
+        out[1] = m;
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_epilogue_writes_in_place)
+{
+    kiln_scope_begin();
+    kiln_tensor *in[2] = {kiln_randn(2, (int64_t[]){64, 32}, 1), kiln_randn(2, (int64_t[]){32, 48}, 2)};
+    kiln_jit_options o = llvm();
+    for (int keep = 0; keep < 2; keep++) {
+        kiln_tensor *got[2] = {NULL, NULL}, *want[2] = {NULL, NULL};
+        kiln_fn *f = kiln_jit("epilogue", matmul_epilogue, 2, 1 + keep, keep ? &o : NULL, &o);
+        ck_assert_int_eq(kiln_call(f, in, got), 0);
+        ck_assert_int_eq(matmul_epilogue(in, want, keep ? &o : NULL), 0);
+        assert_close(got[0], want[0], 1e-5, 1e-5, "epilogue");
+        if (keep)
+            assert_close(got[1], want[1], 1e-5, 1e-5, "the product, also returned");
+        kiln_fn_stats_t s;
+        ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+        int64_t matrix = 64 * 48 * 4;
+        ck_assert_msg(s.peak_bytes == (keep ? 2 : 1) * matrix, "keep %d: peak %lld", keep, (long long)s.peak_bytes);
+        /* And a run does what the plan says. */
+        int64_t base = kiln_live_bytes();
+        kiln_reset_peak_live_bytes();
+        kiln_tensor *again[2] = {NULL, NULL};
+        ck_assert_int_eq(kiln_call(f, in, again), 0);
+        ck_assert_int_eq(kiln_peak_live_bytes() - base, (keep ? 2 : 1) * matrix);
+        kiln_fn_free(f);
+    }
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- Random programs ------------------------------------------------------- */
 
 START_TEST(test_random_programs_compiled_match_eager)
@@ -460,6 +500,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_workloads_fuse);
     tcase_add_test(wl, test_traced_mlp_and_attention_peak_below_eager);
     tcase_add_test(wl, test_softmax_f32_sums_stay_close);
+    tcase_add_test(wl, test_epilogue_writes_in_place);
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     tcase_add_test(wl, test_softmax_computes_exp_once);
     suite_add_tcase(s, wl);

@@ -31,6 +31,7 @@ struct interp_plan {
     lowered low;           /* steps, and which nodes have buffers */
     int *step_of;          /* per node: its step, or -1 */
     void **fns;            /* per step: the compiled kernel, NULL for eager steps */
+    int *in_place;         /* per step: the input buffer its output may overwrite, or -1 */
     struct cache_kernel **loaded; /* the kernels, shared through the cache */
     int n_loaded;
     plan_counts counts;
@@ -85,7 +86,48 @@ static bool computes(const interp_plan *p, ir_ref r)
     return kernel || ir_node_computes(&p->graph->nodes[r]);
 }
 
-/* Peak bytes of computed values alive at once. */
+/* Whether view v addresses its buffer exactly as view w does. */
+static bool same_view(const kx_kernel *k, const kx_view *v, const kx_view *w)
+{
+    return v->offset == w->offset && v->inner_stride == w->inner_stride && v->dtype == w->dtype &&
+           !memcmp(v->outer_strides, w->outer_strides, (size_t)k->n_outer * sizeof *v->outer_strides);
+}
+
+/* The input buffer step s may write its output into, or -1. Only an
+ * elementwise kernel qualifies, whose every read of that buffer is at the
+ * element it stores (so each element is read before it is overwritten, in
+ * whatever order the loop runs), and only when the input is a value of the
+ * plan whose last use this is, of the output's dtype and size. */
+static int in_place_input(const interp_plan *p, const lower_step *s)
+{
+    const kx_kernel *k = s->kernel;
+    if (!k || k->n_reductions || k->n_row_stores || k->n_stores != 1 || s->n_outputs != 1)
+        return -1;
+    const kx_view *out = &k->views[k->stores[0].view];
+    const ir_node *node = &p->graph->nodes[s->node];
+    for (int b = 0; b < s->n_inputs; b++) {
+        ir_ref input = s->buffers[b];
+        const ir_node *in = &p->graph->nodes[input];
+        bool fits = p->last_use[input] == s->node && computes(p, input) && in->dtype == node->dtype &&
+                    ir_node_numel(in) == ir_node_numel(node);
+        for (int v = 0; fits && v < k->n_views; v++)
+            if (k->views[v].buffer == b)
+                fits = same_view(k, &k->views[v], out);
+        for (int other = 0; fits && other < s->n_inputs; other++)
+            fits = other == b || s->buffers[other] != input;
+        if (fits)
+            return b;
+    }
+    return -1;
+}
+
+static int64_t bytes_of(const ir_node *n)
+{
+    return ir_node_numel(n) * (int64_t)kiln_dtype_size(n->dtype);
+}
+
+/* Peak bytes of computed values alive at once; an output written in place
+ * takes its input's bytes over. */
 static void plan_memory(interp_plan *p)
 {
     const ir_graph *g = p->graph;
@@ -94,13 +136,16 @@ static void plan_memory(interp_plan *p)
         if (!computes(p, r))
             continue;
         p->kernels++;
-        live += ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype);
+        int step = native(p) ? p->step_of[r] : -1;
+        ir_ref reused = step >= 0 && p->in_place[step] >= 0 ? p->low.steps[step].buffers[p->in_place[step]] : IR_NONE;
+        if (reused == IR_NONE)
+            live += bytes_of(&g->nodes[r]);
         p->peak_bytes = live > p->peak_bytes ? live : p->peak_bytes;
         uint32_t n;
         const ir_ref *used = uses(p, r, &n);
         for (uint32_t i = 0; i < n; i++)
-            if (p->last_use[used[i]] == r && computes(p, used[i]))
-                live -= ir_node_numel(&g->nodes[used[i]]) * (int64_t)kiln_dtype_size(g->nodes[used[i]].dtype);
+            if (p->last_use[used[i]] == r && computes(p, used[i]) && used[i] != reused)
+                live -= bytes_of(&g->nodes[used[i]]);
     }
 }
 
@@ -181,7 +226,8 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
     int n = p->low.n_steps;
     p->step_of = malloc((p->graph->count ? p->graph->count : 1) * sizeof *p->step_of);
     p->fns = calloc((size_t)n + 1, sizeof *p->fns);
-    int status = p->step_of && p->fns ? 0 : CACHE_COMPILE_FAILED;
+    p->in_place = malloc(((size_t)n + 1) * sizeof *p->in_place);
+    int status = p->step_of && p->fns && p->in_place ? 0 : CACHE_COMPILE_FAILED;
     for (ir_ref r = 0; status == 0 && r < p->graph->count; r++)
         p->step_of[r] = -1;
     for (int i = 0; status == 0 && i < n; i++)
@@ -195,9 +241,11 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
     free(p->step_of);
     free(p->fns);
     free(p->loaded);
+    free(p->in_place);
     p->step_of = NULL;
     p->fns = NULL;
     p->loaded = NULL;
+    p->in_place = NULL;
     lowered_free(&p->low);
     return status == CACHE_REQUIRED_MISSING ? core_fail(CORE_STATE, "kiln_call", "%s", why) : 0;
 #endif
@@ -235,6 +283,8 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
         return NULL;
     }
     plan_liveness(p);
+    for (int i = 0; native(p) && i < p->low.n_steps; i++)
+        p->in_place[i] = in_place_input(p, &p->low.steps[i]);
     plan_memory(p);
     for (ir_ref r = 0; r < g->count; r++)
         if (!native(p) || p->low.materialized[r]) /* the rest is computed inside the kernels that use it */
@@ -297,6 +347,7 @@ void interp_plan_free(interp_plan *p)
     lowered_free(&p->low);
     free(p->step_of);
     free(p->fns);
+    free(p->in_place);
     for (ir_ref r = 0; p->consts && r < p->graph->count; r++)
         kiln_release(p->consts[r]);
     for (int i = 0; i < p->n_captures; i++)
@@ -373,14 +424,25 @@ static void run_rows(void *ctx, int64_t begin, int64_t end)
 #endif
 }
 
-/* Runs a compiled kernel over its input buffers into a new output tensor. */
-static kiln_tensor *run_kernel(const interp_plan *p, const lower_step *s, void *fn, kiln_tensor **values)
+/* The output of node n written over value t when the plan allows it and t
+ * is the only reference to a whole contiguous storage; else a new tensor. */
+static kiln_tensor *output_for(const ir_node *n, kiln_tensor *t)
 {
+    bool alone = t && atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
+                 eager_is_contiguous(t);
+    kiln_tensor *out = alone ? kiln_reshape(t, n->ndim, n->shape) : kiln_empty(n->dtype, n->ndim, n->shape);
+    eager_disown(out);
+    return out;
+}
+
+/* Runs a compiled kernel over its input buffers into its output tensor. */
+static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_tensor **values)
+{
+    const lower_step *s = &p->low.steps[step];
     const ir_node *n = &p->graph->nodes[s->node];
     void *buffers[KX_MAX_BUFFERS];
     kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
-    kiln_tensor *out = kiln_empty(n->dtype, n->ndim, n->shape);
-    eager_disown(out);
+    kiln_tensor *out = output_for(n, p->in_place[step] >= 0 ? values[s->buffers[p->in_place[step]]] : NULL);
     bool ok = out != NULL;
     for (int i = 0; ok && i < s->n_inputs; i++) {
         kiln_tensor *t = values[s->buffers[i]];
@@ -501,7 +563,7 @@ int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out)
     for (uint32_t i = 0; i < p->n_visit && status == 0; i++) {
         ir_ref r = p->visit[i];
         bool kernel = native(p) && p->step_of[r] >= 0 && p->fns[p->step_of[r]];
-        values[r] = kernel ? run_kernel(p, &p->low.steps[p->step_of[r]], p->fns[p->step_of[r]], values)
+        values[r] = kernel ? run_kernel(p, p->step_of[r], p->fns[p->step_of[r]], values)
                            : run_node(p, r, in, values);
         if (!values[r])
             status = -CORE_NOMEM; /* the op has set the message */
