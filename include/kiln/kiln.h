@@ -252,7 +252,14 @@ KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
  * by reference (a later kiln_assign to them is seen), and kiln_assign to a
  * captured tensor is written back on every call. Reading a traced value
  * (kiln_item, kiln_copy_to_host) is an error: use kiln_where instead of
- * branching on data. Every call returns fresh output tensors. */
+ * branching on data. Every call returns fresh output tensors.
+ *
+ * Compiled kernels are cached in the process and on disk. Environment:
+ * KILN_JIT=0 (run bodies eagerly), KILN_LOG=1, KILN_DUMP=graph,kernels,llvm,cuda
+ * into KILN_DUMP_DIR, KILN_CACHE=off|on|readonly|require, KILN_CACHE_DIR
+ * (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln), KILN_CACHE_MAX_BYTES
+ * (default 1 GiB), KILN_THREADS. The cache holds native code kiln runs: keep
+ * its directory private. */
 
 /* Computes out[0..n_out) from in[0..n_in); returns 0, or nonzero on failure.
  * Outputs are any tensors the body made or received. */
