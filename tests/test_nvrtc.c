@@ -64,6 +64,10 @@ static int check_entries(void)
          * contracted into FMAs (CUDA's own tanhf and expf use them on purpose). */
         if (!strcmp(e.meta.function, "tiny"))
             ck_assert_msg(!strstr(ptx, "fma.rn") && strstr(ptx, "mul.rn.f32"), "tiny's PTX fuses multiply-adds");
+        /* Contiguous f32 rows go through 16-byte loads and stores. */
+        if (!strcmp(e.meta.function, "gelu") || !strcmp(e.meta.function, "tiny"))
+            ck_assert_msg(strstr(ptx, ".v4.f32") && strstr(ptx, "st.global.v4.f32"), "%s: no vector loads",
+                          e.meta.function);
         cache_entry_free(&e);
     }
     free(files);

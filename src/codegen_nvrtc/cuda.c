@@ -55,6 +55,7 @@ static const char PRELUDE[] =
 typedef struct {
     const kx_kernel *k;
     strbuf *s;
+    bool quads;    /* each thread does 4 consecutive elements, through float4 */
     char err[256];
 } gen;
 
@@ -191,6 +192,10 @@ static void emit_expr(gen *g, int n, bool *done)
         snprintf(a[i], sizeof a[i], "e%d", e->args[i]);
     switch (e->kind) {
     case KX_LOAD:
+        if (g->quads && g->k->views[e->view].inner_stride == 1) {
+            strbuf_put(g->s, "((const float *)&q%d)[lane]", e->view);
+            break;
+        }
         strbuf_put(g->s, "b%d[", g->k->views[e->view].buffer);
         element(g, e->view);
         strbuf_put(g->s, "]");
@@ -272,16 +277,83 @@ static void store_value(gen *g, const kx_store *st, bool *done)
     emit_expr(g, st->expr, done);
     char text[16];
     snprintf(text, sizeof text, "e%d", st->expr);
-    strbuf_put(g->s, "        b%d[", v->buffer);
-    element(g, st->view);
-    strbuf_put(g->s, "] = ");
+    if (g->quads) {
+        strbuf_put(g->s, "        ((float *)&o%d)[lane] = ", st->view);
+    } else {
+        strbuf_put(g->s, "        b%d[", v->buffer);
+        element(g, st->view);
+        strbuf_put(g->s, "] = ");
+    }
     convert(g, text, g->k->exprs[st->expr].dtype, v->dtype);
     strbuf_put(g->s, ";\n");
+}
+
+/* Whether every element of k's rows can go 4 at a time: f32 throughout,
+ * rows a multiple of 4, and every view either contiguous along the row from
+ * a 16-byte boundary or the same for the whole row. */
+static bool quads_fit(const kx_kernel *k)
+{
+    if (k->cols % 4 || k->n_stores == 0)
+        return false;
+    for (int v = 0; v < k->n_views; v++) {
+        const kx_view *w = &k->views[v];
+        bool aligned = w->offset % 4 == 0;
+        for (int d = 0; d < k->n_outer; d++)
+            aligned = aligned && w->outer_strides[d] % 4 == 0;
+        if (w->dtype != KILN_F32 || (w->inner_stride != 0 && (w->inner_stride != 1 || !aligned)))
+            return false;
+    }
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->views[k->stores[s].view].inner_stride != 1)
+            return false;
+    return true;
+}
+
+/* Elementwise, 4 elements a thread: float4 loads and stores around a loop
+ * over the 4 lanes, which the compiler unrolls into registers. */
+static void elementwise_quads(gen *g)
+{
+    const kx_kernel *k = g->k;
+    bool *done = new_loop(g);
+    g->quads = true;
+    strbuf_put(g->s,
+               "    for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < %lldLL;\n"
+               "         at += (long long)gridDim.x * blockDim.x) {\n"
+               "        long long row = at / %lldLL, i0 = at %% %lldLL * 4;\n",
+               (long long)(k->rows * (k->cols / 4)), (long long)(k->cols / 4), (long long)(k->cols / 4));
+    view_bases(g);
+    for (int v = 0; v < k->n_views; v++) {
+        bool loaded = false;
+        for (int e = 0; e < k->n_exprs && !loaded; e++)
+            loaded = k->exprs[e].kind == KX_LOAD && k->exprs[e].view == v;
+        if (loaded && k->views[v].inner_stride == 1)
+            strbuf_put(g->s, "        float4 q%d = *(const float4 *)&b%d[v%d + i0];\n", v, k->views[v].buffer, v);
+    }
+    for (int s = 0; s < k->n_stores; s++)
+        strbuf_put(g->s, "        float4 o%d;\n", k->stores[s].view);
+    strbuf_put(g->s, "        #pragma unroll\n"
+                     "        for (int lane = 0; lane < 4; lane++) {\n"
+                     "        long long i = i0 + lane;\n"
+                     "        (void)i;\n");
+    for (int s = 0; done && s < k->n_stores; s++)
+        store_value(g, &k->stores[s], done);
+    strbuf_put(g->s, "        }\n");
+    for (int s = 0; s < k->n_stores; s++) {
+        const kx_view *v = &k->views[k->stores[s].view];
+        strbuf_put(g->s, "        *(float4 *)&b%d[v%d + i0] = o%d;\n", v->buffer, k->stores[s].view, k->stores[s].view);
+    }
+    strbuf_put(g->s, "    }\n");
+    g->quads = false;
+    free(done);
 }
 
 static void elementwise(gen *g)
 {
     const kx_kernel *k = g->k;
+    if (quads_fit(k)) {
+        elementwise_quads(g);
+        return;
+    }
     bool *done = new_loop(g);
     strbuf_put(g->s,
                "    for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < %lldLL;\n"

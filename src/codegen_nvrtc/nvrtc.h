@@ -19,7 +19,9 @@ const char *nvrtc_toolchain(char *err, size_t err_size);
 const char *nvrtc_codegen_version(void);
 
 /* Compiles k for arch into an object whose entry point is symbol: CUBIN then
- * PTX (docs/cache-format.md), malloc'd into *object. source, if not NULL,
+ * PTX (docs/cache-format.md), malloc'd into *object. Its parameters are the
+ * kernel's buffers, each 16-byte aligned (contiguous f32 rows are read and
+ * written as float4): a caller stages a buffer that is not. source, if not NULL,
  * receives the CUDA C (malloc'd). 0, or -1 with the reason (NVRTC's log
  * included) in err. Safe from several threads at once. */
 int nvrtc_compile_object(const kx_kernel *k, const char *symbol, const char *arch, char **source, void **object,
