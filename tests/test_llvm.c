@@ -236,6 +236,39 @@ static int softmax_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
+/* Where f32 partial sums would not be enough, sums stay in f64: a mean of
+ * exponentials whose sum passes FLT_MAX, and softmax at opt_level 1, where
+ * the row is summed in one sequence (terms below half an ulp of the first
+ * would all be lost). */
+static int mean_exp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_mean(kiln_exp(in[0]), 1, false);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_f32_sums_only_where_they_hold)
+{
+    kiln_scope_begin();
+    kiln_jit_options o = llvm();
+    kiln_tensor *big = kiln_full(KILN_F32, 2, (int64_t[]){1, 4}, 88.5), *got;
+    kiln_fn *f = kiln_jit("mean_exp", mean_exp_body, 1, 1, NULL, &o);
+    ck_assert_int_eq(kiln_call(f, &big, &got), 0);
+    assert_close(got, kiln_mean(kiln_exp(big), 1, false), 1e-6, 0, "mean of exp(88.5)");
+    kiln_fn_free(f);
+    float row[4096];
+    row[0] = 0;
+    for (int i = 1; i < 4096; i++)
+        row[i] = logf(0.99f * 0x1p-24f);
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){1, 4096}, row);
+    o.opt_level = 1;
+    f = kiln_jit("softmax", softmax_body, 1, 1, NULL, &o);
+    ck_assert_int_eq(kiln_call(f, &x, &got), 0);
+    assert_close(got, kiln_softmax(x, 1), 1e-5, 1e-12, "softmax at opt_level 1");
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 START_TEST(test_softmax_f32_sums_stay_close)
 {
     kiln_scope_begin();
@@ -500,6 +533,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_workloads_fuse);
     tcase_add_test(wl, test_traced_mlp_and_attention_peak_below_eager);
     tcase_add_test(wl, test_softmax_f32_sums_stay_close);
+    tcase_add_test(wl, test_f32_sums_only_where_they_hold);
     tcase_add_test(wl, test_epilogue_writes_in_place);
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     tcase_add_test(wl, test_softmax_computes_exp_once);

@@ -106,10 +106,16 @@ typedef struct {
     bool *materialized;     /* per graph node: a buffer exists at run time */
 } lowered;
 
+typedef struct {
+    /* The backend sums a row in many partial sums (vector lanes, threads),
+     * so a sum of f32 exponentials over a short row may stay in f32. */
+    bool split_sums;
+} lower_options;
+
 /* Splits g into fusion groups, each a kernel, and the nodes run eagerly
  * (matmul, reductions over other axes, concat, ...). 0, or -1 when out of
  * memory. */
-int lower_graph(const ir_graph *g, lowered *out);
+int lower_graph(const ir_graph *g, const lower_options *o, lowered *out);
 void lowered_free(lowered *l);
 
 #endif

@@ -49,6 +49,7 @@ typedef struct {
     ir_ref failed;   /* a node that must be materialized first, or IR_NONE */
     bool too_many_buffers; /* a load found the kernel full */
     bool nomem;
+    bool split_sums;       /* the backend sums a row in many partial sums */
 } builder;
 
 /* -- Growing arrays -------------------------------------------------------- */
@@ -287,12 +288,14 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
     imap whole = identity_map(in->ndim);
     /* As eager: float sums in f64 (cancellation in f32 loses whole values),
      * integers in i64, extremes in the input's dtype. A sum of exponentials
-     * over a short row is the exception: its terms are positive, so nothing
-     * cancels, and f32 lanes of at most ROW_F32_SUM / 8 terms each keep it
-     * within 2^-15 of the exact sum, while f64 costs softmax 1.7x. */
+     * over a short row is the exception where the backend splits the row into
+     * partial sums (vectorized lanes, threads): its terms are positive, so
+     * nothing cancels, and partial sums of at most ROW_F32_SUM / 8 terms keep
+     * it within 2^-15 of the exact sum, while f64 costs softmax 1.7x. Not a
+     * mean: its sum may pass FLT_MAX where the mean does not. */
     bool sums = n->op == OP_SUM || n->op == OP_MEAN;
-    bool positive_terms = in->op == OP_EXP && in->dtype == KILN_F32 && in->ndim > 0 &&
-                          in->shape[in->ndim - 1] <= ROW_F32_SUM;
+    bool positive_terms = b->split_sums && n->op == OP_SUM && in->op == OP_EXP && in->dtype == KILN_F32 &&
+                          in->ndim > 0 && in->shape[in->ndim - 1] <= ROW_F32_SUM;
     kiln_dtype acc = !ir_dtype_is_float(in->dtype) ? KILN_I64
                      : sums && !positive_terms     ? KILN_F64
                                                    : in->dtype;
@@ -588,10 +591,10 @@ static ir_ref try_lower(builder *b, lowered *out)
     return IR_NONE;
 }
 
-int lower_graph(const ir_graph *g, lowered *out)
+int lower_graph(const ir_graph *g, const lower_options *o, lowered *out)
 {
     memset(out, 0, sizeof *out);
-    builder b = {.g = g};
+    builder b = {.g = g, .split_sums = o->split_sums};
     b.mat = calloc(g->count ? g->count : 1, sizeof *b.mat);
     b.eager_view = calloc(g->count ? g->count : 1, sizeof *b.eager_view);
     if (!b.mat || !b.eager_view) {

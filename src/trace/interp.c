@@ -219,7 +219,8 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
     snprintf(why, size, "this build of kiln has no LLVM backend");
     return 0;
 #else
-    if (lower_graph(p->graph, &p->low) < 0) {
+    lower_options lo = {.split_sums = o->opt_level >= 2}; /* LLVM vectorizes from O2 */
+    if (lower_graph(p->graph, &lo, &p->low) < 0) {
         snprintf(why, size, "out of memory lowering the graph");
         return 0;
     }
@@ -301,7 +302,9 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
     return -1;
 #else
     lowered low;
-    if (lower_graph(g, &low) < 0) {
+    /* CUDA splits rows across threads; LLVM vectorizes from O2. */
+    lower_options lo = {.split_sums = !strncmp(target, "cuda:", 5) || o->opt_level >= 2};
+    if (lower_graph(g, &lo, &low) < 0) {
         snprintf(why, why_size, "out of memory lowering the graph");
         return -1;
     }
