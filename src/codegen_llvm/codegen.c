@@ -398,6 +398,10 @@ static LLVMValueRef emit_body(gen *g, const char *name)
         LLVMAddAttributeAtIndex(g->fn, 3 + (unsigned)i, LLVMCreateEnumAttribute(g->ctx, noalias, 0));
         g->buffers[i] = LLVMGetParam(g->fn, 2 + (unsigned)i);
     }
+    /* In place, the input is read through the output's pointer, which is
+     * then the only one that reaches that memory: noalias stays true. */
+    if (k->in_place >= 0)
+        g->buffers[k->in_place] = g->buffers[k->views[k->stores[0].view].buffer];
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "entry");
     LLVMBasicBlockRef rows = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");

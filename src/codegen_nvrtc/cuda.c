@@ -176,6 +176,14 @@ static void element(gen *g, int v)
         strbuf_put(g->s, "v%d", v);
 }
 
+/* The buffer a load of view v reads: an input written over in place is read
+ * through the output, which holds its values. */
+static int buffer_read(const kx_kernel *k, int v)
+{
+    int b = k->views[v].buffer;
+    return b == k->in_place ? k->views[k->stores[0].view].buffer : b;
+}
+
 /* Declares "e<n>" for expression n, and first those it needs not yet
  * declared in this loop (done[]). */
 static void emit_expr(gen *g, int n, bool *done)
@@ -196,7 +204,7 @@ static void emit_expr(gen *g, int n, bool *done)
             strbuf_put(g->s, "((const float *)&q%d)[lane]", e->view);
             break;
         }
-        strbuf_put(g->s, "b%d[", g->k->views[e->view].buffer);
+        strbuf_put(g->s, "b%d[", buffer_read(g->k, e->view));
         element(g, e->view);
         strbuf_put(g->s, "]");
         break;
@@ -327,7 +335,7 @@ static void elementwise_quads(gen *g)
         for (int e = 0; e < k->n_exprs && !loaded; e++)
             loaded = k->exprs[e].kind == KX_LOAD && k->exprs[e].view == v;
         if (loaded && k->views[v].inner_stride == 1)
-            strbuf_put(g->s, "        float4 q%d = *(const float4 *)&b%d[v%d + i0];\n", v, k->views[v].buffer, v);
+            strbuf_put(g->s, "        float4 q%d = *(const float4 *)&b%d[v%d + i0];\n", v, buffer_read(k, v), v);
     }
     for (int s = 0; s < k->n_stores; s++)
         strbuf_put(g->s, "        float4 o%d;\n", k->stores[s].view);

@@ -80,6 +80,9 @@ typedef struct kx_kernel {
     kx_row_store *row_stores;
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
+    /* An input buffer the output overwrites, or -1: the kernel then reads
+     * that input through the output's buffer, which holds its values. */
+    int in_place;
 } kx_kernel;
 
 /* Compiled code of a kernel, whatever the backend: runs rows [begin, end)

@@ -488,6 +488,7 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
         k->stores[k->n_stores++] = (kx_store){.view = k->n_views++, .expr = cast(b, e, n->dtype)};
     }
     k->n_buffers = b->n_buffers;
+    k->in_place = -1;
     k->transcendental = transcendental(k);
     split_long_rows(k);
     stage_store(k);
@@ -634,7 +635,10 @@ char *kx_to_text(const kx_kernel *k)
     strbuf_put(&t, "kernel rows=%lld cols=%lld outer=[", (long long)k->rows, (long long)k->cols);
     for (int d = 0; d < k->n_outer; d++)
         strbuf_put(&t, d ? ",%lld" : "%lld", (long long)k->outer[d]);
-    strbuf_put(&t, "] buffers=%d\n", k->n_buffers);
+    strbuf_put(&t, "] buffers=%d", k->n_buffers);
+    if (k->in_place >= 0)
+        strbuf_put(&t, " in_place=b%d", k->in_place);
+    strbuf_put(&t, "\n");
     for (int i = 0; i < k->n_views; i++) {
         const kx_view *v = &k->views[i];
         strbuf_put(&t, "view %d = b%d %s offset=%lld strides=[", i, v->buffer, ir_dtype_names[v->dtype],

@@ -121,6 +121,18 @@ static int in_place_input(const interp_plan *p, const lower_step *s)
     return -1;
 }
 
+/* Which kernels write over an input (before they are compiled: the code
+ * differs). Needs the lowered steps. */
+static void plan_in_place(interp_plan *p)
+{
+    plan_liveness(p);
+    for (int i = 0; i < p->low.n_steps; i++) {
+        p->in_place[i] = in_place_input(p, &p->low.steps[i]);
+        if (p->low.steps[i].kernel)
+            p->low.steps[i].kernel->in_place = p->in_place[i];
+    }
+}
+
 static int64_t bytes_of(const ir_node *n)
 {
     return ir_node_numel(n) * (int64_t)kiln_dtype_size(n->dtype);
@@ -234,6 +246,8 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
     for (int i = 0; status == 0 && i < n; i++)
         p->step_of[p->low.steps[i].node] = i;
     if (status == 0)
+        plan_in_place(p);
+    if (status == 0)
         status = load_kernels(p, o, why, size);
     if (status == 0)
         return 0;
@@ -284,8 +298,6 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
         return NULL;
     }
     plan_liveness(p);
-    for (int i = 0; native(p) && i < p->low.n_steps; i++)
-        p->in_place[i] = in_place_input(p, &p->low.steps[i]);
     plan_memory(p);
     for (ir_ref r = 0; r < g->count; r++)
         if (!native(p) || p->low.materialized[r]) /* the rest is computed inside the kernels that use it */
@@ -301,18 +313,31 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
     snprintf(why, why_size, "this build of kiln has no LLVM backend");
     return -1;
 #else
-    lowered low;
+    /* The kernels are the ones a plan for g would run here, in place where it
+     * would write in place: a plan of g's steps, never run. */
+    interp_plan plan = {.graph = (ir_graph *)g};
+    lowered *low = &plan.low;
     /* CUDA splits rows across threads; LLVM vectorizes from O2. */
     lower_options lo = {.split_sums = !strncmp(target, "cuda:", 5) || o->opt_level >= 2};
-    if (lower_graph(g, &lo, &low) < 0) {
+    if (lower_graph(g, &lo, low) < 0) {
         snprintf(why, why_size, "out of memory lowering the graph");
         return -1;
     }
-    kx_kernel **kernels = malloc(((size_t)low.n_steps + 1) * sizeof *kernels);
-    int n = 0, status = kernels ? 0 : -1;
-    for (int i = 0; kernels && i < low.n_steps; i++)
-        if (low.steps[i].kernel)
-            kernels[n++] = low.steps[i].kernel;
+    size_t count = g->count ? g->count : 1;
+    plan.step_of = malloc(count * sizeof *plan.step_of);
+    plan.last_use = malloc(count * sizeof *plan.last_use);
+    plan.in_place = malloc(((size_t)low->n_steps + 1) * sizeof *plan.in_place);
+    kx_kernel **kernels = malloc(((size_t)low->n_steps + 1) * sizeof *kernels);
+    int n = 0, status = kernels && plan.step_of && plan.last_use && plan.in_place ? 0 : -1;
+    for (ir_ref r = 0; status == 0 && r < g->count; r++)
+        plan.step_of[r] = -1;
+    for (int i = 0; status == 0 && i < low->n_steps; i++)
+        plan.step_of[low->steps[i].node] = i;
+    if (status == 0)
+        plan_in_place(&plan);
+    for (int i = 0; status == 0 && i < low->n_steps; i++)
+        if (low->steps[i].kernel)
+            kernels[n++] = low->steps[i].kernel;
     for (int i = 0; status == 0 && o->dump && i < n; i++) {
         char *text = kx_to_text(kernels[i]);
         o->dump(o->dump_ctx, i, "kernel", text);
@@ -328,7 +353,10 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
         snprintf(why, why_size, "out of memory");
     *counts = (plan_counts){c.compiled, c.from_disk, c.shared};
     free(kernels);
-    lowered_free(&low);
+    free(plan.step_of);
+    free(plan.last_use);
+    free(plan.in_place);
+    lowered_free(low);
     return status;
 #endif
 }
@@ -427,13 +455,22 @@ static void run_rows(void *ctx, int64_t begin, int64_t end)
 #endif
 }
 
-/* The output of node n written over value t when the plan allows it and t
- * is the only reference to a whole contiguous storage; else a new tensor. */
+/* The output of node n for a kernel that writes over value t (NULL: one
+ * that does not). The kernel reads t's values from its output, so that is t
+ * itself when t alone holds its whole contiguous storage, else a copy. */
 static kiln_tensor *output_for(const ir_node *n, kiln_tensor *t)
 {
-    bool alone = t && atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
-                 eager_is_contiguous(t);
-    kiln_tensor *out = alone ? kiln_reshape(t, n->ndim, n->shape) : kiln_empty(n->dtype, n->ndim, n->shape);
+    kiln_tensor *out;
+    if (!t) {
+        out = kiln_empty(n->dtype, n->ndim, n->shape);
+    } else if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
+               eager_is_contiguous(t)) {
+        out = kiln_reshape(t, n->ndim, n->shape);
+    } else {
+        kiln_tensor *copy = eager_copy("kiln_call", t);
+        out = copy ? kiln_reshape(copy, n->ndim, n->shape) : NULL;
+        kiln_release(copy);
+    }
     eager_disown(out);
     return out;
 }
