@@ -269,10 +269,8 @@ static double time_first_call(const workload *w, kiln_tensor **in, workload_stat
 static double time_prepare(kiln_fn *f, const workload *w, kiln_tensor **in)
 {
     kiln_spec specs[WORKLOAD_MAX_INPUTS];
-    for (int i = 0; i < w->n_in; i++) {
-        specs[i] = (kiln_spec){kiln_dtype_of(in[i]), kiln_ndim(in[i]), {0}, KILN_CPU};
-        memcpy(specs[i].shape, kiln_shape(in[i]), (size_t)specs[i].ndim * sizeof *specs[i].shape);
-    }
+    for (int i = 0; i < w->n_in; i++)
+        specs[i] = kiln_spec_of(in[i]);
     double start = now_ms();
     if (kiln_fn_precompile(f, specs, "host") != 0)
         die(w->name);

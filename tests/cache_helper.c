@@ -52,11 +52,8 @@ static bool run(const workload *w, const char *precompile)
     uint64_t hash = 0;
     if (ok && precompile) {
         kiln_spec specs[WORKLOAD_MAX_INPUTS];
-        for (int i = 0; i < w->n_in; i++) {
-            specs[i] = (kiln_spec){kiln_dtype_of(in[i]), kiln_ndim(in[i]), {0}, KILN_CPU};
-            for (int d = 0; d < specs[i].ndim; d++)
-                specs[i].shape[d] = kiln_shape(in[i])[d];
-        }
+        for (int i = 0; i < w->n_in; i++)
+            specs[i] = kiln_spec_of(in[i]);
         ok = kiln_fn_precompile(f, specs, precompile) == 0;
     } else if (ok) {
         ok = kiln_call(f, in, &got) == 0;

@@ -24,14 +24,6 @@ static void use_fresh_cache(void)
     setenv("KILN_CACHE", "on", 1);
 }
 
-static void specs_of(kiln_tensor *const *in, int n, kiln_spec *specs)
-{
-    for (int i = 0; i < n; i++) {
-        specs[i] = (kiln_spec){kiln_dtype_of(in[i]), kiln_ndim(in[i]), {0}, KILN_CPU};
-        memcpy(specs[i].shape, kiln_shape(in[i]), (size_t)specs[i].ndim * sizeof *specs[i].shape);
-    }
-}
-
 /* Every entry of the cache: NVRTC's, for sm_90, a CUBIN (ELF) then PTX that
  * defines the entry's symbol. Their number. */
 static int check_entries(void)
@@ -85,7 +77,8 @@ START_TEST(test_workloads_compile_for_sm_90)
         ck_assert_int_eq(wl->setup(true, in, &state), 0);
         kiln_fn *f = kiln_jit(wl->name, wl->body, wl->n_in, 1, &state, NULL);
         kiln_spec specs[WORKLOAD_MAX_INPUTS];
-        specs_of(in, wl->n_in, specs);
+        for (int i = 0; i < wl->n_in; i++)
+            specs[i] = kiln_spec_of(in[i]);
         ck_assert_msg(kiln_fn_precompile(f, specs, "cuda:sm_90") == 0, "%s: %s", wl->name, kiln_last_error());
         kiln_fn_stats_t s;
         ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
@@ -140,8 +133,7 @@ START_TEST(test_dump_writes_the_cuda_source)
     ck_assert_int_eq(w->setup(true, in, &state), 0);
     kiln_fn *f = kiln_jit("softmax", w->body, 1, 1, &state, NULL);
     unsetenv("KILN_DUMP");
-    kiln_spec spec;
-    specs_of(in, 1, &spec);
+    kiln_spec spec = kiln_spec_of(in[0]);
     ck_assert_int_eq(kiln_fn_precompile(f, &spec, "cuda:sm_90"), 0);
     snprintf(path, sizeof path, "%s/softmax.0.kernel-0.cuda.cu", dir);
     void *text;

@@ -47,24 +47,14 @@ static int list_or_fail(const char *dir, cache_file **files, int *n)
     return -1;
 }
 
-/* Reads and checks one listed file; 0, or -1 with why. */
+/* Reads and checks one listed file, changing nothing; 0, or -1 with why. */
 static int check_file(const char *dir, const cache_file *f, cache_entry *e, char *why, size_t size)
 {
-    char path[CACHE_PATH_MAX + 300];
-    snprintf(path, sizeof path, "%s/%s", dir, f->name);
-    void *bytes;
-    size_t len;
     if (!f->keyed) {
-        snprintf(why, size, "its name is not a key");
+        snprintf(why, size, "%.300s/%s: its name is not a key", dir, f->name);
         return -1;
     }
-    if (cache_read_file(path, &bytes, &len) < 0) {
-        snprintf(why, size, "cannot read it: %s", strerror(errno));
-        return -1;
-    }
-    int status = cache_entry_decode(bytes, len, &f->key, e, why, size);
-    free(bytes);
-    return status;
+    return cache_read(dir, &f->key, NULL, false, e, why, size) == CACHE_FOUND ? 0 : -1;
 }
 
 static int cmd_ls(const char *dir)
@@ -124,7 +114,7 @@ static int cmd_verify(const char *dir)
         cache_entry e;
         char why[512];
         if (check_file(dir, &files[i], &e, why, sizeof why) < 0) {
-            printf("damaged  %s: %s\n", files[i].name, why);
+            printf("damaged  %s\n", why);
             bad++;
         } else {
             cache_entry_free(&e);

@@ -299,6 +299,9 @@ typedef struct {
     kiln_device device;
 } kiln_spec;
 
+/* t's signature as kiln_fn_precompile takes it: dtype, shape and device;
+ * zeros for NULL. */
+KILN_API kiln_spec kiln_spec_of(const kiln_tensor *t);
 /* The default options: AUTO backend, opt_level 2, retrace_limit 8. */
 KILN_API kiln_jit_options kiln_jit_defaults(void);
 /* Marks body (n_in inputs, n_out outputs, user passed through) for

@@ -42,13 +42,6 @@ static struct {
 static const char *const component_names[COMPONENTS] = {"kernel", "backend", "target", "format",
                                                         "codegen", "toolchain", "options"};
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static cache_kernel *find_loaded(const cache_key *key)
 {
     for (cache_kernel *k = table.loaded; k; k = k->next)
@@ -293,7 +286,7 @@ static int compile(lookup *l, char *err, size_t err_size)
                  l->r->function, l->r->signature, l->config->dir, l->hex);
         return CACHE_REQUIRED_MISSING;
     }
-    double start = now_ms();
+    double start = core_now_ms();
     void *object = NULL;
     size_t size = 0;
     int status = generate(l, &object, &size, err, err_size);
@@ -305,7 +298,7 @@ static int compile(lookup *l, char *err, size_t err_size)
     free(object);
     if (status == 0 && l->r->log)
         fprintf(stderr, "kiln: '%s': kernel %d compiled in %.3f ms\n", l->r->function, l->index,
-                now_ms() - start);
+                core_now_ms() - start);
     return status < 0 ? CACHE_COMPILE_FAILED : 0;
 }
 

@@ -64,6 +64,11 @@ void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx);
 /* Threads the pool uses, the caller included. */
 int core_threads(void);
 
+/* -- Time ------------------------------------------------------------------ */
+
+/* Milliseconds on a monotonic clock. */
+double core_now_ms(void);
+
 /* -- Environment ----------------------------------------------------------- */
 
 /* An integer environment variable, or fallback when unset or malformed. */

@@ -86,6 +86,7 @@ static bool computes(const interp_plan *p, ir_ref r)
     return kernel || ir_node_computes(&p->graph->nodes[r]);
 }
 
+#ifdef KILN_HAVE_LLVM
 /* Whether view v addresses its buffer exactly as view w does. */
 static bool same_view(const kx_kernel *k, const kx_view *v, const kx_view *w)
 {
@@ -132,6 +133,7 @@ static void plan_in_place(interp_plan *p)
             p->low.steps[i].kernel->in_place = p->in_place[i];
     }
 }
+#endif
 
 static int64_t bytes_of(const ir_node *n)
 {
@@ -184,14 +186,60 @@ static void dump_llvm(void *ctx, int kernel, const char *stage, const char *text
     o->dump(o->dump_ctx, kernel, stage, text);
 }
 
-/* The kernels of p's steps, made ready through the cache. */
-static int load_kernels(interp_plan *p, const plan_options *o, char *why, size_t size)
+/* Lowers p's graph for target into steps, and decides which kernels write in
+ * place (the code differs, so before they are compiled). p->last_use must be
+ * allocated. 0, or -1 with why. */
+static int lower_plan(interp_plan *p, const plan_options *o, const char *target, char *why, size_t size)
+{
+    /* CUDA splits rows across threads; LLVM vectorizes from O2. */
+    lower_options lo = {.split_sums = !strncmp(target, "cuda:", 5) || o->opt_level >= 2};
+    if (lower_graph(p->graph, &lo, &p->low) < 0) {
+        snprintf(why, size, "out of memory lowering the graph");
+        return -1;
+    }
+    int n = p->low.n_steps;
+    p->step_of = malloc((p->graph->count ? p->graph->count : 1) * sizeof *p->step_of);
+    p->fns = calloc((size_t)n + 1, sizeof *p->fns);
+    p->in_place = malloc(((size_t)n + 1) * sizeof *p->in_place);
+    if (!p->step_of || !p->fns || !p->in_place) {
+        snprintf(why, size, "out of memory lowering the graph");
+        return -1;
+    }
+    for (ir_ref r = 0; r < p->graph->count; r++)
+        p->step_of[r] = -1;
+    for (int i = 0; i < n; i++)
+        p->step_of[p->low.steps[i].node] = i;
+    plan_in_place(p);
+    return 0;
+}
+
+/* Undoes lower_plan (and what compile_kernels loaded). */
+static void unlower_plan(interp_plan *p)
+{
+    for (int i = 0; i < p->n_loaded; i++)
+        cache_kernel_release(p->loaded[i]);
+    free(p->step_of);
+    free(p->fns);
+    free(p->loaded);
+    free(p->in_place);
+    p->step_of = NULL;
+    p->fns = NULL;
+    p->loaded = NULL;
+    p->in_place = NULL;
+    p->n_loaded = 0;
+    lowered_free(&p->low);
+}
+
+/* The kernels of p's steps through the cache for target: for the host,
+ * loaded into p->loaded with p->fns set. A cache_kernels status. */
+static int compile_kernels(interp_plan *p, const plan_options *o, const char *target, char *why, size_t size)
 {
     int n = p->low.n_steps, n_kernels = 0;
+    bool host = !strcmp(target, "host");
     kx_kernel **kernels = malloc(((size_t)n + 1) * sizeof *kernels);
     void **fns = calloc((size_t)n + 1, sizeof *fns);
-    p->loaded = calloc((size_t)n + 1, sizeof *p->loaded);
-    int status = kernels && fns && p->loaded ? 0 : CACHE_COMPILE_FAILED;
+    p->loaded = host ? calloc((size_t)n + 1, sizeof *p->loaded) : NULL;
+    int status = kernels && fns && (p->loaded || !host) ? 0 : CACHE_COMPILE_FAILED;
     for (int i = 0; status == 0 && i < n; i++)
         if (p->low.steps[i].kernel)
             kernels[n_kernels++] = p->low.steps[i].kernel;
@@ -200,19 +248,19 @@ static int load_kernels(interp_plan *p, const plan_options *o, char *why, size_t
         o->dump(o->dump_ctx, i, "kernel", text);
         free(text);
     }
-    cache_request r = {.target = "host", .opt_level = o->opt_level, .fast_math = o->fast_math,
+    cache_request r = {.target = target, .opt_level = o->opt_level, .fast_math = o->fast_math,
                        .no_disk = o->no_disk, .function = o->function, .signature = o->signature, .log = o->log,
                        .dump = o->dump ? dump_llvm : NULL, .dump_ctx = (void *)o};
     cache_counts counts = {0};
     if (status == 0 && n_kernels > 0)
-        status = cache_kernels(kernels, n_kernels, &r, p->loaded, fns, &counts, why, size);
-    if (status == 0)
+        status = cache_kernels(kernels, n_kernels, &r, p->loaded, host ? fns : NULL, &counts, why, size);
+    if (status == 0 && host)
         p->n_loaded = n_kernels;
     p->counts = (plan_counts){counts.compiled, counts.from_disk, counts.shared};
-    for (int i = 0, k = 0; status == 0 && i < n; i++)
+    for (int i = 0, k = 0; status == 0 && host && i < n; i++)
         if (p->low.steps[i].kernel)
             p->fns[i] = fns[k++];
-    if (!kernels || !fns || !p->loaded)
+    if (!kernels || !fns || (host && !p->loaded))
         snprintf(why, size, "out of memory compiling the graph");
     free(kernels);
     free(fns);
@@ -231,37 +279,11 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
     snprintf(why, size, "this build of kiln has no LLVM backend");
     return 0;
 #else
-    lower_options lo = {.split_sums = o->opt_level >= 2}; /* LLVM vectorizes from O2 */
-    if (lower_graph(p->graph, &lo, &p->low) < 0) {
-        snprintf(why, size, "out of memory lowering the graph");
-        return 0;
-    }
-    int n = p->low.n_steps;
-    p->step_of = malloc((p->graph->count ? p->graph->count : 1) * sizeof *p->step_of);
-    p->fns = calloc((size_t)n + 1, sizeof *p->fns);
-    p->in_place = malloc(((size_t)n + 1) * sizeof *p->in_place);
-    int status = p->step_of && p->fns && p->in_place ? 0 : CACHE_COMPILE_FAILED;
-    for (ir_ref r = 0; status == 0 && r < p->graph->count; r++)
-        p->step_of[r] = -1;
-    for (int i = 0; status == 0 && i < n; i++)
-        p->step_of[p->low.steps[i].node] = i;
-    if (status == 0)
-        plan_in_place(p);
-    if (status == 0)
-        status = load_kernels(p, o, why, size);
+    int status = lower_plan(p, o, "host", why, size) < 0 ? CACHE_COMPILE_FAILED
+                                                         : compile_kernels(p, o, "host", why, size);
     if (status == 0)
         return 0;
-    if (!why[0])
-        snprintf(why, size, "out of memory compiling the graph");
-    free(p->step_of);
-    free(p->fns);
-    free(p->loaded);
-    free(p->in_place);
-    p->step_of = NULL;
-    p->fns = NULL;
-    p->loaded = NULL;
-    p->in_place = NULL;
-    lowered_free(&p->low);
+    unlower_plan(p);
     return status == CACHE_REQUIRED_MISSING ? core_fail(CORE_STATE, "kiln_call", "%s", why) : 0;
 #endif
 }
@@ -297,7 +319,8 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
         interp_plan_free(p);
         return NULL;
     }
-    plan_liveness(p);
+    if (!native(p)) /* a native plan's was made before its kernels were compiled */
+        plan_liveness(p);
     plan_memory(p);
     for (ir_ref r = 0; r < g->count; r++)
         if (!native(p) || p->low.materialized[r]) /* the rest is computed inside the kernels that use it */
@@ -316,47 +339,15 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
     /* The kernels are the ones a plan for g would run here, in place where it
      * would write in place: a plan of g's steps, never run. */
     interp_plan plan = {.graph = (ir_graph *)g};
-    lowered *low = &plan.low;
-    /* CUDA splits rows across threads; LLVM vectorizes from O2. */
-    lower_options lo = {.split_sums = !strncmp(target, "cuda:", 5) || o->opt_level >= 2};
-    if (lower_graph(g, &lo, low) < 0) {
-        snprintf(why, why_size, "out of memory lowering the graph");
-        return -1;
-    }
-    size_t count = g->count ? g->count : 1;
-    plan.step_of = malloc(count * sizeof *plan.step_of);
-    plan.last_use = malloc(count * sizeof *plan.last_use);
-    plan.in_place = malloc(((size_t)low->n_steps + 1) * sizeof *plan.in_place);
-    kx_kernel **kernels = malloc(((size_t)low->n_steps + 1) * sizeof *kernels);
-    int n = 0, status = kernels && plan.step_of && plan.last_use && plan.in_place ? 0 : -1;
-    for (ir_ref r = 0; status == 0 && r < g->count; r++)
-        plan.step_of[r] = -1;
-    for (int i = 0; status == 0 && i < low->n_steps; i++)
-        plan.step_of[low->steps[i].node] = i;
-    if (status == 0)
-        plan_in_place(&plan);
-    for (int i = 0; status == 0 && i < low->n_steps; i++)
-        if (low->steps[i].kernel)
-            kernels[n++] = low->steps[i].kernel;
-    for (int i = 0; status == 0 && o->dump && i < n; i++) {
-        char *text = kx_to_text(kernels[i]);
-        o->dump(o->dump_ctx, i, "kernel", text);
-        free(text);
-    }
-    cache_request r = {.target = target, .opt_level = o->opt_level, .fast_math = o->fast_math,
-                       .no_disk = o->no_disk, .function = o->function, .signature = o->signature, .log = o->log,
-                       .dump = o->dump ? dump_llvm : NULL, .dump_ctx = (void *)o};
-    cache_counts c = {0};
-    if (status == 0 && n > 0)
-        status = cache_kernels(kernels, n, &r, NULL, NULL, &c, why, why_size) < 0 ? -1 : 0;
-    else if (status < 0)
+    plan.last_use = malloc((g->count ? g->count : 1) * sizeof *plan.last_use);
+    int status = -1;
+    if (!plan.last_use)
         snprintf(why, why_size, "out of memory");
-    *counts = (plan_counts){c.compiled, c.from_disk, c.shared};
-    free(kernels);
-    free(plan.step_of);
+    else if (lower_plan(&plan, o, target, why, why_size) == 0)
+        status = compile_kernels(&plan, o, target, why, why_size) < 0 ? -1 : 0;
+    *counts = plan.counts;
+    unlower_plan(&plan);
     free(plan.last_use);
-    free(plan.in_place);
-    lowered_free(low);
     return status;
 #endif
 }
@@ -371,14 +362,8 @@ void interp_plan_free(interp_plan *p)
     if (!p)
         return;
 #ifdef KILN_HAVE_LLVM
-    for (int i = 0; i < p->n_loaded; i++)
-        cache_kernel_release(p->loaded[i]);
+    unlower_plan(p); /* without LLVM there is nothing lowered */
 #endif
-    free(p->loaded);
-    lowered_free(&p->low);
-    free(p->step_of);
-    free(p->fns);
-    free(p->in_place);
     for (ir_ref r = 0; p->consts && r < p->graph->count; r++)
         kiln_release(p->consts[r]);
     for (int i = 0; i < p->n_captures; i++)

@@ -4,7 +4,6 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "trace/trace.h"
 #ifdef KILN_HAVE_LLVM
@@ -52,18 +51,14 @@ static void jit_log(const kiln_fn *f, const char *fmt, ...)
     va_end(ap);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 /* -- Signatures ------------------------------------------------------------ */
 
-static kiln_spec spec_of(const kiln_tensor *t)
+kiln_spec kiln_spec_of(const kiln_tensor *t)
 {
-    kiln_spec s = {.dtype = t->dtype, .ndim = t->ndim, .device = t->device};
+    kiln_spec s = {0};
+    if (!t)
+        return s;
+    s = (kiln_spec){.dtype = t->dtype, .ndim = t->ndim, .device = t->device};
     memcpy(s.shape, t->shape, (size_t)t->ndim * sizeof *s.shape);
     return s;
 }
@@ -173,6 +168,15 @@ static void dump_stage(void *ctx, int kernel, const char *stage, const char *tex
     else
         snprintf(name, sizeof name, "kernel-%d.%s", kernel, stage);
     dump_file(t->f, t->spec, name, kernel_text ? "txt" : cuda ? "cu" : "ll", text);
+}
+
+/* How f's graphs are planned and compiled; dumps go to target. */
+static plan_options plan_options_of(const kiln_fn *f, const char *sig_text, dump_target *target)
+{
+    bool dumps = f->dump_kernels || f->dump_llvm || f->dump_cuda;
+    return (plan_options){.native = true, .opt_level = f->opts.opt_level, .fast_math = f->opts.fast_math,
+                          .no_disk = f->opts.no_cache, .function = f->name, .signature = sig_text, .log = f->log,
+                          .dump = dumps ? dump_stage : NULL, .dump_ctx = target};
 }
 
 /* Whether f's graphs are lowered and compiled by LLVM. */
@@ -305,7 +309,7 @@ static void count_plan(kiln_fn *f, const interp_plan *plan)
 /* Traces and plans a new specialization for sig; its index, or a negative error. */
 static int specialize(kiln_fn *f, const kiln_spec *sig)
 {
-    double start = now_ms();
+    double start = core_now_ms();
     char change[512], sig_text[512];
     describe_change(f, sig, change, sizeof change);
     signature_text(f, sig, sig_text, sizeof sig_text);
@@ -336,10 +340,8 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     dump_graph(f, f->n_specs, "after", g);
     kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
     dump_target target = {f, f->n_specs};
-    plan_options po = {.native = compiles_natively(f), .opt_level = f->opts.opt_level,
-                       .fast_math = f->opts.fast_math, .no_disk = f->opts.no_cache, .function = f->name,
-                       .signature = sig_text, .log = f->log,
-                       .dump = f->dump_kernels || f->dump_llvm ? dump_stage : NULL, .dump_ctx = &target};
+    plan_options po = plan_options_of(f, sig_text, &target);
+    po.native = compiles_natively(f);
     char why[512];
     if (!inputs) {
         ir_graph_free(g);
@@ -363,7 +365,7 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     f->stats.kernels = interp_kernels(plan);
     f->stats.peak_bytes = interp_peak_bytes(plan);
     f->stats.eager_peak_bytes = eager_peak;
-    double ms = now_ms() - start;
+    double ms = core_now_ms() - start;
     f->stats.compile_ms += ms;
     plan_counts c = interp_counts(plan);
     jit_log(f, "traced %u nodes, %u after passes, %d steps (%s: %d kernels compiled, %d from disk, %d shared), "
@@ -483,7 +485,7 @@ int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
     if (!sig)
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
     for (int i = 0; i < f->n_in; i++)
-        sig[i] = spec_of(in[i]);
+        sig[i] = kiln_spec_of(in[i]);
     pthread_mutex_lock(&f->lock);
     int k = -1;
     if (f->eager_only)
@@ -639,10 +641,7 @@ static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const char *ta
     ir_graph *g = trace_body(f, sig, &captures, &n_captures);
     int status = g ? optimise(f, &g) : -CORE_STATE;
     dump_target dumps = {f, f->n_specs};
-    plan_options po = {.native = true, .opt_level = f->opts.opt_level, .fast_math = f->opts.fast_math,
-                       .no_disk = f->opts.no_cache, .function = f->name, .signature = sig_text, .log = f->log,
-                       .dump = f->dump_kernels || f->dump_llvm || f->dump_cuda ? dump_stage : NULL,
-                       .dump_ctx = &dumps};
+    plan_options po = plan_options_of(f, sig_text, &dumps);
     plan_counts counts = {0};
     if (status == 0 && interp_compile_for(g, &po, target, &counts, why, sizeof why) < 0)
         status = core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for %s: %s", f->name, target, why);
