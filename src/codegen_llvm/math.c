@@ -120,12 +120,19 @@ static LLVMValueRef e_copysign(const emitter *e, LLVMValueRef mag, LLVMValueRef 
     return e_intrinsic(e, "llvm.copysign", args, 2);
 }
 
+/* x y + z, fused where the target has FMA. */
+static LLVMValueRef e_muladd(const emitter *e, LLVMValueRef x, LLVMValueRef y, LLVMValueRef z)
+{
+    LLVMValueRef args[] = {x, y, z};
+    return e_intrinsic(e, "llvm.fmuladd", args, 3);
+}
+
 /* c[0] + x (c[1] + x (c[2] + ...)), by Horner's rule. */
 static LLVMValueRef e_horner(const emitter *e, LLVMValueRef x, const double *c, int n)
 {
     LLVMValueRef acc = e_const(e, c[n - 1]);
     for (int i = n - 2; i >= 0; i--)
-        acc = e_add(e, e_mul(e, acc, x), e_const(e, c[i]));
+        acc = e_muladd(e, acc, x, e_const(e, c[i]));
     return acc;
 }
 

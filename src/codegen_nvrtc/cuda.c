@@ -16,42 +16,6 @@
 #include "codegen_nvrtc/internal.h"
 #include "ir/strbuf.h"
 
-static const char *ctype(kiln_dtype dt)
-{
-    switch (dt) {
-    case KILN_F32: return "float";
-    case KILN_F64: return "double";
-    case KILN_I32: return "int";
-    case KILN_I64: return "long long";
-    default: return "unsigned char"; /* bool: 0 or 1 */
-    }
-}
-
-/* Functions every kernel may call: conversions as kiln_cast converts, and
- * the reductions' folds. */
-static const char PRELUDE[] =
-    "template <typename I, typename F> __device__ I kiln_f2i(F v, I lo, I hi) {\n"
-    "    if (v != v) return 0;\n"
-    "    if (v <= (F)lo) return lo;\n"
-    "    if (v >= (F)hi) return hi;\n"
-    "    return (I)v;\n"
-    "}\n"
-    "template <typename T> __device__ T kiln_max(T a, T b) { return (a > b || a != a) ? a : b; }\n"
-    "template <typename T> __device__ T kiln_min(T a, T b) { return (a < b || a != a) ? a : b; }\n"
-    /* As llvm.maximum and llvm.minimum: NaN wins, and -0 < +0. */
-    "template <typename T> __device__ T kiln_fold_max(T acc, T v) {\n"
-    "    return (v > acc || v != v || (v == acc && signbit(acc) && !signbit(v))) ? v : acc;\n"
-    "}\n"
-    "template <typename T> __device__ T kiln_fold_min(T acc, T v) {\n"
-    "    return (v < acc || v != v || (v == acc && signbit(v) && !signbit(acc))) ? v : acc;\n"
-    "}\n"
-    /* sigmoid from t = exp(-|x|), which stays accurate where it is tiny. */
-    "template <typename T> __device__ T kiln_sigmoid(T x, T t) { return x < 0 ? t / (1 + t) : 1 / (1 + t); }\n"
-    "template <typename T> __device__ T kiln_shfl(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }\n"
-    "__device__ unsigned char kiln_shfl(unsigned char v, int d) {\n"
-    "    return (unsigned char)__shfl_down_sync(0xffffffffu, (int)v, d);\n"
-    "}\n";
-
 typedef struct {
     const kx_kernel *k;
     strbuf *s;
@@ -59,113 +23,7 @@ typedef struct {
     char err[256];
 } gen;
 
-/* -- Constants and conversions --------------------------------------------- */
-
-static void constant(gen *g, kiln_dtype dt, double v)
-{
-    if (dt == KILN_F32 || dt == KILN_F64) {
-        bool f32 = dt == KILN_F32;
-        if (isnan(v))
-            strbuf_put(g->s, f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)");
-        else if (isinf(v))
-            strbuf_put(g->s, "%s%s", v < 0 ? "-" : "",
-                       f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)");
-        else
-            strbuf_put(g->s, "(%s)%a", ctype(dt), v);
-        return;
-    }
-    if (dt == KILN_I64 && v <= -0x1p63)
-        strbuf_put(g->s, "(-9223372036854775807LL - 1)");
-    else
-        strbuf_put(g->s, "(%s)%lldLL", ctype(dt), (long long)v);
-}
-
-/* Writes the conversion of C expression text from dtype from to dtype to. */
-static void convert(gen *g, const char *text, kiln_dtype from, kiln_dtype to)
-{
-    bool f_from = ir_dtype_is_float(from);
-    if (from == to)
-        strbuf_put(g->s, "%s", text);
-    else if (to == KILN_BOOL)
-        strbuf_put(g->s, "(unsigned char)(%s != 0)", text);
-    else if (f_from && !ir_dtype_is_float(to))
-        strbuf_put(g->s, "kiln_f2i<%s, %s>(%s, %s, %s)", ctype(to), ctype(from), text,
-                   to == KILN_I32 ? "(int)-2147483647 - 1" : "(-9223372036854775807LL - 1)",
-                   to == KILN_I32 ? "2147483647" : "9223372036854775807LL");
-    else
-        strbuf_put(g->s, "(%s)(%s)", ctype(to), text);
-}
-
-/* -- Expressions ----------------------------------------------------------- */
-
-/* C's comparisons are IEEE's: != is true for NaN, the others false. */
-static void comparison(gen *g, ir_op op, const char *a, const char *b)
-{
-    const char *c = op == OP_EQ ? "==" : op == OP_NE ? "!=" : op == OP_LT ? "<"
-                  : op == OP_LE ? "<=" : op == OP_GT ? ">" : ">=";
-    strbuf_put(g->s, "(unsigned char)(%s %s %s)", a, c, b);
-}
-
-static bool float_op(gen *g, ir_op op, kiln_dtype dt, const char *a, const char *b)
-{
-    bool f32 = dt == KILN_F32;
-    const char *suffix = f32 ? "f" : "";
-    switch (op) {
-    case OP_ADD: strbuf_put(g->s, "%s + %s", a, b); break;
-    case OP_SUB: strbuf_put(g->s, "%s - %s", a, b); break;
-    case OP_MUL: strbuf_put(g->s, "%s * %s", a, b); break;
-    case OP_DIV: strbuf_put(g->s, "%s / %s", a, b); break;
-    case OP_POW: strbuf_put(g->s, "pow%s(%s, %s)", suffix, a, b); break;
-    case OP_MAXIMUM: strbuf_put(g->s, "kiln_max(%s, %s)", a, b); break;
-    case OP_MINIMUM: strbuf_put(g->s, "kiln_min(%s, %s)", a, b); break;
-    case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: comparison(g, op, a, b); break;
-    case OP_NEG: strbuf_put(g->s, "-%s", a); break;
-    case OP_ABS: strbuf_put(g->s, "fabs%s(%s)", suffix, a); break;
-    case OP_SQRT: strbuf_put(g->s, "sqrt%s(%s)", suffix, a); break;
-    case OP_RSQRT: strbuf_put(g->s, "(%s)1 / sqrt%s(%s)", ctype(dt), suffix, a); break;
-    case OP_RELU: strbuf_put(g->s, "((%s > 0 || %s != %s) ? %s : (%s)0)", a, a, a, a, ctype(dt)); break;
-    case OP_EXP: strbuf_put(g->s, "exp%s(%s)", suffix, a); break;
-    case OP_LOG: strbuf_put(g->s, "log%s(%s)", suffix, a); break;
-    case OP_TANH: strbuf_put(g->s, "tanh%s(%s)", suffix, a); break;
-    case OP_SIGMOID: strbuf_put(g->s, "kiln_sigmoid(%s, exp%s(-fabs%s(%s)))", a, suffix, suffix, a); break;
-    case OP_SIN: strbuf_put(g->s, "sin%s(%s)", suffix, a); break;
-    case OP_COS: strbuf_put(g->s, "cos%s(%s)", suffix, a); break;
-    case OP_ERF: strbuf_put(g->s, "erf%s(%s)", suffix, a); break;
-    default: return false;
-    }
-    return true;
-}
-
-/* Integer arithmetic wraps, as LLVM's does: it is done unsigned, since
- * signed overflow is undefined in C++ and NVVM takes advantage of it. */
-static bool int_op(gen *g, ir_op op, kiln_dtype dt, const char *a, const char *b)
-{
-    bool is_bool = dt == KILN_BOOL;
-    const char *t = ctype(dt), *u = dt == KILN_I64 ? "unsigned long long" : "unsigned";
-    switch (op) {
-    case OP_ADD:
-        if (is_bool)
-            strbuf_put(g->s, "(%s)(%s | %s)", t, a, b);
-        else
-            strbuf_put(g->s, "(%s)((%s)%s + (%s)%s)", t, u, a, u, b);
-        break;
-    case OP_SUB: strbuf_put(g->s, "(%s)((%s)%s - (%s)%s)", t, u, a, u, b); break;
-    case OP_MUL:
-        if (is_bool)
-            strbuf_put(g->s, "(%s)(%s & %s)", t, a, b);
-        else
-            strbuf_put(g->s, "(%s)((%s)%s * (%s)%s)", t, u, a, u, b);
-        break;
-    case OP_MAXIMUM: strbuf_put(g->s, "(%s)(%s > %s ? %s : %s)", t, a, b, a, b); break;
-    case OP_MINIMUM: strbuf_put(g->s, "(%s)(%s < %s ? %s : %s)", t, a, b, a, b); break;
-    case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: comparison(g, op, a, b); break;
-    case OP_NEG: strbuf_put(g->s, "(%s)(0 - (%s)%s)", t, u, a); break;
-    case OP_ABS: strbuf_put(g->s, "(%s)(%s < 0 ? 0 - (%s)%s : (%s)%s)", t, a, u, a, u, a); break;
-    case OP_RELU: strbuf_put(g->s, "(%s)(%s > 0 ? %s : 0)", t, a, a); break;
-    default: return false;
-    }
-    return true;
-}
+/* -- Views and expressions ------------------------------------------------ */
 
 /* The element index of view v at loop index "i" of the current row. */
 static void element(gen *g, int v)
@@ -194,7 +52,7 @@ static void emit_expr(gen *g, int n, bool *done)
     for (int a = 0; a < 3 && (e->kind == KX_OP || e->kind == KX_CAST) && e->args[a] >= 0; a++)
         emit_expr(g, e->args[a], done);
     done[n] = true;
-    strbuf_put(g->s, "        %s e%d = ", ctype(e->dtype), n);
+    strbuf_put(g->s, "        %s e%d = ", nvrtc_ctype(e->dtype), n);
     char a[3][16] = {"", "", ""};
     for (int i = 0; i < 3 && (e->kind == KX_OP || e->kind == KX_CAST) && e->args[i] >= 0; i++)
         snprintf(a[i], sizeof a[i], "e%d", e->args[i]);
@@ -208,18 +66,12 @@ static void emit_expr(gen *g, int n, bool *done)
         element(g, e->view);
         strbuf_put(g->s, "]");
         break;
-    case KX_CONST: constant(g, e->dtype, e->value); break;
+    case KX_CONST: nvrtc_constant(g->s, e->dtype, e->value); break;
     case KX_ROW: strbuf_put(g->s, "r%d", e->row); break;
-    case KX_CAST: convert(g, a[0], g->k->exprs[e->args[0]].dtype, e->dtype); break;
+    case KX_CAST: nvrtc_convert(g->s, a[0], g->k->exprs[e->args[0]].dtype, e->dtype); break;
     case KX_OP: {
-        if (e->op == OP_WHERE) {
-            strbuf_put(g->s, "%s != 0 ? %s : %s", a[0], a[1], a[2]);
-            break;
-        }
-        kiln_dtype operand = g->k->exprs[e->args[0]].dtype;
-        bool ok = ir_dtype_is_float(operand) ? float_op(g, e->op, operand, a[0], a[1])
-                                              : int_op(g, e->op, operand, a[0], a[1]);
-        if (!ok)
+        kiln_dtype operand = g->k->exprs[e->args[e->op == OP_WHERE ? 1 : 0]].dtype;
+        if (!nvrtc_op(g->s, e->op, operand, a[0], a[1], a[2]))
             snprintf(g->err, sizeof g->err, "%s on %s is not in the CUDA backend", ir_ops[e->op].name,
                      kiln_dtype_name(operand));
         break;
@@ -252,7 +104,7 @@ static void signature(gen *g, const char *name)
         for (int r = 0; r < k->n_row_stores; r++)
             if (k->row_stores[r].buffer == b)
                 dt = k->row_stores[r].dtype;
-        strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", ctype(dt), b);
+        strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", nvrtc_ctype(dt), b);
     }
     strbuf_put(g->s, ")\n{\n");
 }
@@ -292,7 +144,7 @@ static void store_value(gen *g, const kx_store *st, bool *done)
         element(g, st->view);
         strbuf_put(g->s, "] = ");
     }
-    convert(g, text, g->k->exprs[st->expr].dtype, v->dtype);
+    nvrtc_convert(g->s, text, g->k->exprs[st->expr].dtype, v->dtype);
     strbuf_put(g->s, ";\n");
 }
 
@@ -376,47 +228,15 @@ static void elementwise(gen *g)
     free(done);
 }
 
-static const char *fold_of(ir_op op, bool is_float)
-{
-    if (op == OP_SUM || op == OP_MEAN)
-        return NULL;
-    if (op == OP_MAX)
-        return is_float ? "kiln_fold_max" : "kiln_max";
-    return is_float ? "kiln_fold_min" : "kiln_min";
-}
-
-static void reduction_init(gen *g, const kx_reduction *r)
-{
-    bool is_float = ir_dtype_is_float(r->dtype);
-    if (r->op == OP_SUM || r->op == OP_MEAN)
-        constant(g, r->dtype, 0);
-    else if (is_float)
-        constant(g, r->dtype, r->op == OP_MAX ? -INFINITY : INFINITY);
-    else if (r->dtype == KILN_I64)
-        strbuf_put(g->s, r->op == OP_MAX ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL");
-    else
-        constant(g, r->dtype, r->op == OP_MAX ? -2147483648.0 : 2147483647.0);
-}
-
-/* acc = fold(acc, value) in C, for reduction r. */
-static void fold(gen *g, const kx_reduction *r, const char *acc, const char *value)
-{
-    const char *f = fold_of(r->op, ir_dtype_is_float(r->dtype));
-    if (f)
-        strbuf_put(g->s, "%s = %s(%s, %s);\n", acc, f, acc, value);
-    else
-        strbuf_put(g->s, "%s = %s + %s;\n", acc, acc, value);
-}
-
 /* One reduction over the row: the threads' partial values, then the block's. */
 static void reduce(gen *g, int n, bool staged_here)
 {
     const kx_kernel *k = g->k;
     const kx_reduction *r = &k->reductions[n];
-    const char *t = ctype(r->dtype);
+    const char *t = nvrtc_ctype(r->dtype);
     bool *done = new_loop(g);
     strbuf_put(g->s, "        %s acc%d = ", t, n);
-    reduction_init(g, r);
+    nvrtc_reduction_init(g->s, r->op, r->dtype);
     strbuf_put(g->s, ";\n        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
                (long long)k->cols);
     emit_expr(g, r->expr, done);
@@ -424,7 +244,7 @@ static void reduce(gen *g, int n, bool staged_here)
     snprintf(value, sizeof value, "e%d", r->expr);
     snprintf(acc, sizeof acc, "acc%d", n);
     strbuf_put(g->s, "        ");
-    fold(g, r, acc, value);
+    nvrtc_fold(g->s, r->op, r->dtype, acc, value);
     if (staged_here) {
         const kx_store *st = &k->stores[0];
         emit_expr(g, st->stage_value, done);
@@ -435,7 +255,7 @@ static void reduce(gen *g, int n, bool staged_here)
     strbuf_put(g->s, "        }\n");
     /* Warps fold by shuffles, then warp 0 folds the warps' values. */
     strbuf_put(g->s, "        for (int d = 16; d > 0; d /= 2) { %s other = kiln_shfl(acc%d, d); ", t, n);
-    fold(g, r, acc, "other");
+    nvrtc_fold(g->s, r->op, r->dtype, acc, "other");
     strbuf_put(g->s, "        }\n"
                      "        __shared__ %s part%d[%d];\n"
                      "        if ((threadIdx.x & 31) == 0) part%d[threadIdx.x / 32] = acc%d;\n"
@@ -443,9 +263,9 @@ static void reduce(gen *g, int n, bool staged_here)
                      "        if (threadIdx.x < 32) {\n"
                      "            acc%d = threadIdx.x < blockDim.x / 32 ? part%d[threadIdx.x] : ",
                t, n, NVRTC_BLOCK / 32, n, n, n, n);
-    reduction_init(g, r);
+    nvrtc_reduction_init(g->s, r->op, r->dtype);
     strbuf_put(g->s, ";\n            for (int d = 16; d > 0; d /= 2) { %s other = kiln_shfl(acc%d, d); ", t, n);
-    fold(g, r, acc, "other");
+    nvrtc_fold(g->s, r->op, r->dtype, acc, "other");
     strbuf_put(g->s, "            }\n"
                      "            if (threadIdx.x == 0) part%d[0] = acc%d;\n"
                      "        }\n"
@@ -484,7 +304,7 @@ static void row_kernel(gen *g)
         snprintf(stored, sizeof stored, "b%d[v%d + i * %lldLL]", v->buffer, st->view, (long long)v->inner_stride);
         snprintf(row_value, sizeof row_value, "e%d", st->stage_row);
         strbuf_put(g->s, "        %s = ", stored);
-        float_op(g, st->stage_op, v->dtype, stored, row_value);
+        nvrtc_op(g->s, st->stage_op, v->dtype, stored, row_value, NULL);
         strbuf_put(g->s, ";\n");
     }
     if (k->n_stores > 0)
@@ -495,7 +315,7 @@ static void row_kernel(gen *g)
         char text[16];
         snprintf(text, sizeof text, "r%d", rs->row);
         strbuf_put(g->s, "        if (threadIdx.x == 0) b%d[row] = ", rs->buffer);
-        convert(g, text, from, rs->dtype);
+        nvrtc_convert(g->s, text, from, rs->dtype);
         strbuf_put(g->s, ";\n");
     }
     strbuf_put(g->s, "    }\n");
@@ -510,7 +330,7 @@ char *nvrtc_source(const kx_kernel *k, const char *name, char *err, size_t err_s
     }
     strbuf s = {0};
     gen g = {.k = k, .s = &s};
-    strbuf_put(&s, "%s\n", PRELUDE);
+    strbuf_put(&s, "%s\n", NVRTC_PRELUDE);
     signature(&g, name);
     if (k->n_reductions == 0 && k->n_row_stores == 0)
         elementwise(&g);

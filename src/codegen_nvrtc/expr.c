@@ -1,0 +1,194 @@
+/* CUDA C for kiln's values: types, constants, conversions, the ops of the
+ * op table and the reductions' folds, shared by the fused kernels (cuda.c)
+ * and the eager ones. */
+#include <math.h>
+#include <stdio.h>
+
+#include "codegen_nvrtc/internal.h"
+
+const char *nvrtc_ctype(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F32: return "float";
+    case KILN_F64: return "double";
+    case KILN_I32: return "int";
+    case KILN_I64: return "long long";
+    default: return "unsigned char"; /* bool: 0 or 1 */
+    }
+}
+
+/* Functions every kernel may call: conversions as kiln_cast converts, and
+ * the reductions' folds. */
+const char NVRTC_PRELUDE[] =
+    "template <typename I, typename F> __device__ I kiln_f2i(F v, I lo, I hi) {\n"
+    "    if (v != v) return 0;\n"
+    "    if (v <= (F)lo) return lo;\n"
+    "    if (v >= (F)hi) return hi;\n"
+    "    return (I)v;\n"
+    "}\n"
+    "template <typename T> __device__ T kiln_max(T a, T b) { return (a > b || a != a) ? a : b; }\n"
+    "template <typename T> __device__ T kiln_min(T a, T b) { return (a < b || a != a) ? a : b; }\n"
+    /* As llvm.maximum and llvm.minimum: NaN wins, and -0 < +0. */
+    "template <typename T> __device__ T kiln_fold_max(T acc, T v) {\n"
+    "    return (v > acc || v != v || (v == acc && signbit(acc) && !signbit(v))) ? v : acc;\n"
+    "}\n"
+    "template <typename T> __device__ T kiln_fold_min(T acc, T v) {\n"
+    "    return (v < acc || v != v || (v == acc && signbit(v) && !signbit(acc))) ? v : acc;\n"
+    "}\n"
+    /* sigmoid from t = exp(-|x|), which stays accurate where it is tiny. */
+    "template <typename T> __device__ T kiln_sigmoid(T x, T t) { return x < 0 ? t / (1 + t) : 1 / (1 + t); }\n"
+    "template <typename T> __device__ T kiln_shfl(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }\n"
+    "__device__ unsigned char kiln_shfl(unsigned char v, int d) {\n"
+    "    return (unsigned char)__shfl_down_sync(0xffffffffu, (int)v, d);\n"
+    "}\n";
+
+
+/* -- Constants and conversions --------------------------------------------- */
+
+void nvrtc_constant(strbuf *s, kiln_dtype dt, double v)
+{
+    if (dt == KILN_F32 || dt == KILN_F64) {
+        bool f32 = dt == KILN_F32;
+        if (isnan(v))
+            strbuf_put(s, f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)");
+        else if (isinf(v))
+            strbuf_put(s, "%s%s", v < 0 ? "-" : "",
+                       f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)");
+        else
+            strbuf_put(s, "(%s)%a", nvrtc_ctype(dt), v);
+        return;
+    }
+    if (dt == KILN_I64 && v <= -0x1p63)
+        strbuf_put(s, "(-9223372036854775807LL - 1)");
+    else
+        strbuf_put(s, "(%s)%lldLL", nvrtc_ctype(dt), (long long)v);
+}
+
+/* Writes the conversion of C expression text from dtype from to dtype to. */
+void nvrtc_convert(strbuf *s, const char *text, kiln_dtype from, kiln_dtype to)
+{
+    bool f_from = ir_dtype_is_float(from);
+    if (from == to)
+        strbuf_put(s, "%s", text);
+    else if (to == KILN_BOOL)
+        strbuf_put(s, "(unsigned char)(%s != 0)", text);
+    else if (f_from && !ir_dtype_is_float(to))
+        strbuf_put(s, "kiln_f2i<%s, %s>(%s, %s, %s)", nvrtc_ctype(to), nvrtc_ctype(from), text,
+                   to == KILN_I32 ? "(int)-2147483647 - 1" : "(-9223372036854775807LL - 1)",
+                   to == KILN_I32 ? "2147483647" : "9223372036854775807LL");
+    else
+        strbuf_put(s, "(%s)(%s)", nvrtc_ctype(to), text);
+}
+
+/* -- Expressions ----------------------------------------------------------- */
+
+/* C's comparisons are IEEE's: != is true for NaN, the others false. */
+static void comparison(strbuf *s, ir_op op, const char *a, const char *b)
+{
+    const char *c = op == OP_EQ ? "==" : op == OP_NE ? "!=" : op == OP_LT ? "<"
+                  : op == OP_LE ? "<=" : op == OP_GT ? ">" : ">=";
+    strbuf_put(s, "(unsigned char)(%s %s %s)", a, c, b);
+}
+
+static bool float_op(strbuf *s, ir_op op, kiln_dtype dt, const char *a, const char *b)
+{
+    bool f32 = dt == KILN_F32;
+    const char *suffix = f32 ? "f" : "";
+    switch (op) {
+    case OP_ADD: strbuf_put(s, "%s + %s", a, b); break;
+    case OP_SUB: strbuf_put(s, "%s - %s", a, b); break;
+    case OP_MUL: strbuf_put(s, "%s * %s", a, b); break;
+    case OP_DIV: strbuf_put(s, "%s / %s", a, b); break;
+    case OP_POW: strbuf_put(s, "pow%s(%s, %s)", suffix, a, b); break;
+    case OP_MAXIMUM: strbuf_put(s, "kiln_max(%s, %s)", a, b); break;
+    case OP_MINIMUM: strbuf_put(s, "kiln_min(%s, %s)", a, b); break;
+    case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: comparison(s, op, a, b); break;
+    case OP_NEG: strbuf_put(s, "-%s", a); break;
+    case OP_ABS: strbuf_put(s, "fabs%s(%s)", suffix, a); break;
+    case OP_SQRT: strbuf_put(s, "sqrt%s(%s)", suffix, a); break;
+    case OP_RSQRT: strbuf_put(s, "(%s)1 / sqrt%s(%s)", nvrtc_ctype(dt), suffix, a); break;
+    case OP_RELU: strbuf_put(s, "((%s > 0 || %s != %s) ? %s : (%s)0)", a, a, a, a, nvrtc_ctype(dt)); break;
+    case OP_EXP: strbuf_put(s, "exp%s(%s)", suffix, a); break;
+    case OP_LOG: strbuf_put(s, "log%s(%s)", suffix, a); break;
+    case OP_TANH: strbuf_put(s, "tanh%s(%s)", suffix, a); break;
+    case OP_SIGMOID: strbuf_put(s, "kiln_sigmoid(%s, exp%s(-fabs%s(%s)))", a, suffix, suffix, a); break;
+    case OP_SIN: strbuf_put(s, "sin%s(%s)", suffix, a); break;
+    case OP_COS: strbuf_put(s, "cos%s(%s)", suffix, a); break;
+    case OP_ERF: strbuf_put(s, "erf%s(%s)", suffix, a); break;
+    default: return false;
+    }
+    return true;
+}
+
+/* Integer arithmetic wraps, as LLVM's does: it is done unsigned, since
+ * signed overflow is undefined in C++ and NVVM takes advantage of it. */
+static bool int_op(strbuf *s, ir_op op, kiln_dtype dt, const char *a, const char *b)
+{
+    bool is_bool = dt == KILN_BOOL;
+    const char *t = nvrtc_ctype(dt), *u = dt == KILN_I64 ? "unsigned long long" : "unsigned";
+    switch (op) {
+    case OP_ADD:
+        if (is_bool)
+            strbuf_put(s, "(%s)(%s | %s)", t, a, b);
+        else
+            strbuf_put(s, "(%s)((%s)%s + (%s)%s)", t, u, a, u, b);
+        break;
+    case OP_SUB: strbuf_put(s, "(%s)((%s)%s - (%s)%s)", t, u, a, u, b); break;
+    case OP_MUL:
+        if (is_bool)
+            strbuf_put(s, "(%s)(%s & %s)", t, a, b);
+        else
+            strbuf_put(s, "(%s)((%s)%s * (%s)%s)", t, u, a, u, b);
+        break;
+    case OP_MAXIMUM: strbuf_put(s, "(%s)(%s > %s ? %s : %s)", t, a, b, a, b); break;
+    case OP_MINIMUM: strbuf_put(s, "(%s)(%s < %s ? %s : %s)", t, a, b, a, b); break;
+    case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: comparison(s, op, a, b); break;
+    case OP_NEG: strbuf_put(s, "(%s)(0 - (%s)%s)", t, u, a); break;
+    case OP_ABS: strbuf_put(s, "(%s)(%s < 0 ? 0 - (%s)%s : (%s)%s)", t, a, u, a, u, a); break;
+    case OP_RELU: strbuf_put(s, "(%s)(%s > 0 ? %s : 0)", t, a, a); break;
+    default: return false;
+    }
+    return true;
+}
+
+bool nvrtc_op(strbuf *s, ir_op op, kiln_dtype operand, const char *a, const char *b, const char *c)
+{
+    if (op == OP_WHERE) {
+        strbuf_put(s, "%s != 0 ? %s : %s", a, b, c);
+        return true;
+    }
+    return ir_dtype_is_float(operand) ? float_op(s, op, operand, a, b) : int_op(s, op, operand, a, b);
+}
+
+static const char *fold_of(ir_op op, bool is_float)
+{
+    if (op == OP_SUM || op == OP_MEAN)
+        return NULL;
+    if (op == OP_MAX)
+        return is_float ? "kiln_fold_max" : "kiln_max";
+    return is_float ? "kiln_fold_min" : "kiln_min";
+}
+
+void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt)
+{
+    bool is_float = ir_dtype_is_float(dt);
+    if (op == OP_SUM || op == OP_MEAN)
+        nvrtc_constant(s, dt, 0);
+    else if (is_float)
+        nvrtc_constant(s, dt, op == OP_MAX ? -INFINITY : INFINITY);
+    else if (dt == KILN_I64)
+        strbuf_put(s, op == OP_MAX ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL");
+    else
+        nvrtc_constant(s, dt, op == OP_MAX ? -2147483648.0 : 2147483647.0);
+}
+
+/* acc = fold(acc, value) in C, for reduction r. */
+void nvrtc_fold(strbuf *s, ir_op op, kiln_dtype dt, const char *acc, const char *value)
+{
+    const char *f = fold_of(op, ir_dtype_is_float(dt));
+    if (f)
+        strbuf_put(s, "%s = %s(%s, %s);\n", acc, f, acc, value);
+    else
+        strbuf_put(s, "%s = %s + %s;\n", acc, acc, value);
+}
+
