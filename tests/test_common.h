@@ -69,4 +69,29 @@ static inline double *test_values(const kiln_tensor *t)
     return out;
 }
 
+/* got within tolerance of want (same dtype and shape); NaN matches NaN. */
+static inline void assert_close(kiln_tensor *got, kiln_tensor *want, double rel, double abs_tol, const char *what)
+{
+    ck_assert_msg(got && want, "%s: missing result (%s)", what, kiln_last_error());
+    ck_assert_msg(kiln_dtype_of(got) == kiln_dtype_of(want), "%s: dtype %s, eager %s", what,
+                  kiln_dtype_name(kiln_dtype_of(got)), kiln_dtype_name(kiln_dtype_of(want)));
+    ck_assert_int_eq(kiln_ndim(got), kiln_ndim(want));
+    for (int d = 0; d < kiln_ndim(got); d++)
+        ck_assert_int_eq(kiln_shape(got)[d], kiln_shape(want)[d]);
+    double *g = test_values(got), *w = test_values(want);
+    bool exact = kiln_dtype_of(want) != KILN_F32 && kiln_dtype_of(want) != KILN_F64;
+    for (int64_t i = 0; i < kiln_numel(want); i++) {
+        if (isnan(w[i]) && isnan(g[i]))
+            continue;
+        if (isinf(w[i]) || exact) {
+            ck_assert_msg(g[i] == w[i], "%s: element %lld is %.9g, eager %.9g", what, (long long)i, g[i], w[i]);
+            continue;
+        }
+        ck_assert_msg(fabs(g[i] - w[i]) <= rel * fabs(w[i]) + abs_tol, "%s: element %lld is %.9g, eager %.9g",
+                      what, (long long)i, g[i], w[i]);
+    }
+    free(g);
+    free(w);
+}
+
 #endif

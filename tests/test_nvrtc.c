@@ -97,7 +97,10 @@ START_TEST(test_random_programs_compile_for_sm_90)
 {
     use_fresh_cache();
     int compiled = 0;
-    for (int seed = 1; seed <= 40; seed++) {
+    /* Seeds 1 to 40, and 116, whose float4 stores once took the names of
+     * outer indices. */
+    for (int at = 1; at <= 41; at++) {
+        int seed = at <= 40 ? at : 116;
         progen_program *p = progen_new((uint64_t)seed, NULL);
         int n_in = progen_n_inputs(p);
         kiln_spec specs[16];

@@ -128,6 +128,26 @@ KILN_API int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes);
 KILN_API double kiln_item(const kiln_tensor *t);
 /* t on device d: t itself (a new reference) if already there, else a copy. */
 KILN_API kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device d);
+
+/* CUDA device memory, counted by kiln's caching allocator. */
+typedef struct {
+    int64_t in_use_bytes;      /* in blocks held by tensors and plans */
+    int64_t peak_in_use_bytes;
+    int64_t cached_bytes;      /* in freed blocks kept for reuse */
+    int64_t device_allocs;     /* cuMemAlloc calls */
+    int64_t device_frees;      /* cuMemFree calls */
+    int64_t reuses;            /* requests served from the cached blocks */
+} kiln_cuda_memory;
+
+/* 1 when CUDA tensors can be made here; 0 with the reason as the error
+ * ("no CUDA driver: ...", "no CUDA device: ..."). */
+KILN_API int kiln_cuda_available(void);
+/* The allocator's counters into *out; 0, or negative when CUDA is not available. */
+KILN_API int kiln_cuda_memory_stats(kiln_cuda_memory *out);
+/* Returns the allocator's cached blocks to the driver. */
+KILN_API void kiln_cuda_empty_cache(void);
+/* Waits until all queued CUDA work is done; 0, or negative with the error a kernel raised. */
+KILN_API int kiln_cuda_synchronize(void);
 /* Prints t to stdout in PyTorch's style, eliding the middle of large tensors. */
 KILN_API int kiln_print(const kiln_tensor *t);
 /* t itself (a new reference) if row-major contiguous, else a contiguous copy. */
@@ -325,8 +345,9 @@ KILN_API int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *tar
  * list>": entries precompiled for it on any machine are the ones this
  * machine's "host" loads. Borrowed; NULL (error set) without LLVM. */
 KILN_API const char *kiln_host_target(void);
-/* "llvm" when f's last specialization runs compiled kernels, "interp" when it
- * is interpreted, NULL before the first trace. */
+/* "llvm" when f's last specialization runs kernels compiled for the CPU,
+ * "nvrtc" when for CUDA, "interp" when it is interpreted, NULL before the
+ * first trace. */
 KILN_API const char *kiln_fn_backend(const kiln_fn *f);
 /* The canonical text of the optimised graph of f's last specialization,
  * malloc'd (free it), or NULL when f has none. */

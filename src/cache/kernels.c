@@ -25,15 +25,24 @@ struct cache_kernel {
     cache_key key;
     llvm_code *code;
     llvm_kernel_fn fn;
+    cuda_module *module;  /* a GPU kernel instead */
     int refs;
     cache_kernel *next;
 };
 
 enum { COMPONENTS = 7, REPORTED_MAX = 64 };
 
+/* An eager CUDA kernel, loaded for good: there is one per op and dtypes. */
+typedef struct cuda_source {
+    cache_key key;
+    cuda_module *module;
+    struct cuda_source *next;
+} cuda_source;
+
 static struct {
     pthread_mutex_t lock;
     cache_kernel *loaded;
+    cuda_source *sources;
     cache_key reported[REPORTED_MAX]; /* damaged entries already reported */
     int n_reported;
     bool warned_write, warned_config, checked_dir;
@@ -79,7 +88,8 @@ typedef struct {
     const llvm_target *llvm;  /* LLVM's targets */
     char arch[16];            /* NVRTC's: "sm_90" */
     const char *id, *codegen, *toolchain;
-    bool host;                /* code for it is loaded and run in this process */
+    bool host;                /* code for it is loaded and run in this process's CPU */
+    bool device;              /* ... or on its GPU */
 } target;
 
 static int resolve_target(const char *name, target *t, char *err, size_t err_size)
@@ -92,6 +102,8 @@ static int resolve_target(const char *name, target *t, char *err, size_t err_siz
         t->id = t->arch;
         t->codegen = nvrtc_codegen_version();
         t->toolchain = nvrtc_toolchain(err, err_size);
+        char ignored[256];
+        t->device = cuda_start(ignored, sizeof ignored) == 0 && !strcmp(cuda_arch(), t->arch);
         return 0;
     }
     t->backend = "llvm";
@@ -106,15 +118,18 @@ static int resolve_target(const char *name, target *t, char *err, size_t err_siz
 
 typedef struct {
     const kx_kernel *kernel;
+    const char *source;   /* instead of kernel: CUDA C whose entry point is symbol */
     int index;
     const cache_request *r;
     const cache_config *config;
     const target *target;
     cache_key key, hashes[COMPONENTS];
     char hex[CACHE_HEX_CHARS + 1];
-    char symbol[8 + CACHE_HEX_CHARS];
+    char symbol[96];
     llvm_code *code;
     llvm_kernel_fn fn;
+    cuda_module *module;  /* loaded for this process's GPU */
+    bool load;            /* load code that runs here (else only check or store it) */
 } lookup;
 
 static void make_key(lookup *l, const char *kernel_text)
@@ -134,7 +149,8 @@ static void make_key(lookup *l, const char *kernel_text)
     };
     cache_key_of(c, COMPONENTS, &l->key, l->hashes);
     cache_key_hex(&l->key, l->hex);
-    snprintf(l->symbol, sizeof l->symbol, "kiln_%s", l->hex);
+    if (!l->source)
+        snprintf(l->symbol, sizeof l->symbol, "kiln_%s", l->hex);
 }
 
 static void log_miss(const lookup *l)
@@ -181,6 +197,19 @@ static cache_meta meta_of(const lookup *l)
     return m;
 }
 
+/* Loads object for this process, when its target is this process's CPU or
+ * GPU: false with the reason in err when it does not load. */
+static bool load(lookup *l, const void *object, size_t size, char *err, size_t err_size)
+{
+    if (!l->load)
+        return true;
+    if (l->target->device)
+        return (l->module = cuda_load(object, size, l->symbol, err, err_size)) != NULL;
+    if (l->target->host)
+        return (l->code = llvm_load(object, size, l->symbol, &l->fn, err, err_size)) != NULL;
+    return true;
+}
+
 /* The entry's object code loaded (host) or known sound (other targets):
  * 1, or 0 when there is none to use. */
 static int from_disk(lookup *l)
@@ -197,8 +226,7 @@ static int from_disk(lookup *l)
         report_problem(&l->key, "unreadable cache entry", why, "; compiling");
     if (found != CACHE_FOUND)
         return 0;
-    bool loaded = !l->target->host ||
-                  (l->code = llvm_load(e.payload, e.payload_bytes, l->symbol, &l->fn, why, sizeof why));
+    bool loaded = load(l, e.payload, e.payload_bytes, why, sizeof why);
     cache_entry_free(&e);
     if (!loaded) {
         report_problem(&l->key, "cache entry that does not load", why, "; compiling");
@@ -212,11 +240,17 @@ static int from_disk(lookup *l)
     return 1;
 }
 
+/* Whether l's code runs in this process, on its CPU or its GPU. */
+static bool runs_here(const lookup *l)
+{
+    return l->target->host || l->target->device;
+}
+
 /* Stores l's object code: 0, or -1 with err when it could not be stored
- * (only a warning for the host, whose code runs anyway). */
+ * (only a warning for code that runs here anyway). */
 static int store(const lookup *l, void *object, size_t size, char *err, size_t err_size)
 {
-    if (!l->target->host && l->config->mode == CACHE_READONLY) {
+    if (!runs_here(l) && l->config->mode == CACHE_READONLY) {
         snprintf(err, err_size, "code for another target is only stored in the disk cache, and "
                  "KILN_CACHE=readonly does not write it");
         return -1;
@@ -226,7 +260,7 @@ static int store(const lookup *l, void *object, size_t size, char *err, size_t e
     cache_entry e = {.key = l->key, .meta = meta_of(l), .payload = object, .payload_bytes = size};
     char why[CACHE_PATH_MAX + 256], path[CACHE_PATH_MAX + 80];
     if (cache_write(l->config->dir, &e, why, sizeof why) < 0) {
-        if (!l->target->host) {
+        if (!runs_here(l)) {
             snprintf(err, err_size, "%s", why);
             return -1;
         }
@@ -236,7 +270,7 @@ static int store(const lookup *l, void *object, size_t size, char *err, size_t e
     cache_count(l->config->dir, 0, 1);
     cache_evict(l->config->dir, l->config->max_bytes);
     cache_entry_path(l->config->dir, &l->key, path, sizeof path);
-    if (!l->target->host && access(path, F_OK) < 0) {
+    if (!runs_here(l) && access(path, F_OK) < 0) {
         snprintf(err, err_size, "KILN_CACHE_MAX_BYTES=%lld leaves no room for it", (long long)l->config->max_bytes);
         return -1;
     }
@@ -248,7 +282,9 @@ static int generate(const lookup *l, void **object, size_t *size, char *err, siz
 {
     char *before = NULL, *after = NULL;
     int status;
-    if (l->target->llvm) {
+    if (l->source) {
+        status = nvrtc_compile_source(l->source, l->symbol, l->target->arch, object, size, err, err_size);
+    } else if (l->target->llvm) {
         llvm_options o = {l->r->opt_level, l->r->dump ? &before : NULL, l->r->dump ? &after : NULL};
         status = llvm_compile_object(l->kernel, l->symbol, l->target->llvm, &o, object, size, err, err_size);
     } else {
@@ -290,8 +326,7 @@ static int compile(lookup *l, char *err, size_t err_size)
     void *object = NULL;
     size_t size = 0;
     int status = generate(l, &object, &size, err, err_size);
-    if (status == 0 && l->target->host &&
-        !(l->code = llvm_load(object, size, l->symbol, &l->fn, err, err_size)))
+    if (status == 0 && !load(l, object, size, err, err_size))
         status = -1;
     if (status == 0)
         status = store(l, object, size, err, err_size);
@@ -312,7 +347,7 @@ static int one_kernel(lookup *l, cache_kernel **handle, cache_counts *counts, ch
     }
     make_key(l, text);
     free(text);
-    bool host = l->target->host;
+    bool host = runs_here(l) && l->load;
     cache_kernel *k = host ? find_loaded(&l->key) : NULL;
     if (k) {
         k->refs++;
@@ -334,10 +369,12 @@ static int one_kernel(lookup *l, cache_kernel **handle, cache_counts *counts, ch
         return 0;
     if (!(k = calloc(1, sizeof *k))) {
         llvm_code_free(l->code);
+        cuda_unload(l->module);
         snprintf(err, err_size, "out of memory");
         return CACHE_COMPILE_FAILED;
     }
-    *k = (cache_kernel){.key = l->key, .code = l->code, .fn = l->fn, .refs = 1, .next = table.loaded};
+    *k = (cache_kernel){.key = l->key, .code = l->code, .fn = l->fn, .module = l->module, .refs = 1,
+                        .next = table.loaded};
     table.loaded = k;
     *handle = k;
     return 0;
@@ -352,7 +389,7 @@ int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cach
         return CACHE_COMPILE_FAILED;
     cache_config config;
     cache_config_from_env(&config);
-    if (!t.host && (config.mode == CACHE_OFF || r->no_disk)) {
+    if (!t.host && !t.device && (config.mode == CACHE_OFF || r->no_disk)) {
         snprintf(err, err_size, "code for %s is only stored in the disk cache, and %s", r->target,
                  r->no_disk ? "this function skips it (no_cache)" : "KILN_CACHE=off turns it off");
         return CACHE_COMPILE_FAILED;
@@ -363,13 +400,13 @@ int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cach
     table.warned_config = table.warned_config || config.problem[0];
     int status = 0, i = 0;
     for (; i < n && status == 0; i++) {
-        lookup l = {.kernel = kernels[i], .index = i, .r = r, .config = &config, .target = &t};
+        lookup l = {.kernel = kernels[i], .index = i, .r = r, .config = &config, .target = &t, .load = handles != NULL};
         cache_kernel *handle = NULL;
         status = one_kernel(&l, &handle, counts, err, err_size);
         if (handles)
             handles[i] = handle;
         if (fns && handle)
-            fns[i] = (void *)(uintptr_t)handle->fn;
+            fns[i] = handle->module ? (void *)handle->module : (void *)(uintptr_t)handle->fn;
     }
     pthread_mutex_unlock(&table.lock);
     if (status < 0)
@@ -397,7 +434,60 @@ void cache_kernel_release(cache_kernel *k)
                 break;
             }
         llvm_code_free(k->code);
+        cuda_unload(k->module);
         free(k);
     }
     pthread_mutex_unlock(&table.lock);
+}
+
+/* This process's GPU as a target, or -1 with the reason. */
+static int device_target(target *t, char *err, size_t err_size)
+{
+    *t = (target){.backend = "nvrtc", .device = true};
+    char name[32];
+    if (cuda_start(err, err_size) < 0)
+        return -1;
+    snprintf(name, sizeof name, "cuda:%s", cuda_arch());
+    if (nvrtc_target(name, t->arch, sizeof t->arch, err, err_size) < 0)
+        return -1;
+    t->id = t->arch;
+    t->codegen = nvrtc_codegen_version();
+    t->toolchain = nvrtc_toolchain(err, err_size);
+    return t->toolchain ? 0 : -1;
+}
+
+int cache_cuda_source(const char *source, const char *symbol, cuda_module **module, char *err, size_t err_size)
+{
+    *module = NULL;
+    target t;
+    if (device_target(&t, err, err_size) < 0)
+        return CACHE_COMPILE_FAILED;
+    cache_config config;
+    cache_config_from_env(&config);
+    cache_request r = {.target = t.arch, .function = "eager", .signature = symbol,
+                       .log = core_env_int("KILN_LOG", 0) > 0};
+    lookup l = {.source = source, .r = &r, .config = &config, .target = &t, .load = true};
+    snprintf(l.symbol, sizeof l.symbol, "%s", symbol);
+    make_key(&l, source);
+    pthread_mutex_lock(&table.lock);
+    int status = 0;
+    cuda_source *found = table.sources;
+    while (found && memcmp(found->key.bytes, l.key.bytes, CACHE_KEY_BYTES))
+        found = found->next;
+    if (!found && !(uses_disk(&l) && from_disk(&l)))
+        status = compile(&l, err, err_size);
+    if (!found && status == 0) {
+        if ((found = calloc(1, sizeof *found))) {
+            *found = (cuda_source){l.key, l.module, table.sources};
+            table.sources = found;
+        } else {
+            cuda_unload(l.module);
+            snprintf(err, err_size, "out of memory");
+            status = CACHE_COMPILE_FAILED;
+        }
+    }
+    pthread_mutex_unlock(&table.lock);
+    if (found && status == 0)
+        *module = found->module;
+    return status;
 }

@@ -7,7 +7,8 @@
  * shared memory, and the block then stores the row. The semantics are the
  * LLVM backend's (src/codegen_llvm/codegen.c): conversions as kiln_cast,
  * NaN-propagating max and min, sums in the reduction's own dtype, a staged
- * store that keeps e in the output and divides it in place. */
+ * store that keeps e in the output and divides it in place. Its writers of
+ * expressions, views and stores also write the epilogues matmul.c fuses. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,17 +17,10 @@
 #include "codegen_nvrtc/internal.h"
 #include "ir/strbuf.h"
 
-typedef struct {
-    const kx_kernel *k;
-    strbuf *s;
-    bool quads;    /* each thread does 4 consecutive elements, through float4 */
-    char err[256];
-} gen;
-
 /* -- Views and expressions ------------------------------------------------ */
 
 /* The element index of view v at loop index "i" of the current row. */
-static void element(gen *g, int v)
+static void element(nvrtc_gen *g, int v)
 {
     if (g->k->views[v].inner_stride)
         strbuf_put(g->s, "v%d + i * %lldLL", v, (long long)g->k->views[v].inner_stride);
@@ -42,15 +36,13 @@ static int buffer_read(const kx_kernel *k, int v)
     return b == k->in_place ? k->views[k->stores[0].view].buffer : b;
 }
 
-/* Declares "e<n>" for expression n, and first those it needs not yet
- * declared in this loop (done[]). */
-static void emit_expr(gen *g, int n, bool *done)
+void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
 {
     if (!done || done[n] || g->err[0])
         return;
     const kx_expr *e = &g->k->exprs[n];
     for (int a = 0; a < 3 && (e->kind == KX_OP || e->kind == KX_CAST) && e->args[a] >= 0; a++)
-        emit_expr(g, e->args[a], done);
+        nvrtc_emit_expr(g, e->args[a], done);
     done[n] = true;
     strbuf_put(g->s, "        %s e%d = ", nvrtc_ctype(e->dtype), n);
     char a[3][16] = {"", "", ""};
@@ -58,6 +50,10 @@ static void emit_expr(gen *g, int n, bool *done)
         snprintf(a[i], sizeof a[i], "e%d", e->args[i]);
     switch (e->kind) {
     case KX_LOAD:
+        if (g->replacement && e->view == g->replaced) {
+            strbuf_put(g->s, "%s", g->replacement);
+            break;
+        }
         if (g->quads && g->k->views[e->view].inner_stride == 1) {
             strbuf_put(g->s, "((const float *)&q%d)[lane]", e->view);
             break;
@@ -82,9 +78,7 @@ static void emit_expr(gen *g, int n, bool *done)
 
 /* -- Kernels --------------------------------------------------------------- */
 
-/* Which expressions a new loop has declared: none yet. NULL (err set) when
- * out of memory. */
-static bool *new_loop(gen *g)
+bool *nvrtc_new_loop(nvrtc_gen *g)
 {
     bool *done = calloc((size_t)g->k->n_exprs + 1, sizeof *done);
     if (!done)
@@ -92,25 +86,28 @@ static bool *new_loop(gen *g)
     return done;
 }
 
-static void signature(gen *g, const char *name)
+kiln_dtype nvrtc_buffer_dtype(const kx_kernel *k, int b)
+{
+    kiln_dtype dt = KILN_F32;
+    for (int v = 0; v < k->n_views; v++)
+        if (k->views[v].buffer == b)
+            dt = k->views[v].dtype;
+    for (int r = 0; r < k->n_row_stores; r++)
+        if (k->row_stores[r].buffer == b)
+            dt = k->row_stores[r].dtype;
+    return dt;
+}
+
+static void signature(nvrtc_gen *g, const char *name)
 {
     const kx_kernel *k = g->k;
     strbuf_put(g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", NVRTC_BLOCK, name);
-    for (int b = 0; b < k->n_buffers; b++) {
-        kiln_dtype dt = KILN_F32;
-        for (int v = 0; v < k->n_views; v++)
-            if (k->views[v].buffer == b)
-                dt = k->views[v].dtype;
-        for (int r = 0; r < k->n_row_stores; r++)
-            if (k->row_stores[r].buffer == b)
-                dt = k->row_stores[r].dtype;
-        strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", nvrtc_ctype(dt), b);
-    }
+    for (int b = 0; b < k->n_buffers; b++)
+        strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", nvrtc_ctype(nvrtc_buffer_dtype(k, b)), b);
     strbuf_put(g->s, ")\n{\n");
 }
 
-/* v<n>: each view's first element of the row in "row". */
-static void view_bases(gen *g)
+void nvrtc_view_bases(nvrtc_gen *g)
 {
     const kx_kernel *k = g->k;
     strbuf_put(g->s, "        long long rest = row;\n");
@@ -131,14 +128,14 @@ static void view_bases(gen *g)
     strbuf_put(g->s, "        (void)rest;\n");
 }
 
-static void store_value(gen *g, const kx_store *st, bool *done)
+void nvrtc_store_value(nvrtc_gen *g, const kx_store *st, bool *done)
 {
     const kx_view *v = &g->k->views[st->view];
-    emit_expr(g, st->expr, done);
+    nvrtc_emit_expr(g, st->expr, done);
     char text[16];
     snprintf(text, sizeof text, "e%d", st->expr);
     if (g->quads) {
-        strbuf_put(g->s, "        ((float *)&o%d)[lane] = ", st->view);
+        strbuf_put(g->s, "        ((float *)&w%d)[lane] = ", st->view);
     } else {
         strbuf_put(g->s, "        b%d[", v->buffer);
         element(g, st->view);
@@ -171,17 +168,17 @@ static bool quads_fit(const kx_kernel *k)
 
 /* Elementwise, 4 elements a thread: float4 loads and stores around a loop
  * over the 4 lanes, which the compiler unrolls into registers. */
-static void elementwise_quads(gen *g)
+static void elementwise_quads(nvrtc_gen *g)
 {
     const kx_kernel *k = g->k;
-    bool *done = new_loop(g);
+    bool *done = nvrtc_new_loop(g);
     g->quads = true;
     strbuf_put(g->s,
                "    for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < %lldLL;\n"
                "         at += (long long)gridDim.x * blockDim.x) {\n"
                "        long long row = at / %lldLL, i0 = at %% %lldLL * 4;\n",
                (long long)(k->rows * (k->cols / 4)), (long long)(k->cols / 4), (long long)(k->cols / 4));
-    view_bases(g);
+    nvrtc_view_bases(g);
     for (int v = 0; v < k->n_views; v++) {
         bool loaded = false;
         for (int e = 0; e < k->n_exprs && !loaded; e++)
@@ -190,56 +187,56 @@ static void elementwise_quads(gen *g)
             strbuf_put(g->s, "        float4 q%d = *(const float4 *)&b%d[v%d + i0];\n", v, buffer_read(k, v), v);
     }
     for (int s = 0; s < k->n_stores; s++)
-        strbuf_put(g->s, "        float4 o%d;\n", k->stores[s].view);
+        strbuf_put(g->s, "        float4 w%d;\n", k->stores[s].view);
     strbuf_put(g->s, "        #pragma unroll\n"
                      "        for (int lane = 0; lane < 4; lane++) {\n"
                      "        long long i = i0 + lane;\n"
                      "        (void)i;\n");
     for (int s = 0; done && s < k->n_stores; s++)
-        store_value(g, &k->stores[s], done);
+        nvrtc_store_value(g, &k->stores[s], done);
     strbuf_put(g->s, "        }\n");
     for (int s = 0; s < k->n_stores; s++) {
         const kx_view *v = &k->views[k->stores[s].view];
-        strbuf_put(g->s, "        *(float4 *)&b%d[v%d + i0] = o%d;\n", v->buffer, k->stores[s].view, k->stores[s].view);
+        strbuf_put(g->s, "        *(float4 *)&b%d[v%d + i0] = w%d;\n", v->buffer, k->stores[s].view, k->stores[s].view);
     }
     strbuf_put(g->s, "    }\n");
     g->quads = false;
     free(done);
 }
 
-static void elementwise(gen *g)
+static void elementwise(nvrtc_gen *g)
 {
     const kx_kernel *k = g->k;
     if (quads_fit(k)) {
         elementwise_quads(g);
         return;
     }
-    bool *done = new_loop(g);
+    bool *done = nvrtc_new_loop(g);
     strbuf_put(g->s,
                "    for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < %lldLL;\n"
                "         at += (long long)gridDim.x * blockDim.x) {\n"
                "        long long row = at / %lldLL, i = at %% %lldLL;\n",
                (long long)(k->rows * k->cols), (long long)(k->cols ? k->cols : 1),
                (long long)(k->cols ? k->cols : 1));
-    view_bases(g);
+    nvrtc_view_bases(g);
     for (int s = 0; done && s < k->n_stores; s++)
-        store_value(g, &k->stores[s], done);
+        nvrtc_store_value(g, &k->stores[s], done);
     strbuf_put(g->s, "    }\n");
     free(done);
 }
 
 /* One reduction over the row: the threads' partial values, then the block's. */
-static void reduce(gen *g, int n, bool staged_here)
+static void reduce(nvrtc_gen *g, int n, bool staged_here)
 {
     const kx_kernel *k = g->k;
     const kx_reduction *r = &k->reductions[n];
     const char *t = nvrtc_ctype(r->dtype);
-    bool *done = new_loop(g);
+    bool *done = nvrtc_new_loop(g);
     strbuf_put(g->s, "        %s acc%d = ", t, n);
     nvrtc_reduction_init(g->s, r->op, r->dtype);
     strbuf_put(g->s, ";\n        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
                (long long)k->cols);
-    emit_expr(g, r->expr, done);
+    nvrtc_emit_expr(g, r->expr, done);
     char value[16], acc[16];
     snprintf(value, sizeof value, "e%d", r->expr);
     snprintf(acc, sizeof acc, "acc%d", n);
@@ -247,7 +244,7 @@ static void reduce(gen *g, int n, bool staged_here)
     nvrtc_fold(g->s, r->op, r->dtype, acc, value);
     if (staged_here) {
         const kx_store *st = &k->stores[0];
-        emit_expr(g, st->stage_value, done);
+        nvrtc_emit_expr(g, st->stage_value, done);
         strbuf_put(g->s, "        b%d[", k->views[st->view].buffer);
         element(g, st->view);
         strbuf_put(g->s, "] = e%d;\n", st->stage_value);
@@ -279,27 +276,27 @@ static void reduce(gen *g, int n, bool staged_here)
     free(done);
 }
 
-static void row_kernel(gen *g)
+static void row_kernel(nvrtc_gen *g)
 {
     const kx_kernel *k = g->k;
     strbuf_put(g->s, "    for (long long row = blockIdx.x; row < %lldLL; row += gridDim.x) {\n", (long long)k->rows);
-    view_bases(g);
+    nvrtc_view_bases(g);
     bool staged = k->n_stores == 1 && k->stores[0].staged;
     for (int r = 0; r < k->n_reductions; r++)
         reduce(g, r, staged && r == k->n_reductions - 1);
-    bool *done = new_loop(g);
+    bool *done = nvrtc_new_loop(g);
     if (k->n_stores > 0)
         strbuf_put(g->s, "        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
                    (long long)k->cols);
     for (int s = 0; done && s < k->n_stores; s++) {
         const kx_store *st = &k->stores[s];
         if (!st->staged) {
-            store_value(g, st, done);
+            nvrtc_store_value(g, st, done);
             continue;
         }
         /* Each thread divides what it stored itself in the reduction's pass. */
         const kx_view *v = &k->views[st->view];
-        emit_expr(g, st->stage_row, done);
+        nvrtc_emit_expr(g, st->stage_row, done);
         char stored[64], row_value[16];
         snprintf(stored, sizeof stored, "b%d[v%d + i * %lldLL]", v->buffer, st->view, (long long)v->inner_stride);
         snprintf(row_value, sizeof row_value, "e%d", st->stage_row);
@@ -329,7 +326,7 @@ char *nvrtc_source(const kx_kernel *k, const char *name, char *err, size_t err_s
         return NULL;
     }
     strbuf s = {0};
-    gen g = {.k = k, .s = &s};
+    nvrtc_gen g = {.k = k, .s = &s};
     strbuf_put(&s, "%s\n", NVRTC_PRELUDE);
     signature(&g, name);
     if (k->n_reductions == 0 && k->n_row_stores == 0)

@@ -37,6 +37,14 @@ const char NVRTC_PRELUDE[] =
     "}\n"
     /* sigmoid from t = exp(-|x|), which stays accurate where it is tiny. */
     "template <typename T> __device__ T kiln_sigmoid(T x, T t) { return x < 0 ? t / (1 + t) : 1 / (1 + t); }\n"
+    /* Integer powers as eager's: wrapping; a negative exponent truncates toward 0. */
+    "template <typename T, typename U> __device__ T kiln_ipow(T base, T e) {\n"
+    "    if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? -1 : 1) : 0;\n"
+    "    U r = 1, b = (U)base;\n"
+    "    for (; e; e >>= 1, b *= b)\n"
+    "        if (e & 1) r *= b;\n"
+    "    return (T)r;\n"
+    "}\n"
     "template <typename T> __device__ T kiln_shfl(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }\n"
     "__device__ unsigned char kiln_shfl(unsigned char v, int d) {\n"
     "    return (unsigned char)__shfl_down_sync(0xffffffffu, (int)v, d);\n"
@@ -134,6 +142,11 @@ static bool int_op(strbuf *s, ir_op op, kiln_dtype dt, const char *a, const char
             strbuf_put(s, "(%s)((%s)%s + (%s)%s)", t, u, a, u, b);
         break;
     case OP_SUB: strbuf_put(s, "(%s)((%s)%s - (%s)%s)", t, u, a, u, b); break;
+    case OP_POW:
+        if (is_bool)
+            return false;
+        strbuf_put(s, "kiln_ipow<%s, %s>(%s, %s)", t, u, a, b);
+        break;
     case OP_MUL:
         if (is_bool)
             strbuf_put(s, "(%s)(%s & %s)", t, a, b);
@@ -182,13 +195,18 @@ void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt)
         nvrtc_constant(s, dt, op == OP_MAX ? -2147483648.0 : 2147483647.0);
 }
 
-/* acc = fold(acc, value) in C, for reduction r. */
+/* acc = fold(acc, value) in C, for reduction r. Integer sums wrap, as eager's do. */
 void nvrtc_fold(strbuf *s, ir_op op, kiln_dtype dt, const char *acc, const char *value)
 {
     const char *f = fold_of(op, ir_dtype_is_float(dt));
-    if (f)
+    if (f) {
         strbuf_put(s, "%s = %s(%s, %s);\n", acc, f, acc, value);
-    else
+    } else if (ir_dtype_is_float(dt)) {
         strbuf_put(s, "%s = %s + %s;\n", acc, acc, value);
+    } else {
+        strbuf_put(s, "%s = ", acc);
+        int_op(s, OP_ADD, dt, acc, value);
+        strbuf_put(s, ";\n");
+    }
 }
 

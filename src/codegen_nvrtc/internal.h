@@ -5,11 +5,36 @@
 #include "codegen_nvrtc/nvrtc.h"
 #include "ir/strbuf.h"
 
-enum { NVRTC_BLOCK = 256 }; /* threads per block, a multiple of the warp */
-
 /* k as a CUDA C translation unit whose kernel is the extern "C" name,
  * malloc'd; NULL with the reason in err. */
 char *nvrtc_source(const kx_kernel *k, const char *name, char *err, size_t err_size);
+
+/* -- cuda.c: a kernel's rows in CUDA C, also for matmul.c's epilogues -------- */
+
+/* Writing one kernel's CUDA C. */
+typedef struct {
+    const kx_kernel *k;
+    strbuf *s;
+    bool quads;    /* each thread does 4 consecutive elements, through float4 */
+    /* When replacement is not NULL, loads of view replaced are that C
+     * expression instead: a value the kernel already holds. */
+    int replaced;
+    const char *replacement;
+    char err[256];
+} nvrtc_gen;
+
+/* The dtype of kernel k's buffer b (f32 when nothing says). */
+kiln_dtype nvrtc_buffer_dtype(const kx_kernel *k, int b);
+/* Which expressions a new loop has declared: none yet (calloc'd, the caller
+ * frees it). NULL, with g->err set, when out of memory. */
+bool *nvrtc_new_loop(nvrtc_gen *g);
+/* Declares "e<n>" for expression n, and first those it needs not yet
+ * declared in this loop (done[]). */
+void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done);
+/* Declares v<n>, each view's first element of the row in C variable "row". */
+void nvrtc_view_bases(nvrtc_gen *g);
+/* Stores st's value at element "i" of the row, converted to its view's dtype. */
+void nvrtc_store_value(nvrtc_gen *g, const kx_store *st, bool *done);
 
 /* -- expr.c: kiln's values in CUDA C ----------------------------------------- */
 
@@ -31,5 +56,22 @@ bool nvrtc_op(strbuf *s, ir_op op, kiln_dtype operand, const char *a, const char
 void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt);
 /* Writes the statement "acc = fold(acc, value);" of reduction op in dt. */
 void nvrtc_fold(strbuf *s, ir_op op, kiln_dtype dt, const char *acc, const char *value);
+
+/* -- matmul.c: tiled matrix products ---------------------------------------- */
+
+/* The CUDA C of matmul kernel k, extern "C" name, malloc'd; NULL with the
+ * reason in err. */
+char *nvrtc_matmul_source(const nvrtc_eager_kernel *k, const char *name, char *err, size_t err_size);
+/* An f32 matmul whose product goes, tile by tile from registers, through
+ * elementwise kernel epilogue instead of to memory: epilogue's buffer
+ * product_buffer is the product [batch * m, n], read through one contiguous
+ * view. Kernel name(nvrtc_matmul_args, const float *A, const float *B, then
+ * epilogue's buffers in order, product_buffer's never read), launched as the
+ * eager f32 matmul. malloc'd; NULL with why the epilogue does not fit in err. */
+char *nvrtc_matmul_epilogue_source(const kx_kernel *epilogue, int product_buffer, const char *name, char *err,
+                                   size_t err_size);
+/* Whether nvrtc_matmul_epilogue_source takes epilogue over the product of a
+ * matmul of batch matrices of m x n. */
+bool nvrtc_matmul_epilogue_fits(const kx_kernel *epilogue, int product_buffer, int64_t m, int64_t n, int64_t batch);
 
 #endif

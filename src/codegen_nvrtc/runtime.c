@@ -247,14 +247,3 @@ int nvrtc_compile_object(const kx_kernel *k, const char *symbol, const char *arc
         free(text);
     return status;
 }
-
-bool nvrtc_driver_available(char *err, size_t err_size)
-{
-    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!driver) {
-        snprintf(err, err_size, "no CUDA driver: %s", dlerror());
-        return false;
-    }
-    dlclose(driver);
-    return true;
-}

@@ -187,8 +187,17 @@ int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes)
         char d[DESCRIBE_MAX];
         return core_fail(CORE_VALUE, fn, "%s needs %zu bytes, dst has %zu", describe(d, t), need, nbytes);
     }
-    if (need)
+    if (!need)
+        return 0;
+    if (t->device == KILN_CPU) {
         copy_to_memory(dst, t);
+        return 0;
+    }
+    kiln_tensor *host = cuda_to_host(fn, t);
+    if (!host)
+        return -CORE_DEVICE;
+    memcpy(dst, host->storage->data, need);
+    kiln_release(host);
     return 0;
 }
 
@@ -208,8 +217,15 @@ double kiln_item(const kiln_tensor *t)
                   (long long)t->numel);
         return NAN;
     }
-    double value;
-    convert(&value, KILN_F64, eager_data(t), t->dtype, 1, 1);
+    double value = NAN;
+    if (t->device == KILN_CPU) {
+        convert(&value, KILN_F64, eager_data(t), t->dtype, 1, 1);
+        return value;
+    }
+    kiln_tensor *host = cuda_to_host("kiln_item", t);
+    if (host)
+        convert(&value, KILN_F64, host->storage->data, t->dtype, 1, 1);
+    kiln_release(host);
     return value;
 }
 
@@ -218,13 +234,15 @@ kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device d)
     const char *fn = "kiln_to_device";
     if (check_operands(fn, 1, &t, (const char *const[]){"tensor"}) < 0)
         return NULL;
+    if (d != KILN_CPU && d != KILN_CUDA) {
+        core_fail(CORE_DEVICE, fn, "device %d is not a kiln_device", (int)d);
+        return NULL;
+    }
     if (d == t->device)
         return tensor_own(kiln_retain(t));
-    char desc[DESCRIBE_MAX];
-    if (d == KILN_CUDA)
-        core_fail(CORE_DEVICE, fn, "cannot move %s to CUDA: this build of kiln has no CUDA support",
-                  describe(desc, t));
-    else
-        core_fail(CORE_DEVICE, fn, "device %d is not a kiln_device", (int)d);
-    return NULL;
+    if (t->trace) {
+        fail_read_tracer(fn, t);
+        return NULL;
+    }
+    return tensor_own(d == KILN_CUDA ? cuda_from_host(fn, t) : cuda_to_host(fn, t));
 }

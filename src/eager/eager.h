@@ -12,7 +12,8 @@ typedef struct {
     _Atomic int refs;
     kiln_device device;
     size_t nbytes;
-    void *data;
+    size_t device_bytes; /* CUDA: the allocator's block size */
+    void *data;          /* CUDA: the device address */
 } eager_storage;
 
 typedef struct eager_trace eager_trace;
@@ -91,6 +92,13 @@ void eager_trace_release(eager_trace *trace);
 /* A new unowned tracer of trace (which gains a reference) for node. */
 kiln_tensor *eager_tracer_new(eager_trace *trace, ir_ref node, kiln_dtype dt, int ndim,
                               const int64_t *shape);
+/* A new unowned contiguous tensor on device, or NULL with fn's error. */
+kiln_tensor *eager_empty(const char *fn, kiln_device device, kiln_dtype dt, int ndim, const int64_t *shape);
+/* Queues the CUDA kernel module (a fused kernel k, compiled by NVRTC) over
+ * buffers (device addresses: inputs, then outputs). 0 or fn's error. */
+struct kx_kernel;
+int eager_cuda_kernel(const char *fn, const void *module, const struct kx_kernel *k, void *const *buffers);
+
 /* Runs one graph node with the eager ops on its operands' tensors: a new
  * unowned tensor, or NULL with an error set. */
 kiln_tensor *eager_dispatch(const ir_node *node, kiln_tensor *const *operands);

@@ -172,13 +172,18 @@ static void run_plan(const ew_plan *p, bool costly)
     core_parallel_for(p->numel, costly ? GRAIN_COSTLY : GRAIN, run_blocks, (void *)p);
 }
 
-/* Applies kernel to the broadcast operands into out (borrowed, fully written). */
-static void apply_into(ew_kernel kernel, bool costly, int n_in, const kiln_tensor *const *in,
-                       const kiln_dtype *in_dt, kiln_tensor *out)
+/* Applies op (kernel on the CPU; OP_CAST and no kernel: a copy) to the
+ * broadcast operands into out (borrowed, fully written), on out's device.
+ * 0, or fn's error from the device. */
+static int apply_into(const char *fn, ir_op op, ew_kernel kernel, bool costly, int n_in,
+                      const kiln_tensor *const *in, const kiln_dtype *in_dt, kiln_tensor *out)
 {
+    if (out->device == KILN_CUDA)
+        return cuda_elementwise(fn, op, n_in, in, in_dt, out);
     ew_plan plan;
     plan_build(&plan, kernel, n_in, in, in_dt, out);
     run_plan(&plan, costly);
+    return 0;
 }
 
 static bool same_layout(const kiln_tensor *a, const kiln_tensor *b)
@@ -220,20 +225,24 @@ static bool apply_small(ew_kernel kernel, int n_in, const kiln_tensor *const *in
     return true;
 }
 
-/* A new tensor: kernel over the broadcast of n_in operands. Unowned. */
-static kiln_tensor *apply(const char *fn, ew_kernel kernel, bool costly, int n_in,
-                          const kiln_tensor *const *in, const kiln_dtype *in_dt, kiln_dtype out_dt)
+/* A new tensor: op over the broadcast of n_in operands, on their device.
+ * Unowned. */
+static kiln_tensor *apply(const char *fn, ir_op op, bool costly, int n_in, const kiln_tensor *const *in,
+                          const kiln_dtype *in_dt, kiln_dtype out_dt)
 {
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
-    if (broadcast_shapes(fn, n_in, in, &ndim, shape) < 0)
+    kiln_device device;
+    if (broadcast_shapes(fn, n_in, in, &ndim, shape) < 0 || cuda_operands_device(fn, n_in, in, &device) < 0)
         return NULL;
-    kiln_tensor *out = tensor_new(fn, out_dt, ndim, shape);
+    kiln_tensor *out = tensor_new_on(fn, device, out_dt, ndim, shape);
     if (!out)
         return NULL;
-    if (out->numel < GRAIN && apply_small(kernel, n_in, in, in_dt, out))
+    ew_kernel kernel = device == KILN_CPU ? kernel_for(op, in_dt[n_in - 1]) : NULL;
+    if (device == KILN_CPU && out->numel < GRAIN && apply_small(kernel, n_in, in, in_dt, out))
         return out;
-    apply_into(kernel, costly, n_in, in, in_dt, out);
+    if (apply_into(fn, op, kernel, costly, n_in, in, in_dt, out) < 0)
+        return tensor_drop(out);
     return out;
 }
 
@@ -263,20 +272,25 @@ int copy_into(const char *fn, kiln_tensor *dst, const kiln_tensor *src)
     kiln_tensor *staged = NULL;
     if (src->storage == dst->storage) { /* overlapping views: read everything first */
         staged = copy_as(fn, src, src->dtype);
-        if (!staged)
-            return -CORE_NOMEM;
-        src = staged;
+    } else if (src->device != dst->device && src->device == KILN_CPU && src->ndim > 0) {
+        staged = cuda_from_host(fn, src);
+    } else if (src->device != dst->device && src->device == KILN_CUDA) {
+        staged = cuda_to_host(fn, src);
+    } else {
+        return apply_into(fn, OP_CAST, NULL, false, 1, &src, &dst->dtype, dst);
     }
-    apply_into(NULL, false, 1, &src, &dst->dtype, dst);
+    if (!staged)
+        return core_error_pending() ? -CORE_DEVICE : -CORE_NOMEM;
+    status = apply_into(fn, OP_CAST, NULL, false, 1, (const kiln_tensor *const[]){staged}, &dst->dtype, dst);
     kiln_release(staged);
-    return 0;
+    return status;
 }
 
 kiln_tensor *copy_as(const char *fn, const kiln_tensor *src, kiln_dtype dt)
 {
-    kiln_tensor *out = tensor_new(fn, dt, src->ndim, src->shape);
-    if (out)
-        apply_into(NULL, false, 1, &src, &dt, out);
+    kiln_tensor *out = tensor_new_on(fn, src->device, dt, src->ndim, src->shape);
+    if (out && apply_into(fn, OP_CAST, NULL, false, 1, &src, &dt, out) < 0)
+        return tensor_drop(out);
     return out;
 }
 
@@ -325,8 +339,7 @@ static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor
         return record_elementwise(fn, op, 2, operands, (kiln_dtype)result);
     kiln_dtype compute = ir_ops[op].rule == RULE_COMPARE ? promoted : (kiln_dtype)result;
     kiln_dtype in_dt[2] = {compute, compute};
-    return tensor_own(apply(fn, kernel_for(op, compute), ir_ops[op].flags & FLAG_TRANSCENDENTAL, 2,
-                            in, in_dt, (kiln_dtype)result));
+    return tensor_own(apply(fn, op, ir_ops[op].flags & FLAG_TRANSCENDENTAL, 2, in, in_dt, (kiln_dtype)result));
 }
 
 static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
@@ -340,8 +353,7 @@ static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
     if (recording())
         return record_op(op, 1, &a, NULL, (kiln_dtype)result, a->ndim, a->shape);
     kiln_dtype compute = (kiln_dtype)result;
-    return tensor_own(apply(fn, kernel_for(op, compute), ir_ops[op].flags & FLAG_TRANSCENDENTAL, 1,
-                            in, &compute, compute));
+    return tensor_own(apply(fn, op, ir_ops[op].flags & FLAG_TRANSCENDENTAL, 1, in, &compute, compute));
 }
 
 #define OP_BINARY(N, n, flags, rule)                                  \
@@ -433,7 +445,7 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
         return record_elementwise(fn, OP_WHERE, 3, operands, dt);
     const kiln_tensor *in[3] = {cond, a, b};
     kiln_dtype in_dt[3] = {KILN_BOOL, dt, dt};
-    return tensor_own(apply(fn, kernel_for(OP_WHERE, dt), false, 3, in, in_dt, dt));
+    return tensor_own(apply(fn, OP_WHERE, false, 3, in, in_dt, dt));
 }
 
 kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt)
@@ -483,8 +495,7 @@ int fill_value(kiln_tensor *dst, double value)
 {
     stack_scalar s;
     const kiln_tensor *in = stack_scalar_init(&s, KILN_F64, value);
-    apply_into(NULL, false, 1, &in, &dst->dtype, dst);
-    return 0;
+    return apply_into("kiln_full", OP_CAST, NULL, false, 1, &in, &dst->dtype, dst);
 }
 
 void copy_to_memory(void *dst, const kiln_tensor *src)
@@ -506,5 +517,5 @@ void copy_to_memory(void *dst, const kiln_tensor *src)
         wrap.strides[i] = step;
         step *= src->shape[i];
     }
-    apply_into(NULL, false, 1, &src, &src->dtype, &wrap);
+    apply_into("kiln_copy_to_host", OP_CAST, NULL, false, 1, &src, &src->dtype, &wrap);
 }

@@ -2,6 +2,7 @@
 #ifndef KILN_EAGER_INTERNAL_H
 #define KILN_EAGER_INTERNAL_H
 
+#include "codegen_nvrtc/nvrtc.h"
 #include "eager/eager.h"
 
 /* -- tensor.c: lifetime, scopes, checks ------------------------------------ */
@@ -9,6 +10,8 @@
 /* A new contiguous tensor with fresh storage, not yet owned by a scope;
  * NULL with fn's error when the shape is bad or memory runs out. */
 kiln_tensor *tensor_new(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape);
+/* The same on device (CUDA: from the caching allocator). */
+kiln_tensor *tensor_new_on(const char *fn, kiln_device device, kiln_dtype dt, int ndim, const int64_t *shape);
 /* A new tensor with no storage (for tracers): shape already checked. */
 kiln_tensor *tensor_new_meta(kiln_dtype dt, int ndim, const int64_t *shape);
 /* A new view of base's storage (which gains a reference). */
@@ -91,5 +94,24 @@ kiln_tensor *copy_as(const char *fn, const kiln_tensor *src, kiln_dtype dt);
 int fill_value(kiln_tensor *dst, double value);
 /* Copies src row-major and contiguous into plain memory of its dtype. */
 void copy_to_memory(void *dst, const kiln_tensor *src);
+
+/* -- cuda.c: ops on CUDA tensors ---------------------------------------------- */
+
+/* The device the n operands run on: CUDA when any is there, and then every
+ * other must be a CPU 0-d value; else fn's error naming the two. */
+int cuda_operands_device(const char *fn, int n, const kiln_tensor *const *in, kiln_device *device);
+/* out (on CUDA, any layout) = op(in converted to in_dt), broadcast; OP_CAST
+ * copies in[0] converted to out's dtype. 0 or fn's error. */
+int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *const *in, const kiln_dtype *in_dt,
+                     kiln_tensor *out);
+/* out = op over the middle axis of in seen as [outer, n, inner]. */
+int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, int64_t n, int64_t inner,
+                kiln_tensor *out);
+/* out [batch, m, n] = a @ b as args lays them out, all of dtype dt. */
+int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
+                const kiln_tensor *b, kiln_tensor *out);
+/* A new unowned contiguous CPU copy of the CUDA tensor t, and the reverse. */
+kiln_tensor *cuda_to_host(const char *fn, const kiln_tensor *t);
+kiln_tensor *cuda_from_host(const char *fn, const kiln_tensor *t);
 
 #endif

@@ -245,6 +245,26 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
     return 0;
 }
 
+/* On CUDA any layout goes: the kernel reads through the strides. */
+static int run_matmul_cuda(const char *fn, kiln_tensor *a, kiln_tensor *b, const matmul_shape *shape,
+                           kiln_tensor *out)
+{
+    matrix_operand ma, mb;
+    matrix_dims(a, true, &ma);
+    matrix_dims(b, false, &mb);
+    batch_strides(&ma, shape);
+    batch_strides(&mb, shape);
+    nvrtc_matmul_args args = {.batch = shape->batches, .m = shape->m, .n = shape->n, .k = shape->k,
+                              .a_row = ma.row_stride, .a_col = ma.col_stride,
+                              .b_row = mb.row_stride, .b_col = mb.col_stride, .batch_ndim = shape->batch_ndim};
+    for (int d = 0; d < shape->batch_ndim; d++) {
+        args.batch_shape[d] = shape->batch_shape[d];
+        args.a_batch_strides[d] = ma.batch_strides[d];
+        args.b_batch_strides[d] = mb.batch_strides[d];
+    }
+    return cuda_matmul(fn, &args, out->dtype, a, b, out);
+}
+
 kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
 {
     const char *fn = "kiln_matmul";
@@ -275,9 +295,14 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
     if (recording())
         return record_op(OP_MATMUL, 2, operands, NULL, dt, ndim, shape);
 
-    kiln_tensor *pa = prepared(fn, a, dt, true), *pb = prepared(fn, b, dt, false);
-    kiln_tensor *out = pa && pb ? tensor_new(fn, dt, ndim, shape) : NULL;
-    if (out && run_matmul(fn, pa, pb, &s, out) < 0)
+    kiln_device device;
+    if (cuda_operands_device(fn, 2, (const kiln_tensor *const *)operands, &device) < 0)
+        return NULL;
+    bool cuda = device == KILN_CUDA;
+    kiln_tensor *pa = cuda && a->dtype == dt ? kiln_retain(a) : prepared(fn, a, dt, true);
+    kiln_tensor *pb = cuda && b->dtype == dt ? kiln_retain(b) : prepared(fn, b, dt, false);
+    kiln_tensor *out = pa && pb ? tensor_new_on(fn, device, dt, ndim, shape) : NULL;
+    if (out && (cuda ? run_matmul_cuda(fn, pa, pb, &s, out) : run_matmul(fn, pa, pb, &s, out)) < 0)
         out = tensor_drop(out);
     kiln_release(pa);
     kiln_release(pb);

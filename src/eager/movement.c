@@ -359,7 +359,10 @@ kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis)
         ir_params params = {.axis = axis};
         return record_op(OP_CONCAT, n, ts, &params, dt, ts[0]->ndim, shape);
     }
-    kiln_tensor *out = tensor_new(fn, dt, ts[0]->ndim, shape);
+    kiln_device device;
+    if (cuda_operands_device(fn, n, (const kiln_tensor *const *)ts, &device) < 0)
+        return NULL;
+    kiln_tensor *out = tensor_new_on(fn, device, dt, ts[0]->ndim, shape);
     if (!out)
         return NULL;
     int64_t at = 0;

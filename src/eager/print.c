@@ -117,6 +117,8 @@ static void print_rec(const printer *p, int d, int64_t *index, int indent)
     putchar(']');
 }
 
+static int print_values(const kiln_tensor *t, const char *device);
+
 int kiln_print(const kiln_tensor *t)
 {
     if (!t)
@@ -126,13 +128,25 @@ int kiln_print(const kiln_tensor *t)
         printf("tracer(%s, traced in '%s')\n", describe(d, t), t->trace->name);
         return 0;
     }
+    if (t->device == KILN_CPU)
+        return print_values(t, NULL);
+    kiln_tensor *host = cuda_to_host("kiln_print", t);
+    int status = host ? print_values(host, "cuda:0") : -CORE_DEVICE;
+    kiln_release(host);
+    return status;
+}
+
+/* Prints a CPU tensor's values; device, when not NULL, is said as PyTorch says it. */
+static int print_values(const kiln_tensor *t, const char *device)
+{
     printer p = {t, t->numel > SUMMARY_THRESHOLD, false, true, 0, 0, INFINITY};
     int64_t index[KILN_MAX_DIMS] = {0};
     if (t->numel == 0) {
         printf("tensor([], size=(");
         for (int d = 0; d < t->ndim; d++)
             printf(d ? ", %lld" : "%lld", (long long)t->shape[d]);
-        printf("%s), dtype=%s)\n", t->ndim == 1 ? "," : "", kiln_dtype_name(t->dtype));
+        printf("%s), dtype=%s", t->ndim == 1 ? "," : "", kiln_dtype_name(t->dtype));
+        printf(device ? ", device='%s')\n" : ")\n", device);
         return 0;
     }
     if (ir_dtype_is_float(t->dtype)) {
@@ -146,6 +160,8 @@ int kiln_print(const kiln_tensor *t)
     /* As in PyTorch, dtypes that the values already imply go unsaid. */
     if (t->dtype == KILN_F64 || t->dtype == KILN_I32)
         printf(", dtype=%s", kiln_dtype_name(t->dtype));
+    if (device)
+        printf(", device='%s'", device);
     printf(")\n");
     return fflush(stdout) == 0 ? 0 : core_fail(CORE_VALUE, "kiln_print", "cannot write to stdout");
 }

@@ -244,6 +244,29 @@ static void sums_to_means(char *acc, kiln_dtype acc_dt, int64_t n, int64_t count
     }
 }
 
+static void outer_inner(const kiln_tensor *a, int axis, int64_t *outer, int64_t *inner)
+{
+    *outer = *inner = 1;
+    for (int d = 0; axis != KILN_ALL && d < a->ndim; d++) {
+        if (d < axis)
+            *outer *= a->shape[d];
+        if (d > axis)
+            *inner *= a->shape[d];
+    }
+}
+
+static kiln_tensor *reduce_cuda(ir_op op, const char *fn, kiln_tensor *a, int axis, kiln_dtype result, int ndim,
+                                const int64_t *shape)
+{
+    kiln_tensor *out = tensor_new_on(fn, KILN_CUDA, result, ndim, shape);
+    int64_t outer, inner;
+    outer_inner(a, axis, &outer, &inner);
+    int64_t n = axis == KILN_ALL ? a->numel : a->shape[axis];
+    if (out && cuda_reduce(fn, op, a, outer, n, inner, out) < 0)
+        out = tensor_drop(out);
+    return tensor_own(out);
+}
+
 static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
 {
     if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0)
@@ -267,18 +290,15 @@ static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, b
         return record_op(op, 1, &a, &params, result, ndim, shape);
     }
 
+    if (a->device == KILN_CUDA)
+        return reduce_cuda(op, fn, a, axis, result, ndim, shape);
     kiln_dtype work = ir_dtype_is_float(a->dtype) ? a->dtype : KILN_I64;
     kiln_dtype acc_dt = acc_dtype(op, work);
     kiln_tensor *in = a->dtype == work && eager_is_contiguous(a) ? kiln_retain(a)
                                                                  : copy_as(fn, a, work);
     kiln_tensor *out = tensor_new(fn, result, ndim, shape);
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; axis != KILN_ALL && d < a->ndim; d++) {
-        if (d < axis)
-            outer *= a->shape[d];
-        if (d > axis)
-            inner *= a->shape[d];
-    }
+    int64_t outer, inner;
+    outer_inner(a, axis, &outer, &inner);
     kiln_tensor *acc = NULL;
     if (in && out)
         acc = tensor_new(fn, acc_dt, 1, (int64_t[]){out->numel > MAX_PIECES ? out->numel : MAX_PIECES});

@@ -40,10 +40,34 @@ static eager_storage *storage_new(size_t nbytes)
     return s;
 }
 
+/* Device memory from the CUDA allocator; its header on the host. NULL with
+ * the reason in why. */
+static eager_storage *storage_new_cuda(size_t nbytes, char *why, size_t why_size)
+{
+    eager_storage *s = core_alloc(sizeof *s);
+    if (!s) {
+        snprintf(why, why_size, "out of memory");
+        return NULL;
+    }
+    if (!(s->data = cuda_alloc(nbytes, &s->device_bytes, why, why_size))) {
+        core_free(s, sizeof *s);
+        return NULL;
+    }
+    atomic_init(&s->refs, 1);
+    s->device = KILN_CUDA;
+    s->nbytes = nbytes;
+    return s;
+}
+
 static void storage_release(eager_storage *s)
 {
     if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
         return;
+    if (s->device == KILN_CUDA) {
+        cuda_free(s->data, s->device_bytes);
+        core_free(s, sizeof *s);
+        return;
+    }
     atomic_fetch_sub_explicit(&live_bytes, (int64_t)s->nbytes, memory_order_relaxed);
     if (s->nbytes + HEADER < INLINE_LIMIT) {
         core_free(s, HEADER + s->nbytes);
@@ -88,23 +112,35 @@ static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, 
 
 kiln_tensor *tensor_new(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape)
 {
+    return tensor_new_on(fn, KILN_CPU, dt, ndim, shape);
+}
+
+kiln_tensor *tensor_new_on(const char *fn, kiln_device device, kiln_dtype dt, int ndim, const int64_t *shape)
+{
     int64_t numel;
     if (check_dtype(fn, dt) < 0 || check_shape(fn, ndim, shape, &numel) < 0)
         return NULL;
+    char why[512] = "out of memory";
     kiln_tensor *t = tensor_alloc(dt, ndim, shape, numel);
     if (!t)
-        goto nomem;
+        goto fail;
     contiguous_strides(ndim, shape, t->strides);
-    t->storage = storage_new((size_t)numel * eager_dtype_size(dt));
+    t->device = device;
+    size_t nbytes = (size_t)numel * eager_dtype_size(dt);
+    t->storage = device == KILN_CUDA ? storage_new_cuda(nbytes, why, sizeof why) : storage_new(nbytes);
     if (!t->storage)
-        goto nomem;
+        goto fail;
     t->born_in_trace = recording();
     return t;
-nomem:
+fail:
     tensor_drop(t);
     char buf[CORE_SHAPE_STR_MAX];
-    core_fail(CORE_NOMEM, fn, "out of memory allocating %s %s", core_shape_str(buf, ndim, shape),
-              kiln_dtype_name(dt));
+    core_shape_str(buf, ndim, shape);
+    if (device == KILN_CUDA)
+        core_fail(strstr(why, "out of memory") ? CORE_NOMEM : CORE_DEVICE, fn, "cannot allocate %s %s on CUDA: %s",
+                  buf, kiln_dtype_name(dt), why);
+    else
+        core_fail(CORE_NOMEM, fn, "out of memory allocating %s %s", buf, kiln_dtype_name(dt));
     return NULL;
 }
 

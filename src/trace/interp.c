@@ -15,6 +15,7 @@
 #include "trace/trace.h"
 #ifdef KILN_HAVE_LLVM
 #include "cache/cache.h"
+#include "codegen_nvrtc/nvrtc.h"
 #endif
 
 struct interp_plan {
@@ -35,6 +36,7 @@ struct interp_plan {
     struct cache_kernel **loaded; /* the kernels, shared through the cache */
     int n_loaded;
     plan_counts counts;
+    kiln_device device;    /* where values live and kernels run */
 };
 
 static bool native(const interp_plan *p)
@@ -232,10 +234,11 @@ static void unlower_plan(interp_plan *p)
 
 /* The kernels of p's steps through the cache for target: for the host,
  * loaded into p->loaded with p->fns set. A cache_kernels status. */
-static int compile_kernels(interp_plan *p, const plan_options *o, const char *target, char *why, size_t size)
+static int compile_kernels(interp_plan *p, const plan_options *o, const char *target, bool load, char *why,
+                           size_t size)
 {
     int n = p->low.n_steps, n_kernels = 0;
-    bool host = !strcmp(target, "host");
+    bool host = load;
     kx_kernel **kernels = malloc(((size_t)n + 1) * sizeof *kernels);
     void **fns = calloc((size_t)n + 1, sizeof *fns);
     p->loaded = host ? calloc((size_t)n + 1, sizeof *p->loaded) : NULL;
@@ -279,8 +282,13 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
     snprintf(why, size, "this build of kiln has no LLVM backend");
     return 0;
 #else
-    int status = lower_plan(p, o, "host", why, size) < 0 ? CACHE_COMPILE_FAILED
-                                                         : compile_kernels(p, o, "host", why, size);
+    char target[32] = "host";
+    if (o->device == KILN_CUDA && cuda_start(why, size) < 0)
+        return 0;
+    if (o->device == KILN_CUDA)
+        snprintf(target, sizeof target, "cuda:%s", cuda_arch());
+    int status = lower_plan(p, o, target, why, size) < 0 ? CACHE_COMPILE_FAILED
+                                                         : compile_kernels(p, o, target, true, why, size);
     if (status == 0)
         return 0;
     unlower_plan(p);
@@ -298,6 +306,7 @@ interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures
     if (p) {
         p->graph = g;
         p->captures = captures;
+        p->device = o->device;
         p->n_captures = n_captures;
         p->consts = calloc(count, sizeof *p->consts);
         p->last_use = malloc(count * sizeof *p->last_use);
@@ -344,7 +353,7 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
     if (!plan.last_use)
         snprintf(why, why_size, "out of memory");
     else if (lower_plan(&plan, o, target, why, why_size) == 0)
-        status = compile_kernels(&plan, o, target, why, why_size) < 0 ? -1 : 0;
+        status = compile_kernels(&plan, o, target, false, why, why_size) < 0 ? -1 : 0;
     *counts = plan.counts;
     unlower_plan(&plan);
     free(plan.last_use);
@@ -355,6 +364,11 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
 bool interp_is_native(const interp_plan *p)
 {
     return native(p);
+}
+
+kiln_device interp_device(const interp_plan *p)
+{
+    return p->device;
 }
 
 void interp_plan_free(interp_plan *p)
@@ -443,11 +457,11 @@ static void run_rows(void *ctx, int64_t begin, int64_t end)
 /* The output of node n for a kernel that writes over value t (NULL: one
  * that does not). The kernel reads t's values from its output, so that is t
  * itself when t alone holds its whole contiguous storage, else a copy. */
-static kiln_tensor *output_for(const ir_node *n, kiln_tensor *t)
+static kiln_tensor *output_for(const interp_plan *p, const ir_node *n, kiln_tensor *t)
 {
     kiln_tensor *out;
     if (!t) {
-        out = kiln_empty(n->dtype, n->ndim, n->shape);
+        out = eager_empty("kiln_call", p->device, n->dtype, n->ndim, n->shape);
     } else if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
                eager_is_contiguous(t)) {
         out = kiln_reshape(t, n->ndim, n->shape);
@@ -467,16 +481,20 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
     const ir_node *n = &p->graph->nodes[s->node];
     void *buffers[KX_MAX_BUFFERS];
     kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
-    kiln_tensor *out = output_for(n, p->in_place[step] >= 0 ? values[s->buffers[p->in_place[step]]] : NULL);
+    kiln_tensor *out = output_for(p, n, p->in_place[step] >= 0 ? values[s->buffers[p->in_place[step]]] : NULL);
     bool ok = out != NULL;
     for (int i = 0; ok && i < s->n_inputs; i++) {
         kiln_tensor *t = values[s->buffers[i]];
-        if (!eager_is_contiguous(t)) /* kernels address buffers as row-major */
+        /* Kernels address buffers as row-major; CUDA's read 16 bytes at a time. */
+        if (!eager_is_contiguous(t) || (p->device == KILN_CUDA && (uintptr_t)eager_data(t) % 16))
             t = staged[i] = eager_copy("kiln_call", t);
         ok = t != NULL;
         buffers[i] = ok ? eager_data(t) : NULL;
     }
-    if (ok) {
+    if (ok && p->device == KILN_CUDA) {
+        buffers[s->n_inputs] = eager_data(out);
+        ok = eager_cuda_kernel("kiln_call", fn, s->kernel, buffers) == 0;
+    } else if (ok) {
         buffers[s->n_inputs] = eager_data(out);
         kernel_call call = {fn, buffers};
         int64_t work = s->kernel->transcendental ? 4096 : 32768;

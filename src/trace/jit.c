@@ -179,14 +179,22 @@ static plan_options plan_options_of(const kiln_fn *f, const char *sig_text, dump
                           .dump = dumps ? dump_stage : NULL, .dump_ctx = target};
 }
 
-/* Whether f's graphs are lowered and compiled by LLVM. */
-static bool compiles_natively(const kiln_fn *f)
+/* Whether f's graphs are compiled into fused kernels: by LLVM for CPU
+ * inputs, by NVRTC for CUDA ones. */
+static bool compiles_natively(const kiln_fn *f, kiln_device device)
 {
-#ifdef KILN_HAVE_LLVM
-    return f->opts.backend == KILN_BACKEND_LLVM || f->opts.backend == KILN_BACKEND_AUTO;
-#else
-    return false;
-#endif
+    if (f->opts.backend == KILN_BACKEND_AUTO)
+        return true;
+    return device == KILN_CUDA ? f->opts.backend == KILN_BACKEND_NVRTC : f->opts.backend == KILN_BACKEND_LLVM;
+}
+
+/* Where a signature's values live: on CUDA when any input is. */
+static kiln_device device_of_signature(const kiln_fn *f, const kiln_spec *sig)
+{
+    for (int i = 0; i < f->n_in; i++)
+        if (sig[i].device == KILN_CUDA)
+            return KILN_CUDA;
+    return KILN_CPU;
 }
 
 /* -- Tracing --------------------------------------------------------------- */
@@ -341,7 +349,8 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
     dump_target target = {f, f->n_specs};
     plan_options po = plan_options_of(f, sig_text, &target);
-    po.native = compiles_natively(f);
+    po.device = device_of_signature(f, sig);
+    po.native = compiles_natively(f, po.device);
     char why[512];
     if (!inputs) {
         ir_graph_free(g);
@@ -597,7 +606,11 @@ const char *kiln_fn_backend(const kiln_fn *f)
         return NULL;
     }
     pthread_mutex_lock((pthread_mutex_t *)&f->lock);
-    const char *name = !f->n_specs ? NULL : interp_is_native(f->specs[f->last].plan) ? "llvm" : "interp";
+    const interp_plan *plan = f->n_specs ? f->specs[f->last].plan : NULL;
+    const char *name = !plan                      ? NULL
+                       : !interp_is_native(plan) ? "interp"
+                       : interp_device(plan) == KILN_CUDA ? "nvrtc"
+                                                          : "llvm";
     pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
     return name;
 }
@@ -667,7 +680,7 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
         return core_fail(CORE_DEVICE, "kiln_fn_precompile",
                          "target \"%s\" is not \"host\", \"cpu:<LLVM CPU name>\", \"cpu:<name>:<features>\" "
                          "or \"cuda:sm_XX\"", target);
-    if (cpu && !compiles_natively(f))
+    if (cpu && !compiles_natively(f, KILN_CPU))
         return core_fail(CORE_DEVICE, "kiln_fn_precompile",
                          "target \"%s\" needs the LLVM backend, and '%s' does not use it", target, f->name);
 #ifndef KILN_HAVE_LLVM

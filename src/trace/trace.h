@@ -30,7 +30,8 @@ void recorder_release(recorder *rec);
 typedef struct interp_plan interp_plan;
 
 typedef struct {
-    bool native;  /* lower into fused kernels compiled by LLVM */
+    bool native;  /* lower into fused kernels, compiled by LLVM or for CUDA by NVRTC */
+    kiln_device device; /* where the inputs are, and so the values and kernels */
     int opt_level;
     bool fast_math;
     bool no_disk;           /* skip the disk cache */
@@ -61,6 +62,8 @@ int interp_compile_for(const ir_graph *g, const plan_options *o, const char *tar
                        char *why, size_t why_size);
 /* Whether the plan runs compiled kernels. */
 bool interp_is_native(const interp_plan *p);
+/* Where its values live and its kernels run. */
+kiln_device interp_device(const interp_plan *p);
 void interp_plan_free(interp_plan *p);
 /* Runs the plan: n_out new unowned references in out; 0 or a negative error. */
 int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out);

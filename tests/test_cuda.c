@@ -1,0 +1,289 @@
+/* CUDA tensors without a GPU. Run twice by meson:
+ *  - KILN_TEST_CUDA=fake, against tests/fakecuda's libcuda.so.1, whose
+ *    device memory is host memory and which loads no kernel: moving tensors
+ *    both ways, reading them back, the caching allocator's reuse, bound and
+ *    out-of-memory recovery, and clean errors where a kernel would run;
+ *  - KILN_TEST_CUDA=none, with no driver: the clear "no CUDA driver" error.
+ * Running kernels is tests/test_cuda_gpu.c's, where a GPU is. */
+#include <stdint.h>
+
+#include "test_common.h"
+
+static bool fake_mode(void)
+{
+    const char *mode = getenv("KILN_TEST_CUDA");
+    return mode && !strcmp(mode, "fake");
+}
+
+static kiln_tensor *ramp(kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    kiln_tensor *t = kiln_cast(kiln_reshape(kiln_arange(0, (double)n, 1, KILN_F64), ndim, shape), dt);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
+/* -- With no driver ------------------------------------------------------------ */
+
+START_TEST(test_no_driver_is_a_clear_error)
+{
+    ck_assert_int_eq(kiln_cuda_available(), 0);
+    ck_assert_kiln_error("kiln_cuda_available", "no CUDA driver:", "libcuda.so.1");
+    kiln_clear_error();
+    kiln_tensor *t = ramp(KILN_F32, 1, (int64_t[]){4});
+    ck_assert_ptr_null(kiln_to_device(t, KILN_CUDA));
+    ck_assert_kiln_error("kiln_to_device", "cannot allocate [4] f32 on CUDA", "no CUDA driver:");
+    kiln_clear_error();
+    kiln_cuda_memory stats;
+    ck_assert_int_lt(kiln_cuda_memory_stats(&stats), 0);
+    ck_assert_kiln_error("no CUDA driver:");
+}
+END_TEST
+
+/* -- Against the fake driver ---------------------------------------------------- */
+
+START_TEST(test_round_trip_every_dtype)
+{
+    ck_assert_int_eq(kiln_cuda_available(), 1);
+    kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL};
+    for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+        kiln_tensor *host = ramp(dts[i], 2, (int64_t[]){3, 5});
+        kiln_tensor *dev = kiln_to_device(host, KILN_CUDA);
+        ck_assert_ptr_nonnull(dev);
+        ck_assert_int_eq(kiln_device_of(dev), KILN_CUDA);
+        ck_assert_int_eq(kiln_dtype_of(dev), dts[i]);
+        ck_assert_int_eq(kiln_ndim(dev), 2);
+        kiln_tensor *back = kiln_to_device(dev, KILN_CPU);
+        ck_assert_int_eq(kiln_device_of(back), KILN_CPU);
+        double *want = test_values(host), *got = test_values(back), *direct = test_values(dev);
+        for (int j = 0; j < 15; j++) {
+            ck_assert_double_eq(got[j], want[j]);
+            ck_assert_double_eq(direct[j], want[j]);
+        }
+        free(want);
+        free(got);
+        free(direct);
+        /* Already there: the same tensor, a new reference. */
+        ck_assert_ptr_eq(kiln_to_device(dev, KILN_CUDA), dev);
+    }
+}
+END_TEST
+
+START_TEST(test_views_move_by_their_own_elements)
+{
+    kiln_tensor *host = ramp(KILN_F32, 2, (int64_t[]){4, 6});
+    /* A CPU view goes over as its own contiguous elements. */
+    kiln_tensor *column = kiln_slice(host, 1, 2, 3, 1);
+    kiln_tensor *dev = kiln_to_device(column, KILN_CUDA);
+    ck_assert_ptr_nonnull(dev);
+    double *got = test_values(dev);
+    for (int r = 0; r < 4; r++)
+        ck_assert_double_eq(got[r], r * 6 + 2);
+    free(got);
+    /* A contiguous view of a CUDA tensor (a row) reads back without a kernel. */
+    kiln_tensor *all = kiln_to_device(host, KILN_CUDA);
+    kiln_tensor *row = kiln_slice(all, 0, 2, 3, 1);
+    ck_assert_int_eq(kiln_device_of(row), KILN_CUDA);
+    ck_assert_double_eq(kiln_item(kiln_slice(row, 1, 4, 5, 1)), 16);
+    float values[6];
+    ck_assert_int_eq(kiln_copy_to_host(row, values, sizeof values), 0);
+    for (int c = 0; c < 6; c++)
+        ck_assert_float_eq(values[c], 12 + c);
+}
+END_TEST
+
+START_TEST(test_kernels_that_cannot_load_fail_cleanly)
+{
+    kiln_tensor *a = kiln_to_device(ramp(KILN_F32, 1, (int64_t[]){8}), KILN_CUDA);
+    ck_assert_ptr_null(kiln_add(a, a));
+    ck_assert_kiln_error("kiln_add", "no CUDA kernel for add on f32", "cuModuleLoadData");
+    kiln_clear_error();
+    /* A strided CUDA view needs a copy kernel to come back. */
+    kiln_tensor *m = kiln_to_device(ramp(KILN_F32, 2, (int64_t[]){4, 4}), KILN_CUDA);
+    ck_assert_ptr_null(kiln_to_device(kiln_transpose(m, 0, 1), KILN_CPU));
+    ck_assert_kiln_error("kiln_to_device", "cuModuleLoadData");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_sum(m, 0, false));
+    ck_assert_kiln_error("kiln_sum", "no CUDA kernel for sum");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_matmul(m, m));
+    ck_assert_kiln_error("kiln_matmul", "no CUDA kernel for matmul");
+}
+END_TEST
+
+static int scale_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_tanh(kiln_mul_scalar(in[0], 2));
+    return out[0] ? 0 : -1;
+}
+
+/* A CUDA signature compiles for the device, and a kernel that does not load
+ * leaves an error, not a crash or a half-made result. */
+START_TEST(test_traced_call_that_cannot_run_fails_cleanly)
+{
+    kiln_tensor *a = kiln_to_device(ramp(KILN_F32, 1, (int64_t[]){8}), KILN_CUDA);
+    kiln_jit_options o = kiln_jit_defaults();
+    kiln_fn *f = kiln_jit("scale", scale_body, 1, 1, NULL, &o);
+    kiln_tensor *out[1] = {NULL};
+    ck_assert_int_lt(kiln_call(f, &a, out), 0);
+    ck_assert_ptr_null(out[0]);
+    ck_assert_kiln_error("cuModuleLoadData");
+    kiln_clear_error();
+    kiln_spec spec = kiln_spec_of(a);
+    ck_assert_int_eq(spec.device, KILN_CUDA);
+    kiln_fn_free(f);
+}
+END_TEST
+
+START_TEST(test_mixed_devices_are_an_error)
+{
+    kiln_tensor *cpu = ramp(KILN_F32, 1, (int64_t[]){4});
+    kiln_tensor *dev = kiln_to_device(cpu, KILN_CUDA);
+    ck_assert_ptr_null(kiln_add(cpu, dev));
+    ck_assert_kiln_error("kiln_add", "different devices", "[4] f32 on the CPU", "on CUDA", "kiln_to_device");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_matmul(kiln_reshape(cpu, 2, (int64_t[]){2, 2}), kiln_reshape(dev, 2, (int64_t[]){2, 2})));
+    ck_assert_kiln_error("kiln_matmul", "different devices");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_concat((kiln_tensor *[]){dev, cpu}, 2, 0));
+    ck_assert_kiln_error("kiln_concat", "different devices");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_where(kiln_gt(cpu, cpu), dev, dev));
+    ck_assert_kiln_error("kiln_where", "different devices", "[4] bool on the CPU");
+}
+END_TEST
+
+START_TEST(test_allocator_reuses_freed_blocks)
+{
+    kiln_cuda_empty_cache();
+    kiln_cuda_memory before, during, after;
+    ck_assert_int_eq(kiln_cuda_memory_stats(&before), 0);
+    kiln_tensor *host = ramp(KILN_F32, 1, (int64_t[]){1000});
+    kiln_scope_begin();
+    kiln_to_device(host, KILN_CUDA);
+    kiln_scope_end();
+    ck_assert_int_eq(kiln_cuda_memory_stats(&during), 0);
+    ck_assert_int_eq(during.device_allocs, before.device_allocs + 1);
+    ck_assert_int_eq(during.in_use_bytes, before.in_use_bytes);
+    ck_assert_int_eq(during.cached_bytes, 4096); /* 4000 bytes rounded to 512 */
+    /* Nearly the same size takes the cached block; the driver is not asked. */
+    for (int i = 0; i < 10; i++) {
+        kiln_scope_begin();
+        kiln_tensor *t = kiln_to_device(ramp(KILN_F32, 1, (int64_t[]){900 + i}), KILN_CUDA);
+        ck_assert_ptr_nonnull(t);
+        kiln_cuda_memory now;
+        kiln_cuda_memory_stats(&now);
+        ck_assert_int_eq(now.in_use_bytes, before.in_use_bytes + 4096);
+        ck_assert_int_eq(now.cached_bytes, 0);
+        kiln_scope_end();
+    }
+    ck_assert_int_eq(kiln_cuda_memory_stats(&after), 0);
+    ck_assert_int_eq(after.device_allocs, during.device_allocs);
+    ck_assert_int_eq(after.reuses, during.reuses + 10);
+    ck_assert_int_ge(after.peak_in_use_bytes, 4096);
+    /* A block more than twice the request is not handed out for it. */
+    kiln_scope_begin();
+    kiln_to_device(ramp(KILN_F32, 1, (int64_t[]){10}), KILN_CUDA);
+    kiln_scope_end();
+    kiln_cuda_memory small;
+    kiln_cuda_memory_stats(&small);
+    ck_assert_int_eq(small.device_allocs, after.device_allocs + 1);
+    kiln_cuda_empty_cache();
+    kiln_cuda_memory emptied;
+    kiln_cuda_memory_stats(&emptied);
+    ck_assert_int_eq(emptied.cached_bytes, 0);
+    ck_assert_int_eq(emptied.device_frees, small.device_frees + 2);
+}
+END_TEST
+
+/* Out of device memory with blocks cached: they go back and the request is
+ * tried again. The fake driver holds at most 3 MiB (FAKE_CUDA_MEMORY_LIMIT). */
+START_TEST(test_out_of_memory_returns_the_cache_first)
+{
+    kiln_cuda_empty_cache();
+    kiln_scope_begin();
+    kiln_to_device(kiln_zeros(KILN_F32, 1, (int64_t[]){512 * 1024}), KILN_CUDA); /* 2 MiB */
+    kiln_scope_end();
+    kiln_cuda_memory cached;
+    kiln_cuda_memory_stats(&cached);
+    ck_assert_int_eq(cached.cached_bytes, 2 << 20);
+    /* 2.5 MiB rounds to 3 MiB: more than the cached 2 MiB block, and not
+     * room for both. */
+    kiln_tensor *big = kiln_to_device(kiln_zeros(KILN_F32, 1, (int64_t[]){640 * 1024 + 1}), KILN_CUDA);
+    ck_assert_ptr_nonnull(big);
+    kiln_cuda_memory now;
+    kiln_cuda_memory_stats(&now);
+    ck_assert_int_eq(now.cached_bytes, 0);
+    ck_assert_int_eq(now.device_frees, cached.device_frees + 1);
+    /* Past the device: a clear error, nothing lost. */
+    ck_assert_ptr_null(kiln_to_device(kiln_zeros(KILN_F32, 1, (int64_t[]){1 << 20}), KILN_CUDA));
+    ck_assert_kiln_error("kiln_to_device", "cannot allocate [1048576] f32 on CUDA", "out of memory");
+    kiln_clear_error();
+    ck_assert_double_eq(kiln_item(kiln_sum(kiln_to_device(big, KILN_CPU), KILN_ALL, false)), 0);
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+    ck_assert_int_lt(kiln_cuda_memory_stats(NULL), 0);
+    ck_assert_kiln_error("kiln_cuda_memory_stats", "out");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_to_device(NULL, KILN_CUDA));
+    ck_assert_kiln_error("kiln_to_device");
+    kiln_clear_error();
+    kiln_tensor *t = ramp(KILN_F32, 1, (int64_t[]){2});
+    ck_assert_ptr_null(kiln_to_device(t, (kiln_device)7));
+    ck_assert_kiln_error("kiln_to_device", "device 7");
+    kiln_clear_error();
+    kiln_tensor *dev = kiln_to_device(t, KILN_CUDA);
+    float small[1];
+    ck_assert_int_lt(kiln_copy_to_host(dev, small, sizeof small), 0);
+    ck_assert_kiln_error("kiln_copy_to_host", "needs 8 bytes");
+    kiln_clear_error();
+    ck_assert_int_eq(kiln_cuda_synchronize(), 0);
+}
+END_TEST
+
+static Suite *cuda_suite(void)
+{
+    Suite *s = suite_create("cuda");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300); /* NVRTC compiles the kernels that then fail to load */
+    tcase_add_checked_fixture(tc, test_scoped_setup, test_scoped_teardown);
+    if (fake_mode()) {
+        tcase_add_test(tc, test_round_trip_every_dtype);
+        tcase_add_test(tc, test_views_move_by_their_own_elements);
+        tcase_add_test(tc, test_kernels_that_cannot_load_fail_cleanly);
+        tcase_add_test(tc, test_mixed_devices_are_an_error);
+        tcase_add_test(tc, test_traced_call_that_cannot_run_fails_cleanly);
+        tcase_add_test(tc, test_allocator_reuses_freed_blocks);
+        tcase_add_test(tc, test_out_of_memory_returns_the_cache_first);
+        tcase_add_test(tc, test_bad_arguments);
+    } else {
+        tcase_add_test(tc, test_no_driver_is_a_clear_error);
+    }
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    const char *mode = getenv("KILN_TEST_CUDA");
+    if (!mode) {
+        fprintf(stderr, "set KILN_TEST_CUDA to fake (with tests/fakecuda on LD_LIBRARY_PATH) or none\n");
+        return 77;
+    }
+    if (!fake_mode() && kiln_cuda_available()) {
+        fprintf(stderr, "skipped: this machine has a CUDA driver and device\n");
+        return 77;
+    }
+    kiln_clear_error();
+    SRunner *runner = srunner_create(cuda_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,216 @@
+/* CUDA on a GPU: every op eagerly on CUDA against the CPU, random programs
+ * traced on CUDA against CPU eager, the allocator's reuse in steady state,
+ * and a second process that loads every kernel from the disk cache without
+ * calling NVRTC (KILN_CACHE=require). Exits 77 where there is no GPU.
+ *
+ * Tolerances: integers and bools exact; floats within 1e-4 relative plus
+ * 1e-4 absolute, as the LLVM backend's random programs: CUDA's expf, tanhf,
+ * erff and powf are within 2 ulp of the correctly rounded result, as SLEEF's
+ * are, and the differences grow through a program's chain of ops. */
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "progen.h"
+#include "test_common.h"
+
+extern char **environ;
+
+static char cache_root[] = "/tmp/kiln-cuda-gpu-XXXXXX";
+
+/* Programs whose values all come from their inputs: progen's creation ops
+ * make CPU tensors, which do not mix with CUDA ones. */
+static progen_options device_programs(void)
+{
+    uint64_t host_made = PROGEN_OP_BIT(PROGEN_FULL) | PROGEN_OP_BIT(PROGEN_ZEROS) | PROGEN_OP_BIT(PROGEN_ONES) |
+                         PROGEN_OP_BIT(PROGEN_ARANGE) | PROGEN_OP_BIT(PROGEN_RAND) | PROGEN_OP_BIT(PROGEN_RANDN) |
+                         PROGEN_OP_BIT(PROGEN_FROM_DATA) | PROGEN_OP_BIT(PROGEN_ASSIGN);
+    return (progen_options){.ops = (PROGEN_OP_BIT(PROGEN_OP_COUNT) - 1) & ~host_made};
+}
+
+/* got, on CUDA, against want from the CPU. */
+static void assert_close_to_cpu(kiln_tensor *got, kiln_tensor *want, const char *what)
+{
+    ck_assert_msg(got && kiln_device_of(got) == KILN_CUDA, "%s: no CUDA result (%s)", what, kiln_last_error());
+    assert_close(got, want, 1e-4, 1e-4, what);
+}
+
+/* Runs program seed eagerly on the CPU and, eagerly or traced, on CUDA. */
+static void check_program(uint64_t seed, bool traced)
+{
+    kiln_scope_begin();
+    progen_options opt = device_programs();
+    progen_program *p = progen_new(seed, &opt);
+    int n_in = progen_n_inputs(p), n_out = progen_n_outputs(p);
+    kiln_tensor *in[PROGEN_MAX_INPUTS], *dev[PROGEN_MAX_INPUTS], *want[PROGEN_MAX_OUTPUTS] = {NULL},
+                *got[PROGEN_MAX_OUTPUTS] = {NULL};
+    for (int i = 0; i < n_in; i++) {
+        in[i] = progen_make_input(p, i, seed * 31 + (uint64_t)i);
+        dev[i] = kiln_to_device(in[i], KILN_CUDA);
+        ck_assert_msg(dev[i] != NULL, "%s", kiln_last_error());
+    }
+    ck_assert_int_eq(progen_run(p, in, want), 0);
+    kiln_fn *f = NULL;
+    int status;
+    if (traced) {
+        kiln_jit_options o = kiln_jit_defaults();
+        f = kiln_jit("random", progen_body, n_in, n_out, p, &o);
+        status = kiln_call(f, dev, got);
+    } else {
+        status = progen_run(p, dev, got);
+    }
+    char *listing = status == 0 ? NULL : progen_describe(p);
+    ck_assert_msg(status == 0, "seed %llu: %s %s\n%s", (unsigned long long)seed, kiln_last_error(),
+                  progen_last_error(), listing ? listing : "");
+    if (traced)
+        ck_assert_str_eq(kiln_fn_backend(f), "nvrtc");
+    for (int i = 0; i < n_out; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "seed %llu out[%d]%s", (unsigned long long)seed, i, traced ? " traced" : "");
+        assert_close_to_cpu(got[i], want[i], what);
+    }
+    kiln_fn_free(f);
+    progen_free(p);
+    kiln_scope_end();
+}
+
+START_TEST(test_every_op_eagerly)
+{
+    /* 200 programs use every op progen knows at least once. */
+    for (uint64_t s = 1; s <= 200; s++)
+        check_program(s, false);
+}
+END_TEST
+
+START_TEST(test_random_programs_traced)
+{
+    for (uint64_t s = 1; s <= 150; s++)
+        check_program(s, true);
+}
+END_TEST
+
+static int mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    kiln_tensor *h = kiln_gelu(kiln_add(kiln_matmul(in[0], in[1]), in[2]));
+    out[0] = kiln_softmax(kiln_matmul(h, kiln_transpose(in[1], 0, 1)), -1);
+    return out[0] ? 0 : -1;
+}
+
+static void mlp_inputs(kiln_tensor **cpu, kiln_tensor **dev)
+{
+    cpu[0] = kiln_randn(2, (int64_t[]){67, 130}, 1);
+    cpu[1] = kiln_mul_scalar(kiln_randn(2, (int64_t[]){130, 259}, 2), 0.1);
+    cpu[2] = kiln_randn(1, (int64_t[]){259}, 3);
+    for (int i = 0; i < 3; i++)
+        dev[i] = kiln_to_device(cpu[i], KILN_CUDA);
+}
+
+START_TEST(test_workload_traced_and_allocator_steady)
+{
+    kiln_tensor *cpu[3], *dev[3], *want[1], *got[1];
+    mlp_inputs(cpu, dev);
+    mlp_body(cpu, want, NULL);
+    kiln_jit_options o = kiln_jit_defaults();
+    kiln_fn *f = kiln_jit("mlp", mlp_body, 3, 1, NULL, &o);
+    for (int i = 0; i < 3; i++) {
+        kiln_scope_begin();
+        ck_assert_int_eq(kiln_call(f, dev, got), 0);
+        assert_close_to_cpu(got[0], want[0], "mlp on CUDA");
+        kiln_scope_end();
+    }
+    kiln_cuda_memory before, after;
+    kiln_cuda_memory_stats(&before);
+    for (int i = 0; i < 20; i++) {
+        kiln_scope_begin();
+        ck_assert_int_eq(kiln_call(f, dev, got), 0);
+        kiln_scope_end();
+    }
+    ck_assert_int_eq(kiln_cuda_synchronize(), 0);
+    kiln_cuda_memory_stats(&after);
+    ck_assert_msg(after.device_allocs == before.device_allocs, "20 calls asked the driver for %lld blocks",
+                  (long long)(after.device_allocs - before.device_allocs));
+    ck_assert_int_gt(after.reuses, before.reuses);
+    ck_assert_int_eq(after.in_use_bytes, before.in_use_bytes);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* The child process: the mlp from the disk cache alone. */
+static int child(void)
+{
+    kiln_tensor *cpu[3], *dev[3], *want[1], *got[1];
+    mlp_inputs(cpu, dev);
+    mlp_body(cpu, want, NULL);
+    kiln_jit_options o = kiln_jit_defaults();
+    kiln_fn *f = kiln_jit("mlp", mlp_body, 3, 1, NULL, &o);
+    if (kiln_call(f, dev, got) != 0) {
+        fprintf(stderr, "child: %s\n", kiln_last_error());
+        return 1;
+    }
+    kiln_fn_stats_t stats;
+    kiln_fn_stats(f, &stats);
+    double *g = test_values(got[0]), *w = test_values(want[0]);
+    for (int64_t i = 0; i < kiln_numel(want[0]); i++)
+        if (fabs(g[i] - w[i]) > 1e-4 * fabs(w[i]) + 1e-4)
+            return 2;
+    return stats.kernels_compiled == 0 && stats.kernels_from_disk > 0 ? 0 : 3;
+}
+
+static int run_child(const char *mode)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert_int_gt(n, 0);
+    self[n] = '\0';
+    setenv("KILN_CACHE", mode, 1);
+    char *argv[] = {self, "--child", NULL};
+    pid_t pid;
+    ck_assert_int_eq(posix_spawn(&pid, self, NULL, NULL, argv, environ), 0);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(test_second_process_loads_cubins_from_disk)
+{
+    setenv("KILN_CACHE_DIR", cache_root, 1);
+    /* The first child fills the cache (it compiles, so it exits 3). */
+    ck_assert_int_eq(run_child("on"), 3);
+    ck_assert_int_eq(run_child("require"), 0);
+}
+END_TEST
+
+static Suite *gpu_suite(void)
+{
+    Suite *s = suite_create("cuda_gpu");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_every_op_eagerly);
+    tcase_add_test(tc, test_random_programs_traced);
+    tcase_add_test(tc, test_workload_traced_and_allocator_steady);
+    tcase_add_test(tc, test_second_process_loads_cubins_from_disk);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--child"))
+        return child();
+    if (!kiln_cuda_available()) {
+        printf("skipped: %s\n", kiln_last_error());
+        return 77;
+    }
+    if (!mkdtemp(cache_root))
+        return 1;
+    SRunner *runner = srunner_create(gpu_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", cache_root);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
