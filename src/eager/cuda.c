@@ -8,7 +8,9 @@
 #include <pthread.h>
 #include <string.h>
 
+#ifdef KILN_HAVE_LLVM
 #include "cache/cache.h"
+#endif
 #include "eager/internal.h"
 #include "ir/kernel.h"
 
@@ -35,13 +37,32 @@ static uint32_t request_hash(const nvrtc_eager_kernel *k)
     return h;
 }
 
+/* The kernel of source through the cache; a build without the cache (it
+ * comes with LLVM) compiles it each process. */
+static cuda_module *load_source(const char *source, const char *name, char *err, size_t err_size)
+{
+    cuda_module *module = NULL;
+#ifdef KILN_HAVE_LLVM
+    if (cache_cuda_source(source, name, &module, err, err_size) < 0)
+        return NULL;
+#else
+    char target[32], arch[16];
+    void *object = NULL;
+    size_t size = 0;
+    if (cuda_start(err, err_size) == 0 && snprintf(target, sizeof target, "cuda:%s", cuda_arch()) > 0 &&
+        nvrtc_target(target, arch, sizeof arch, err, err_size) == 0 &&
+        nvrtc_compile_source(source, name, arch, &object, &size, err, err_size) == 0)
+        module = cuda_load(object, size, name, err, err_size);
+    free(object);
+#endif
+    return module;
+}
+
 static cuda_module *compile_request(const char *fn, const nvrtc_eager_kernel *k)
 {
     char name[128], err[4096];
     char *source = nvrtc_eager_source(k, name, sizeof name, err, sizeof err);
-    cuda_module *module = NULL;
-    if (source && cache_cuda_source(source, name, &module, err, sizeof err) < 0)
-        module = NULL;
+    cuda_module *module = source ? load_source(source, name, err, sizeof err) : NULL;
     free(source);
     if (!module)
         core_fail(CORE_DEVICE, fn, "no CUDA kernel for %s on %s: %s", ir_ops[k->op].name, kiln_dtype_name(k->compute),
