@@ -1,7 +1,7 @@
 /* The CUDA backend's code generator on a machine without a GPU: kernels of
  * the standard workloads and of random programs rendered as CUDA C and
- * compiled by NVRTC for sm_90 into CUBIN and PTX, stored in the cache under
- * NVRTC's own keys; the errors for a missing driver, an unknown architecture
+ * compiled by NVRTC for sm_90 and sm_80 into CUBIN and PTX, stored in the
+ * cache under NVRTC's own keys and listed by kiln-cache; the errors for a missing driver, an unknown architecture
  * and NVRTC's own failures. Running the kernels needs a GPU: not here.
  * Exits 77 (skipped) where NVRTC is missing. */
 #include <sys/stat.h>
@@ -24,21 +24,36 @@ static void use_fresh_cache(void)
     setenv("KILN_CACHE", "on", 1);
 }
 
-/* Every entry of the cache: NVRTC's, for sm_90, a CUBIN (ELF) then PTX that
- * defines the entry's symbol. Their number. */
-static int check_entries(void)
+static int count_entries(void)
 {
     char dir[128];
     cache_dir_of_root(cache_root, dir, sizeof dir);
     cache_file *files;
     int n;
     ck_assert_int_eq(cache_list(dir, &files, &n), 0);
+    free(files);
+    return n;
+}
+
+/* Every entry of the cache for arch: NVRTC's, a CUBIN (ELF) then PTX that
+ * defines the entry's symbol. Their number. */
+static int check_entries(const char *arch)
+{
+    char dir[128];
+    cache_dir_of_root(cache_root, dir, sizeof dir);
+    cache_file *files;
+    int n, found = 0;
+    ck_assert_int_eq(cache_list(dir, &files, &n), 0);
     for (int i = 0; i < n; i++) {
         cache_entry e;
         char why[256];
         ck_assert_int_eq(cache_read(dir, &files[i].key, NULL, false, &e, why, sizeof why), CACHE_FOUND);
         ck_assert_str_eq(e.meta.backend, "nvrtc");
-        ck_assert_str_eq(e.meta.target, "sm_90");
+        if (strcmp(e.meta.target, arch)) {
+            cache_entry_free(&e);
+            continue;
+        }
+        found++;
         const unsigned char *p = e.payload;
         ck_assert_uint_gt(e.payload_bytes, 8);
         uint64_t cubin = 0;
@@ -50,8 +65,9 @@ static int check_entries(void)
         ck_assert_int_eq(ptx[e.payload_bytes - 8 - cubin - 1], '\0');
         char entry[128];
         snprintf(entry, sizeof entry, ".entry %s(", e.meta.symbol);
-        ck_assert_msg(strstr(ptx, entry) && strstr(ptx, ".target sm_90"), "%s: the PTX lacks %s", files[i].name,
-                      entry);
+        char target[32];
+        snprintf(target, sizeof target, ".target %s", arch);
+        ck_assert_msg(strstr(ptx, entry) && strstr(ptx, target), "%s: the PTX lacks %s", files[i].name, entry);
         /* a*b+c rounds twice, as on the CPU: tiny's x*1.0001+0.5 steps are not
          * contracted into FMAs (CUDA's own tanhf and expf use them on purpose). */
         if (!strcmp(e.meta.function, "tiny"))
@@ -63,10 +79,28 @@ static int check_entries(void)
         cache_entry_free(&e);
     }
     free(files);
+    return found;
+}
+
+/* kiln-cache ls's lines for NVRTC entries of arch. */
+static int listed(const char *arch)
+{
+    const char *tool = getenv("KILN_TEST_CACHE_TOOL");
+    ck_assert_msg(tool != NULL, "KILN_TEST_CACHE_TOOL is not set");
+    char cmd[1024], line[512];
+    snprintf(cmd, sizeof cmd, "'%s' --dir '%s' ls", tool, cache_root);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    int n = 0;
+    while (fgets(line, sizeof line, p))
+        n += strstr(line, " nvrtc ") && strstr(line, arch);
+    ck_assert_int_eq(pclose(p), 0);
     return n;
 }
 
-START_TEST(test_workloads_compile_for_sm_90)
+/* Every workload's kernels precompiled for target fill the cache, and
+ * kiln-cache lists them. */
+static void workloads_compile_for(const char *target)
 {
     use_fresh_cache();
     int kernels = 0;
@@ -79,7 +113,7 @@ START_TEST(test_workloads_compile_for_sm_90)
         kiln_spec specs[WORKLOAD_MAX_INPUTS];
         for (int i = 0; i < wl->n_in; i++)
             specs[i] = kiln_spec_of(in[i]);
-        ck_assert_msg(kiln_fn_precompile(f, specs, "cuda:sm_90") == 0, "%s: %s", wl->name, kiln_last_error());
+        ck_assert_msg(kiln_fn_precompile(f, specs, target) == 0, "%s: %s", wl->name, kiln_last_error());
         kiln_fn_stats_t s;
         ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
         ck_assert_int_gt(s.kernels_compiled, 0);
@@ -88,12 +122,27 @@ START_TEST(test_workloads_compile_for_sm_90)
         kiln_fn_free(f);
         workload_free(wl, in, &state);
     }
-    ck_assert_int_eq(check_entries(), kernels);
+    const char *arch = target + strlen("cuda:");
+    ck_assert_int_eq(check_entries(arch), kernels);
+    ck_assert_int_eq(count_entries(), kernels);
+    ck_assert_int_eq(listed(arch), kernels);
+}
+
+START_TEST(test_workloads_compile_for_sm_90)
+{
+    workloads_compile_for("cuda:sm_90");
 }
 END_TEST
 
-/* Random programs: every kernel compiles, or the op it lacks is named. */
-START_TEST(test_random_programs_compile_for_sm_90)
+START_TEST(test_workloads_compile_for_sm_80)
+{
+    workloads_compile_for("cuda:sm_80");
+}
+END_TEST
+
+/* Random programs: every kernel compiles for sm_90 and sm_80, or the op it
+ * lacks is named. */
+START_TEST(test_random_programs_compile_for_sm_90_and_sm_80)
 {
     use_fresh_cache();
     int compiled = 0;
@@ -109,7 +158,7 @@ START_TEST(test_random_programs_compile_for_sm_90)
             specs[i] = progen_input_spec(p, i);
         kiln_fn *f = kiln_jit("random", progen_body, n_in, progen_n_outputs(p), p, NULL);
         kiln_clear_error();
-        if (kiln_fn_precompile(f, specs, "cuda:sm_90") == 0)
+        if (kiln_fn_precompile(f, specs, "cuda:sm_90") == 0 && kiln_fn_precompile(f, specs, "cuda:sm_80") == 0)
             compiled++;
         else
             ck_assert_msg(strstr(kiln_last_error(), "is not in the CUDA backend") ||
@@ -119,7 +168,7 @@ START_TEST(test_random_programs_compile_for_sm_90)
         progen_free(p);
     }
     ck_assert_int_ge(compiled, 30);
-    check_entries();
+    ck_assert_int_eq(check_entries("sm_90") + check_entries("sm_80"), count_entries());
 }
 END_TEST
 
@@ -197,7 +246,8 @@ static Suite *nvrtc_suite(void)
     TCase *tc = tcase_create("nvrtc");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_workloads_compile_for_sm_90);
-    tcase_add_test(tc, test_random_programs_compile_for_sm_90);
+    tcase_add_test(tc, test_workloads_compile_for_sm_80);
+    tcase_add_test(tc, test_random_programs_compile_for_sm_90_and_sm_80);
     tcase_add_test(tc, test_dump_writes_the_cuda_source);
     tcase_add_test(tc, test_errors_name_the_problem);
     suite_add_tcase(s, tc);
