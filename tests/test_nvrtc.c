@@ -72,6 +72,10 @@ static int check_entries(const char *arch)
          * contracted into FMAs (CUDA's own tanhf and expf use them on purpose). */
         if (!strcmp(e.meta.function, "tiny"))
             ck_assert_msg(!strstr(ptx, "fma.rn") && strstr(ptx, "mul.rn.f32"), "tiny's PTX fuses multiply-adds");
+        /* The mlp's products are computed inside their epilogues' kernels. */
+        if (!strcmp(e.meta.function, "mlp"))
+            ck_assert_msg(strstr(ptx, ".shared") && strstr(ptx, "fma.rn.f32"), "%s: an mlp kernel without its matmul",
+                          files[i].name);
         /* Contiguous f32 rows go through 16-byte loads and stores. */
         if (!strcmp(e.meta.function, "gelu") || !strcmp(e.meta.function, "tiny"))
             ck_assert_msg(strstr(ptx, ".v4.f32") && strstr(ptx, "st.global.v4.f32"), "%s: no vector loads",

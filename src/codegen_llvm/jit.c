@@ -351,6 +351,10 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
                         void **object, size_t *size, char *err, size_t err_size)
 {
     *object = NULL;
+    if (k->matmul_product >= 0) {
+        snprintf(err, err_size, "a matrix product fused with its epilogue is CUDA's alone");
+        return -1;
+    }
     pthread_mutex_lock(&state.lock);
     LLVMTargetMachineRef tm = machine(t, err, err_size);
     if (!tm) {

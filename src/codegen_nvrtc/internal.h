@@ -70,8 +70,5 @@ char *nvrtc_matmul_source(const nvrtc_eager_kernel *k, const char *name, char *e
  * eager f32 matmul. malloc'd; NULL with why the epilogue does not fit in err. */
 char *nvrtc_matmul_epilogue_source(const kx_kernel *epilogue, int product_buffer, const char *name, char *err,
                                    size_t err_size);
-/* Whether nvrtc_matmul_epilogue_source takes epilogue over the product of a
- * matmul of batch matrices of m x n. */
-bool nvrtc_matmul_epilogue_fits(const kx_kernel *epilogue, int product_buffer, int64_t m, int64_t n, int64_t batch);
 
 #endif

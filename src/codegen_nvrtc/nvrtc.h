@@ -114,6 +114,12 @@ typedef struct {
  * name; NULL with the reason in err. */
 char *nvrtc_eager_source(const nvrtc_eager_kernel *k, char *name, size_t name_size, char *err, size_t err_size);
 
+/* Whether a kernel can take the f32 product of batch matrices of m x n as
+ * its buffer product_buffer, computed in place of being read (the kernel's
+ * matmul_product): an elementwise kernel over [batch * m, n] reading the
+ * product through one contiguous view. */
+bool nvrtc_matmul_epilogue_fits(const kx_kernel *epilogue, int product_buffer, int64_t m, int64_t n, int64_t batch);
+
 /* The output tile a matmul kernel's block computes (rows and columns) and its
  * threads a block, for the launch. */
 void nvrtc_matmul_tile(kiln_dtype dt, int *tile_m, int *tile_n, int *threads);

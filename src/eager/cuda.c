@@ -269,6 +269,19 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
 
 /* -- Matrix products -------------------------------------------------------- */
 
+/* A tile per block; the kernel loops over tiles and batches past its grid,
+ * so y and z are capped. */
+static void matmul_shape(const nvrtc_matmul_args *args, kiln_dtype dt, unsigned grid[3], unsigned *threads)
+{
+    int tile_m, tile_n, block;
+    nvrtc_matmul_tile(dt, &tile_m, &tile_n, &block);
+    int64_t tiles_m = (args->m + tile_m - 1) / tile_m;
+    grid[0] = (unsigned)((args->n + tile_n - 1) / tile_n);
+    grid[1] = (unsigned)(tiles_m < GRID_Z_MAX ? tiles_m : GRID_Z_MAX);
+    grid[2] = (unsigned)(args->batch < GRID_Z_MAX ? args->batch : GRID_Z_MAX);
+    *threads = (unsigned)block;
+}
+
 int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
                 const kiln_tensor *b, kiln_tensor *out)
 {
@@ -288,16 +301,12 @@ int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, co
     cuda_module *m = kernel_for_request(fn, &k);
     if (!m)
         return -CORE_DEVICE;
-    int tile_m, tile_n, threads;
-    nvrtc_matmul_tile(dt, &tile_m, &tile_n, &threads);
     nvrtc_matmul_args copy = *args;
     void *pointers[3] = {eager_data(out), eager_data(a), eager_data(b)};
     void *params[4] = {&copy, &pointers[0], &pointers[1], &pointers[2]};
-    /* The kernel loops over tiles and batches past its grid: y and z are capped. */
-    int64_t tiles_m = (args->m + tile_m - 1) / tile_m;
-    unsigned grid[3] = {(unsigned)((args->n + tile_n - 1) / tile_n), (unsigned)(tiles_m < GRID_Z_MAX ? tiles_m : GRID_Z_MAX),
-                        (unsigned)(args->batch < GRID_Z_MAX ? args->batch : GRID_Z_MAX)};
-    return launch(fn, m, grid, (unsigned)threads, params);
+    unsigned grid[3], threads;
+    matmul_shape(args, dt, grid, &threads);
+    return launch(fn, m, grid, threads, params);
 }
 
 /* -- Moving between devices ------------------------------------------------- */
@@ -387,4 +396,19 @@ int eager_cuda_kernel(const char *fn, const void *module, const kx_kernel *k, vo
     if (k->rows * k->cols == 0 && !rows)
         return 0;
     return launch(fn, module, (unsigned[3]){blocks ? blocks : 1, 1, 1}, NVRTC_BLOCK, params);
+}
+
+int eager_cuda_matmul_kernel(const char *fn, const void *module, const kx_kernel *k, const kiln_tensor *a,
+                             const kiln_tensor *b, void *const *buffers)
+{
+    nvrtc_matmul_args args;
+    if (eager_matmul_args(fn, a, b, &args) < 0)
+        return -CORE_SHAPE;
+    void *operands[2] = {eager_data(a), eager_data(b)};
+    void *params[3 + KX_MAX_BUFFERS] = {&args, &operands[0], &operands[1]};
+    for (int i = 0; i < k->n_buffers; i++)
+        params[3 + i] = (void *)&buffers[i];
+    unsigned grid[3], threads;
+    matmul_shape(&args, KILN_F32, grid, &threads);
+    return launch(fn, module, grid, threads, params);
 }

@@ -98,6 +98,10 @@ kiln_tensor *eager_empty(const char *fn, kiln_device device, kiln_dtype dt, int 
  * buffers (device addresses: inputs, then outputs). 0 or fn's error. */
 struct kx_kernel;
 int eager_cuda_kernel(const char *fn, const void *module, const struct kx_kernel *k, void *const *buffers);
+/* The same for a kernel that computes its k->matmul_product buffer as the
+ * f32 product a @ b (CUDA tensors of f32; that buffer's address unused). */
+int eager_cuda_matmul_kernel(const char *fn, const void *module, const struct kx_kernel *k, const kiln_tensor *a,
+                             const kiln_tensor *b, void *const *buffers);
 
 /* Runs one graph node with the eager ops on its operands' tensors: a new
  * unowned tensor, or NULL with an error set. */

@@ -107,6 +107,9 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
 /* out = op over the middle axis of in seen as [outer, n, inner]. */
 int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, int64_t n, int64_t inner,
                 kiln_tensor *out);
+/* The batch, sizes and strides of a @ b for the CUDA kernels; fn's error
+ * when they do not multiply. */
+int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, nvrtc_matmul_args *args);
 /* out [batch, m, n] = a @ b as args lays them out, all of dtype dt. */
 int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
                 const kiln_tensor *b, kiln_tensor *out);

@@ -245,9 +245,8 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
     return 0;
 }
 
-/* On CUDA any layout goes: the kernel reads through the strides. */
-static int run_matmul_cuda(const char *fn, kiln_tensor *a, kiln_tensor *b, const matmul_shape *shape,
-                           kiln_tensor *out)
+/* The CUDA kernels' view of a @ b: any layout goes, read through the strides. */
+static nvrtc_matmul_args cuda_args(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *shape)
 {
     matrix_operand ma, mb;
     matrix_dims(a, true, &ma);
@@ -262,7 +261,21 @@ static int run_matmul_cuda(const char *fn, kiln_tensor *a, kiln_tensor *b, const
         args.a_batch_strides[d] = ma.batch_strides[d];
         args.b_batch_strides[d] = mb.batch_strides[d];
     }
-    return cuda_matmul(fn, &args, out->dtype, a, b, out);
+    return args;
+}
+
+int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, nvrtc_matmul_args *args)
+{
+    matrix_operand ma, mb;
+    matrix_dims(a, true, &ma);
+    matrix_dims(b, false, &mb);
+    if (a->ndim == 0 || b->ndim == 0 || ma.cols != mb.rows)
+        return fail_shapes(fn, a, b, "inner dimensions differ"), -CORE_SHAPE;
+    matmul_shape s = {.m = ma.rows, .n = mb.cols, .k = ma.cols};
+    if (batch_shape(fn, a, b, &s) < 0)
+        return -CORE_SHAPE;
+    *args = cuda_args(a, b, &s);
+    return 0;
 }
 
 kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
@@ -302,7 +315,8 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
     kiln_tensor *pa = cuda && a->dtype == dt ? kiln_retain(a) : prepared(fn, a, dt, true);
     kiln_tensor *pb = cuda && b->dtype == dt ? kiln_retain(b) : prepared(fn, b, dt, false);
     kiln_tensor *out = pa && pb ? tensor_new_on(fn, device, dt, ndim, shape) : NULL;
-    if (out && (cuda ? run_matmul_cuda(fn, pa, pb, &s, out) : run_matmul(fn, pa, pb, &s, out)) < 0)
+    nvrtc_matmul_args args = cuda ? cuda_args(pa, pb, &s) : (nvrtc_matmul_args){0};
+    if (out && (cuda ? cuda_matmul(fn, &args, dt, pa, pb, out) : run_matmul(fn, pa, pb, &s, out)) < 0)
         out = tensor_drop(out);
     kiln_release(pa);
     kiln_release(pb);

@@ -83,6 +83,10 @@ typedef struct kx_kernel {
     /* An input buffer the output overwrites, or -1: the kernel then reads
      * that input through the output's buffer, which holds its values. */
     int in_place;
+    /* CUDA only: an input buffer that is the f32 matrix product of two
+     * operands the kernel takes first, computed in registers tile by tile
+     * and never stored, or -1 (codegen_nvrtc/matmul.c's epilogue). */
+    int matmul_product;
 } kx_kernel;
 
 /* Compiled code of a kernel, whatever the backend: runs rows [begin, end)

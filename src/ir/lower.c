@@ -489,6 +489,7 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
     }
     k->n_buffers = b->n_buffers;
     k->in_place = -1;
+    k->matmul_product = -1;
     k->transcendental = transcendental(k);
     split_long_rows(k);
     stage_store(k);
@@ -638,6 +639,8 @@ char *kx_to_text(const kx_kernel *k)
     strbuf_put(&t, "] buffers=%d", k->n_buffers);
     if (k->in_place >= 0)
         strbuf_put(&t, " in_place=b%d", k->in_place);
+    if (k->matmul_product >= 0)
+        strbuf_put(&t, " matmul_product=b%d", k->matmul_product);
     strbuf_put(&t, "\n");
     for (int i = 0; i < k->n_views; i++) {
         const kx_view *v = &k->views[i];

@@ -33,6 +33,7 @@ struct interp_plan {
     int *step_of;          /* per node: its step, or -1 */
     void **fns;            /* per step: the compiled kernel, NULL for eager steps */
     int *in_place;         /* per step: the input buffer its output may overwrite, or -1 */
+    int *fused_matmul;     /* per step (CUDA): the matmul node it computes as its matmul_product, or -1 */
     struct cache_kernel **loaded; /* the kernels, shared through the cache */
     int n_loaded;
     plan_counts counts;
@@ -124,6 +125,54 @@ static int in_place_input(const interp_plan *p, const lower_step *s)
     return -1;
 }
 
+/* Rows and columns of matmul node n's matrices, and how many there are;
+ * false unless both operands are f32 matrices (or batches of them). */
+static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t *cols, int64_t *batch)
+{
+    const ir_ref *ops = ir_operands(g, n);
+    const ir_node *a = &g->nodes[ops[0]], *b = &g->nodes[ops[1]];
+    if (n->dtype != KILN_F32 || a->dtype != KILN_F32 || b->dtype != KILN_F32 || a->ndim < 2 || b->ndim < 2)
+        return false;
+    *m = n->shape[n->ndim - 2];
+    *cols = n->shape[n->ndim - 1];
+    *batch = *m * *cols != 0 ? ir_node_numel(n) / (*m * *cols) : 0;
+    return *batch > 0;
+}
+
+/* A later use of value r at node at: r lives until then. */
+static void live_until(interp_plan *p, ir_ref r, ir_ref at)
+{
+    if (p->last_use[r] < at)
+        p->last_use[r] = at;
+}
+
+/* CUDA: an f32 matmul (run eagerly otherwise) whose product only the next
+ * kernel reads is computed inside that kernel, tile by tile in registers,
+ * and never stored. Its operands then live until that kernel runs. */
+static void plan_matmul_epilogues(interp_plan *p)
+{
+    const ir_graph *g = p->graph;
+    for (int i = 0; i < p->low.n_steps; i++) {
+        lower_step *s = &p->low.steps[i];
+        p->fused_matmul[i] = -1;
+        for (int b = 0; s->kernel && b < s->n_inputs && p->fused_matmul[i] < 0; b++) {
+            ir_ref r = s->buffers[b];
+            const ir_node *n = &g->nodes[r];
+            int64_t m, cols, batch;
+            if (n->op != OP_MATMUL || p->last_use[r] != s->node || p->step_of[r] < 0 ||
+                p->low.steps[p->step_of[r]].kernel || !matmul_dims(g, n, &m, &cols, &batch) ||
+                !nvrtc_matmul_epilogue_fits(s->kernel, b, m, cols, batch))
+                continue;
+            s->kernel->matmul_product = b;
+            s->kernel->in_place = p->in_place[i] = -1;
+            p->fused_matmul[i] = (int)r;
+            p->low.materialized[r] = false;
+            live_until(p, ir_operands(g, n)[0], s->node);
+            live_until(p, ir_operands(g, n)[1], s->node);
+        }
+    }
+}
+
 /* Which kernels write over an input (before they are compiled: the code
  * differs). Needs the lowered steps. */
 static void plan_in_place(interp_plan *p)
@@ -203,7 +252,8 @@ static int lower_plan(interp_plan *p, const plan_options *o, const char *target,
     p->step_of = malloc((p->graph->count ? p->graph->count : 1) * sizeof *p->step_of);
     p->fns = calloc((size_t)n + 1, sizeof *p->fns);
     p->in_place = malloc(((size_t)n + 1) * sizeof *p->in_place);
-    if (!p->step_of || !p->fns || !p->in_place) {
+    p->fused_matmul = malloc(((size_t)n + 1) * sizeof *p->fused_matmul);
+    if (!p->step_of || !p->fns || !p->in_place || !p->fused_matmul) {
         snprintf(why, size, "out of memory lowering the graph");
         return -1;
     }
@@ -212,6 +262,10 @@ static int lower_plan(interp_plan *p, const plan_options *o, const char *target,
     for (int i = 0; i < n; i++)
         p->step_of[p->low.steps[i].node] = i;
     plan_in_place(p);
+    for (int i = 0; i < n; i++)
+        p->fused_matmul[i] = -1;
+    if (!strncmp(target, "cuda:", 5))
+        plan_matmul_epilogues(p);
     return 0;
 }
 
@@ -224,6 +278,8 @@ static void unlower_plan(interp_plan *p)
     free(p->fns);
     free(p->loaded);
     free(p->in_place);
+    free(p->fused_matmul);
+    p->fused_matmul = NULL;
     p->step_of = NULL;
     p->fns = NULL;
     p->loaded = NULL;
@@ -484,6 +540,10 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
     kiln_tensor *out = output_for(p, n, p->in_place[step] >= 0 ? values[s->buffers[p->in_place[step]]] : NULL);
     bool ok = out != NULL;
     for (int i = 0; ok && i < s->n_inputs; i++) {
+        if (i == s->kernel->matmul_product) {
+            buffers[i] = NULL; /* computed inside the kernel */
+            continue;
+        }
         kiln_tensor *t = values[s->buffers[i]];
         /* Kernels address buffers as row-major; CUDA's read 16 bytes at a time. */
         if (!eager_is_contiguous(t) || (p->device == KILN_CUDA && (uintptr_t)eager_data(t) % 16))
@@ -491,7 +551,12 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
         ok = t != NULL;
         buffers[i] = ok ? eager_data(t) : NULL;
     }
-    if (ok && p->device == KILN_CUDA) {
+    int product = p->device == KILN_CUDA ? p->fused_matmul[step] : -1;
+    if (ok && product >= 0) {
+        buffers[s->n_inputs] = eager_data(out);
+        const ir_ref *ops = ir_operands(p->graph, &p->graph->nodes[(ir_ref)product]);
+        ok = eager_cuda_matmul_kernel("kiln_call", fn, s->kernel, values[ops[0]], values[ops[1]], buffers) == 0;
+    } else if (ok && p->device == KILN_CUDA) {
         buffers[s->n_inputs] = eager_data(out);
         ok = eager_cuda_kernel("kiln_call", fn, s->kernel, buffers) == 0;
     } else if (ok) {
@@ -508,17 +573,27 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
     return out;
 }
 
+static void release_if_dead(const interp_plan *p, ir_ref o, ir_ref r, kiln_tensor **values)
+{
+    if (p->last_use[o] == r && values[o]) {
+        kiln_release(values[o]);
+        values[o] = NULL;
+    }
+}
+
 static void release_dead_operands(const interp_plan *p, ir_ref r, kiln_tensor **values)
 {
     uint32_t n;
     const ir_ref *used = uses(p, r, &n);
-    for (uint32_t i = 0; i < n; i++) {
-        ir_ref o = used[i];
-        if (p->last_use[o] == r && values[o]) {
-            kiln_release(values[o]);
-            values[o] = NULL;
-        }
-    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!native(p) || p->low.materialized[used[i]]) /* a fused product has no value */
+            release_if_dead(p, used[i], r, values);
+    int step = native(p) ? p->step_of[r] : -1;
+    if (step < 0 || !p->fused_matmul || p->fused_matmul[step] < 0)
+        return;
+    const ir_ref *ops = ir_operands(p->graph, &p->graph->nodes[(ir_ref)p->fused_matmul[step]]);
+    release_if_dead(p, ops[0], r, values);
+    release_if_dead(p, ops[1], r, values);
 }
 
 /* Whether node r's value is a new tensor a compiled kernel wrote. */
