@@ -120,6 +120,29 @@ static int scale_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
+static int add_captured_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_add(in[0], user);
+    return out[0] ? 0 : -1;
+}
+
+/* A CPU tensor captured by a function called on CUDA inputs is the same
+ * error as eagerly. */
+START_TEST(test_captured_cpu_tensor_is_an_error)
+{
+    kiln_tensor *bias = kiln_keep(ramp(KILN_F32, 1, (int64_t[]){8}));
+    kiln_tensor *a = kiln_to_device(ramp(KILN_F32, 1, (int64_t[]){8}), KILN_CUDA);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = KILN_BACKEND_INTERP;
+    kiln_fn *f = kiln_jit("add_captured", add_captured_body, 1, 1, bias, &o);
+    kiln_tensor *out[1] = {NULL};
+    ck_assert_int_lt(kiln_call(f, &a, out), 0);
+    ck_assert_kiln_error("different devices", "[8] f32 on the CPU");
+    kiln_fn_free(f);
+    kiln_release(bias);
+}
+END_TEST
+
 /* A CUDA signature compiles for the device, and a kernel that does not load
  * leaves an error, not a crash or a half-made result. */
 START_TEST(test_traced_call_that_cannot_run_fails_cleanly)
@@ -259,6 +282,7 @@ static Suite *cuda_suite(void)
         tcase_add_test(tc, test_kernels_that_cannot_load_fail_cleanly);
         tcase_add_test(tc, test_mixed_devices_are_an_error);
         tcase_add_test(tc, test_traced_call_that_cannot_run_fails_cleanly);
+        tcase_add_test(tc, test_captured_cpu_tensor_is_an_error);
         tcase_add_test(tc, test_allocator_reuses_freed_blocks);
         tcase_add_test(tc, test_out_of_memory_returns_the_cache_first);
         tcase_add_test(tc, test_bad_arguments);

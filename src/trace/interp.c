@@ -530,6 +530,22 @@ static kiln_tensor *output_for(const interp_plan *p, const ir_node *n, kiln_tens
     return out;
 }
 
+/* A CPU operand of a CUDA kernel (a capture): a 0-d value is copied over,
+ * as eager CUDA ops take one; anything else is an error, as eagerly. */
+static kiln_tensor *cpu_operand_to_cuda(const kiln_tensor *t)
+{
+    char d[CORE_SHAPE_STR_MAX];
+    if (t->ndim == 0) {
+        kiln_tensor *moved = kiln_to_device((kiln_tensor *)t, KILN_CUDA);
+        eager_disown(moved); /* released with the other staged operands */
+        return moved;
+    }
+    core_shape_str(d, t->ndim, t->shape);
+    core_fail(CORE_DEVICE, "kiln_call", "operands are on different devices: a captured %s %s is on the CPU, the "
+              "inputs on CUDA (move it with kiln_to_device)", d, kiln_dtype_name(t->dtype));
+    return NULL;
+}
+
 /* Runs a compiled kernel over its input buffers into its output tensor. */
 static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_tensor **values)
 {
@@ -545,8 +561,11 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
             continue;
         }
         kiln_tensor *t = values[s->buffers[i]];
-        /* Kernels address buffers as row-major; CUDA's read 16 bytes at a time. */
-        if (!eager_is_contiguous(t) || (p->device == KILN_CUDA && (uintptr_t)eager_data(t) % 16))
+        /* Kernels address buffers as row-major; CUDA's read 16 bytes at a
+         * time, and a CPU 0-d value goes along as eager ops take it. */
+        if (p->device == KILN_CUDA && t->device != KILN_CUDA)
+            t = staged[i] = cpu_operand_to_cuda(t);
+        else if (!eager_is_contiguous(t) || (p->device == KILN_CUDA && (uintptr_t)eager_data(t) % 16))
             t = staged[i] = eager_copy("kiln_call", t);
         ok = t != NULL;
         buffers[i] = ok ? eager_data(t) : NULL;
