@@ -64,6 +64,13 @@ typedef enum {
 } progen_op;
 
 #define PROGEN_OP_BIT(op) (UINT64_C(1) << (op))
+/* The ops that make tensors (on the CPU) rather than take them: programs
+ * over another device's inputs leave them out. */
+#define PROGEN_MAKING_OPS                                                                                     \
+    (PROGEN_OP_BIT(PROGEN_FULL) | PROGEN_OP_BIT(PROGEN_ZEROS) | PROGEN_OP_BIT(PROGEN_ONES) |                  \
+     PROGEN_OP_BIT(PROGEN_ARANGE) | PROGEN_OP_BIT(PROGEN_RAND) | PROGEN_OP_BIT(PROGEN_RANDN) |                \
+     PROGEN_OP_BIT(PROGEN_FROM_DATA) | PROGEN_OP_BIT(PROGEN_ASSIGN))
+#define PROGEN_ALL_OPS (PROGEN_OP_BIT(PROGEN_OP_COUNT) - 1)
 #define PROGEN_DTYPE_BIT(dt) (1u << (dt))
 
 enum {

@@ -1,18 +1,24 @@
-/* CUDA tensors without a GPU. Run twice by meson:
+/* CUDA tensors without a GPU. Run three times by meson:
  *  - KILN_TEST_CUDA=fake, against tests/fakecuda's libcuda.so.1, whose
  *    device memory is host memory and which loads no kernel: moving tensors
  *    both ways, reading them back, the caching allocator's reuse, bound and
  *    out-of-memory recovery, and clean errors where a kernel would run;
+ *  - KILN_TEST_CUDA=launch, against the same with FAKE_CUDA_KERNELS=check,
+ *    which loads kernels and checks each launch's grid and pointers without
+ *    running it: random programs, eager and traced (fused matmuls
+ *    included), launch only kernels over device memory, with results of the
+ *    dtypes and shapes the CPU's have (their values are not computed);
  *  - KILN_TEST_CUDA=none, with no driver: the clear "no CUDA driver" error.
  * Running kernels is tests/test_cuda_gpu.c's, where a GPU is. */
 #include <stdint.h>
 
+#include "progen.h"
 #include "test_common.h"
 
-static bool fake_mode(void)
+static bool mode_is(const char *name)
 {
     const char *mode = getenv("KILN_TEST_CUDA");
-    return mode && !strcmp(mode, "fake");
+    return mode && !strcmp(mode, name);
 }
 
 static kiln_tensor *ramp(kiln_dtype dt, int ndim, const int64_t *shape)
@@ -270,13 +276,96 @@ START_TEST(test_bad_arguments)
 }
 END_TEST
 
+/* -- Launches checked by the stand-in driver ---------------------------------- */
+
+static void assert_same_type(kiln_tensor *got, kiln_tensor *want, const char *what)
+{
+    ck_assert_msg(got && kiln_device_of(got) == KILN_CUDA, "%s: no CUDA result", what);
+    ck_assert_msg(kiln_dtype_of(got) == kiln_dtype_of(want), "%s: %s, the CPU's %s", what,
+                  kiln_dtype_name(kiln_dtype_of(got)), kiln_dtype_name(kiln_dtype_of(want)));
+    ck_assert_int_eq(kiln_ndim(got), kiln_ndim(want));
+    for (int d = 0; d < kiln_ndim(got); d++)
+        ck_assert_int_eq(kiln_shape(got)[d], kiln_shape(want)[d]);
+}
+
+static void launch_program(uint64_t seed, bool traced)
+{
+    kiln_scope_begin();
+    progen_options opt = {.ops = PROGEN_ALL_OPS & ~PROGEN_MAKING_OPS};
+    progen_program *p = progen_new(seed, &opt);
+    int n_in = progen_n_inputs(p), n_out = progen_n_outputs(p);
+    kiln_tensor *in[PROGEN_MAX_INPUTS], *dev[PROGEN_MAX_INPUTS], *want[PROGEN_MAX_OUTPUTS], *got[PROGEN_MAX_OUTPUTS];
+    for (int i = 0; i < n_in; i++) {
+        in[i] = progen_make_input(p, i, seed * 31 + (uint64_t)i);
+        dev[i] = kiln_to_device(in[i], KILN_CUDA);
+    }
+    ck_assert_int_eq(progen_run(p, in, want), 0);
+    kiln_jit_options o = kiln_jit_defaults();
+    kiln_fn *f = traced ? kiln_jit("random", progen_body, n_in, n_out, p, &o) : NULL;
+    int status = traced ? kiln_call(f, dev, got) : progen_run(p, dev, got);
+    char *listing = status == 0 ? NULL : progen_describe(p);
+    ck_assert_msg(status == 0, "seed %llu: %s\n%s", (unsigned long long)seed, kiln_last_error(),
+                  listing ? listing : "");
+    if (traced)
+        ck_assert_str_eq(kiln_fn_backend(f), "nvrtc");
+    for (int i = 0; i < n_out; i++)
+        assert_same_type(got[i], want[i], traced ? "traced" : "eager");
+    kiln_fn_free(f);
+    progen_free(p);
+    kiln_scope_end();
+}
+
+START_TEST(test_eager_programs_launch_on_device_memory)
+{
+    for (uint64_t s = 1; s <= 30; s++)
+        launch_program(s, false);
+}
+END_TEST
+
+START_TEST(test_traced_programs_launch_on_device_memory)
+{
+    for (uint64_t s = 1; s <= 30; s++)
+        launch_program(s, true);
+}
+END_TEST
+
+static int mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *w = user;
+    kiln_tensor *h = kiln_relu(kiln_add_scalar(kiln_matmul(in[0], w), 1));
+    out[0] = kiln_add(h, kiln_mul_scalar(kiln_matmul(in[0], w), 2)); /* the product twice: not fused */
+    out[1] = kiln_tanh(kiln_matmul(h, kiln_transpose(w, 0, 1)));
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* Products fused into their epilogues, and one read twice that is not. */
+START_TEST(test_fused_products_launch)
+{
+    kiln_tensor *w = kiln_keep(kiln_to_device(kiln_randn(2, (int64_t[]){40, 24}, 1), KILN_CUDA));
+    kiln_tensor *x = kiln_to_device(kiln_randn(2, (int64_t[]){33, 40}, 2), KILN_CUDA);
+    kiln_jit_options o = kiln_jit_defaults();
+    kiln_fn *f = kiln_jit("mlp", mlp_body, 1, 2, w, &o);
+    kiln_tensor *out[2];
+    ck_assert_msg(kiln_call(f, &x, out) == 0, "%s", kiln_last_error());
+    ck_assert_str_eq(kiln_fn_backend(f), "nvrtc");
+    ck_assert_int_eq(kiln_shape(out[0])[1], 24);
+    ck_assert_int_eq(kiln_shape(out[1])[1], 40);
+    kiln_fn_free(f);
+    kiln_release(w);
+}
+END_TEST
+
 static Suite *cuda_suite(void)
 {
     Suite *s = suite_create("cuda");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300); /* NVRTC compiles the kernels that then fail to load */
     tcase_add_checked_fixture(tc, test_scoped_setup, test_scoped_teardown);
-    if (fake_mode()) {
+    if (mode_is("launch")) {
+        tcase_add_test(tc, test_eager_programs_launch_on_device_memory);
+        tcase_add_test(tc, test_traced_programs_launch_on_device_memory);
+        tcase_add_test(tc, test_fused_products_launch);
+    } else if (mode_is("fake")) {
         tcase_add_test(tc, test_round_trip_every_dtype);
         tcase_add_test(tc, test_views_move_by_their_own_elements);
         tcase_add_test(tc, test_kernels_that_cannot_load_fail_cleanly);
@@ -297,10 +386,10 @@ int main(void)
 {
     const char *mode = getenv("KILN_TEST_CUDA");
     if (!mode) {
-        fprintf(stderr, "set KILN_TEST_CUDA to fake (with tests/fakecuda on LD_LIBRARY_PATH) or none\n");
+        fprintf(stderr, "set KILN_TEST_CUDA to fake or launch (with tests/fakecuda on LD_LIBRARY_PATH) or none\n");
         return 77;
     }
-    if (!fake_mode() && kiln_cuda_available()) {
+    if (mode_is("none") && kiln_cuda_available()) {
         fprintf(stderr, "skipped: this machine has a CUDA driver and device\n");
         return 77;
     }

@@ -22,10 +22,7 @@ static char cache_root[] = "/tmp/kiln-cuda-gpu-XXXXXX";
  * make CPU tensors, which do not mix with CUDA ones. */
 static progen_options device_programs(void)
 {
-    uint64_t host_made = PROGEN_OP_BIT(PROGEN_FULL) | PROGEN_OP_BIT(PROGEN_ZEROS) | PROGEN_OP_BIT(PROGEN_ONES) |
-                         PROGEN_OP_BIT(PROGEN_ARANGE) | PROGEN_OP_BIT(PROGEN_RAND) | PROGEN_OP_BIT(PROGEN_RANDN) |
-                         PROGEN_OP_BIT(PROGEN_FROM_DATA) | PROGEN_OP_BIT(PROGEN_ASSIGN);
-    return (progen_options){.ops = (PROGEN_OP_BIT(PROGEN_OP_COUNT) - 1) & ~host_made};
+    return (progen_options){.ops = PROGEN_ALL_OPS & ~PROGEN_MAKING_OPS};
 }
 
 /* got, on CUDA, against want from the CPU. */

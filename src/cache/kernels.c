@@ -240,10 +240,11 @@ static int from_disk(lookup *l)
     return 1;
 }
 
-/* Whether l's code runs in this process, on its CPU or its GPU. */
+/* Whether l's code is loaded to run in this process, on its CPU or its GPU
+ * (else it is only compiled into the disk cache). */
 static bool runs_here(const lookup *l)
 {
-    return l->target->host || l->target->device;
+    return (l->target->host || l->target->device) && l->load;
 }
 
 /* Stores l's object code: 0, or -1 with err when it could not be stored
@@ -347,7 +348,7 @@ static int one_kernel(lookup *l, cache_kernel **handle, cache_counts *counts, ch
     }
     make_key(l, text);
     free(text);
-    bool host = runs_here(l) && l->load;
+    bool host = runs_here(l);
     cache_kernel *k = host ? find_loaded(&l->key) : NULL;
     if (k) {
         k->refs++;
@@ -389,7 +390,7 @@ int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cach
         return CACHE_COMPILE_FAILED;
     cache_config config;
     cache_config_from_env(&config);
-    if (!t.host && !t.device && (config.mode == CACHE_OFF || r->no_disk)) {
+    if (!((t.host || t.device) && handles) && (config.mode == CACHE_OFF || r->no_disk)) {
         snprintf(err, err_size, "code for %s is only stored in the disk cache, and %s", r->target,
                  r->no_disk ? "this function skips it (no_cache)" : "KILN_CACHE=off turns it off");
         return CACHE_COMPILE_FAILED;

@@ -56,9 +56,13 @@ static block *take_cached(size_t bytes)
     return NULL;
 }
 
-/* Under the lock: every cached block back to the driver. */
+/* Under the lock: every cached block back to the driver, once the work
+ * queued before (which may still use them) is done. */
 static void release_cached(void)
 {
+    char ignored[512];
+    if (pool.cached)
+        cuda_synchronize(ignored, sizeof ignored);
     while (pool.cached) {
         block *b = pool.cached;
         pool.cached = b->next;

@@ -127,7 +127,9 @@ static void open_device(void)
     cu_result r;
     if ((r = cu.init(0)) != CU_SUCCESS) {
         snprintf(cu.failure, sizeof cu.failure, "no CUDA device: cuInit: %s", describe(r));
-    } else if ((r = cu.device_count(&count)) != CU_SUCCESS || count == 0) {
+    } else if ((r = cu.device_count(&count)) != CU_SUCCESS) {
+        snprintf(cu.failure, sizeof cu.failure, "no CUDA device: cuDeviceGetCount: %s", describe(r));
+    } else if (count == 0) {
         snprintf(cu.failure, sizeof cu.failure, "no CUDA device: the driver sees none");
     } else if (check(cu.device_get(&cu.device, 0), "cuDeviceGet", why, sizeof why) < 0 ||
                check(cu.device_attribute(&major, CU_ATTR_MAJOR, cu.device), "cuDeviceGetAttribute", why,
@@ -207,7 +209,9 @@ int cuda_device_alloc(void **p, size_t bytes, bool *out_of_memory, char *err, si
 
 void cuda_device_free(void *p)
 {
-    cu.mem_free((cu_ptr)(uintptr_t)p);
+    char ignored[512];
+    if (cuda_start(ignored, sizeof ignored) == 0) /* the context current on this thread too */
+        cu.mem_free((cu_ptr)(uintptr_t)p);
 }
 
 int cuda_copy_to_device(void *dst, const void *src, size_t bytes, char *err, size_t err_size)
@@ -293,7 +297,9 @@ void cuda_unload(cuda_module *m)
 {
     if (!m)
         return;
-    cu.module_unload(m->module);
+    char ignored[512];
+    if (cuda_start(ignored, sizeof ignored) == 0)
+        cu.module_unload(m->module);
     free(m);
 }
 

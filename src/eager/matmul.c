@@ -266,10 +266,12 @@ static nvrtc_matmul_args cuda_args(const kiln_tensor *a, const kiln_tensor *b, c
 
 int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, nvrtc_matmul_args *args)
 {
+    if (a->ndim == 0 || b->ndim == 0)
+        return fail_shapes(fn, a, b, "operands need at least one dimension"), -CORE_SHAPE;
     matrix_operand ma, mb;
     matrix_dims(a, true, &ma);
     matrix_dims(b, false, &mb);
-    if (a->ndim == 0 || b->ndim == 0 || ma.cols != mb.rows)
+    if (ma.cols != mb.rows)
         return fail_shapes(fn, a, b, "inner dimensions differ"), -CORE_SHAPE;
     matmul_shape s = {.m = ma.rows, .n = mb.cols, .k = ma.cols};
     if (batch_shape(fn, a, b, &s) < 0)
@@ -315,7 +317,7 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
     kiln_tensor *pa = cuda && a->dtype == dt ? kiln_retain(a) : prepared(fn, a, dt, true);
     kiln_tensor *pb = cuda && b->dtype == dt ? kiln_retain(b) : prepared(fn, b, dt, false);
     kiln_tensor *out = pa && pb ? tensor_new_on(fn, device, dt, ndim, shape) : NULL;
-    nvrtc_matmul_args args = cuda ? cuda_args(pa, pb, &s) : (nvrtc_matmul_args){0};
+    nvrtc_matmul_args args = cuda && out ? cuda_args(pa, pb, &s) : (nvrtc_matmul_args){0};
     if (out && (cuda ? cuda_matmul(fn, &args, dt, pa, pb, out) : run_matmul(fn, pa, pb, &s, out)) < 0)
         out = tensor_drop(out);
     kiln_release(pa);

@@ -139,6 +139,19 @@ static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t
     return *batch > 0;
 }
 
+/* How many nodes read value r when the plan runs. */
+static int readers(const interp_plan *p, ir_ref r)
+{
+    int count = 0;
+    for (ir_ref at = r + 1; at < p->graph->count; at++) {
+        uint32_t n;
+        const ir_ref *used = uses(p, at, &n);
+        for (uint32_t i = 0; i < n; i++)
+            count += used[i] == r;
+    }
+    return count;
+}
+
 /* A later use of value r at node at: r lives until then. */
 static void live_until(interp_plan *p, ir_ref r, ir_ref at)
 {
@@ -159,12 +172,11 @@ static void plan_matmul_epilogues(interp_plan *p)
             ir_ref r = s->buffers[b];
             const ir_node *n = &g->nodes[r];
             int64_t m, cols, batch;
-            if (n->op != OP_MATMUL || p->last_use[r] != s->node || p->step_of[r] < 0 ||
+            if (n->op != OP_MATMUL || p->last_use[r] != s->node || readers(p, r) != 1 || p->step_of[r] < 0 ||
                 p->low.steps[p->step_of[r]].kernel || !matmul_dims(g, n, &m, &cols, &batch) ||
                 !nvrtc_matmul_epilogue_fits(s->kernel, b, m, cols, batch))
                 continue;
             s->kernel->matmul_product = b;
-            s->kernel->in_place = p->in_place[i] = -1;
             p->fused_matmul[i] = (int)r;
             p->low.materialized[r] = false;
             live_until(p, ir_operands(g, n)[0], s->node);
@@ -174,12 +186,12 @@ static void plan_matmul_epilogues(interp_plan *p)
 }
 
 /* Which kernels write over an input (before they are compiled: the code
- * differs). Needs the lowered steps. */
+ * differs). Needs the lowered steps and their liveness; a kernel computing a
+ * matmul's product writes over nothing. */
 static void plan_in_place(interp_plan *p)
 {
-    plan_liveness(p);
     for (int i = 0; i < p->low.n_steps; i++) {
-        p->in_place[i] = in_place_input(p, &p->low.steps[i]);
+        p->in_place[i] = p->fused_matmul[i] < 0 ? in_place_input(p, &p->low.steps[i]) : -1;
         if (p->low.steps[i].kernel)
             p->low.steps[i].kernel->in_place = p->in_place[i];
     }
@@ -223,6 +235,14 @@ static bool plan_consts(interp_plan *p)
         kiln_tensor *t = n->params.scalar ? eager_scalar_literal(n->dtype, n->params.value)
                                           : kiln_full(n->dtype, 0, NULL, n->params.value);
         eager_disown(t);
+        if (t && p->device == KILN_CUDA) { /* folded constants are expanded and fed to ops like any value */
+            kiln_tensor *moved = kiln_to_device(t, KILN_CUDA);
+            eager_disown(moved);
+            if (moved)
+                moved->literal = t->literal;
+            kiln_release(t);
+            t = moved;
+        }
         if (!t)
             return false;
         p->consts[r] = t;
@@ -261,11 +281,14 @@ static int lower_plan(interp_plan *p, const plan_options *o, const char *target,
         p->step_of[r] = -1;
     for (int i = 0; i < n; i++)
         p->step_of[p->low.steps[i].node] = i;
-    plan_in_place(p);
     for (int i = 0; i < n; i++)
         p->fused_matmul[i] = -1;
+    /* Fusing a product keeps its operands alive longer, which in-place
+     * writes must know. */
+    plan_liveness(p);
     if (!strncmp(target, "cuda:", 5))
         plan_matmul_epilogues(p);
+    plan_in_place(p);
     return 0;
 }
 
@@ -519,10 +542,11 @@ static kiln_tensor *output_for(const interp_plan *p, const ir_node *n, kiln_tens
     if (!t) {
         out = eager_empty("kiln_call", p->device, n->dtype, n->ndim, n->shape);
     } else if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
-               eager_is_contiguous(t)) {
+               eager_is_contiguous(t) && t->device == p->device) {
         out = kiln_reshape(t, n->ndim, n->shape);
     } else {
-        kiln_tensor *copy = eager_copy("kiln_call", t);
+        kiln_tensor *copy = t->device == p->device ? eager_copy("kiln_call", t) : kiln_to_device(t, p->device);
+        eager_disown(copy);
         out = copy ? kiln_reshape(copy, n->ndim, n->shape) : NULL;
         kiln_release(copy);
     }
@@ -530,19 +554,26 @@ static kiln_tensor *output_for(const interp_plan *p, const ir_node *n, kiln_tens
     return out;
 }
 
-/* A CPU operand of a CUDA kernel (a capture): a 0-d value is copied over,
- * as eager CUDA ops take one; anything else is an error, as eagerly. */
-static kiln_tensor *cpu_operand_to_cuda(const kiln_tensor *t)
+static const char *device_name(kiln_device d)
+{
+    return d == KILN_CUDA ? "CUDA" : "the CPU";
+}
+
+/* A kernel's operand on another device than the plan's (a capture): a 0-d
+ * value is copied over, as eager ops take one; anything else is the eager
+ * ops' error. NULL with the error set, or a new unowned tensor. */
+static kiln_tensor *operand_moved(const interp_plan *p, const kiln_tensor *t)
 {
     char d[CORE_SHAPE_STR_MAX];
     if (t->ndim == 0) {
-        kiln_tensor *moved = kiln_to_device((kiln_tensor *)t, KILN_CUDA);
+        kiln_tensor *moved = kiln_to_device((kiln_tensor *)t, p->device);
         eager_disown(moved); /* released with the other staged operands */
         return moved;
     }
     core_shape_str(d, t->ndim, t->shape);
-    core_fail(CORE_DEVICE, "kiln_call", "operands are on different devices: a captured %s %s is on the CPU, the "
-              "inputs on CUDA (move it with kiln_to_device)", d, kiln_dtype_name(t->dtype));
+    core_fail(CORE_DEVICE, "kiln_call", "operands are on different devices: a captured %s %s is on %s, the "
+              "inputs on %s (move it with kiln_to_device)", d, kiln_dtype_name(t->dtype), device_name(t->device),
+              device_name(p->device));
     return NULL;
 }
 
@@ -563,8 +594,8 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
         kiln_tensor *t = values[s->buffers[i]];
         /* Kernels address buffers as row-major; CUDA's read 16 bytes at a
          * time, and a CPU 0-d value goes along as eager ops take it. */
-        if (p->device == KILN_CUDA && t->device != KILN_CUDA)
-            t = staged[i] = cpu_operand_to_cuda(t);
+        if (t->device != p->device)
+            t = staged[i] = operand_moved(p, t);
         else if (!eager_is_contiguous(t) || (p->device == KILN_CUDA && (uintptr_t)eager_data(t) % 16))
             t = staged[i] = eager_copy("kiln_call", t);
         ok = t != NULL;
@@ -574,7 +605,9 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
     if (ok && product >= 0) {
         buffers[s->n_inputs] = eager_data(out);
         const ir_ref *ops = ir_operands(p->graph, &p->graph->nodes[(ir_ref)product]);
-        ok = eager_cuda_matmul_kernel("kiln_call", fn, s->kernel, values[ops[0]], values[ops[1]], buffers) == 0;
+        kiln_tensor *a = values[ops[0]], *b = values[ops[1]];
+        ok = (a->device == p->device || operand_moved(p, a)) && (b->device == p->device || operand_moved(p, b)) &&
+             eager_cuda_matmul_kernel("kiln_call", fn, s->kernel, a, b, buffers) == 0;
     } else if (ok && p->device == KILN_CUDA) {
         buffers[s->n_inputs] = eager_data(out);
         ok = eager_cuda_kernel("kiln_call", fn, s->kernel, buffers) == 0;

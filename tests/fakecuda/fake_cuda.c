@@ -1,20 +1,51 @@
 /* A stand-in for libcuda.so.1 on machines without a GPU: device memory is
- * host memory, copies are memcpy, and no kernel loads. The cuda suite runs
- * against it (LD_LIBRARY_PATH) to check what kiln does around kernels:
- * moving tensors, the caching allocator, and clean errors where a kernel
- * would run. FAKE_CUDA_MEMORY_LIMIT bounds the bytes held, to provoke
- * out-of-memory. Only the entry points kiln binds are here. */
+ * host memory and copies are memcpy. The cuda suite runs against it
+ * (LD_LIBRARY_PATH) to check what kiln does around kernels: moving tensors,
+ * the caching allocator, clean errors, and launches. By default no kernel
+ * loads; with FAKE_CUDA_KERNELS=check a module is its PTX, and a launch
+ * checks its grid and that every pointer argument (read from the entry's
+ * parameter list) is device memory from cuMemAlloc or NULL, then runs
+ * nothing: kiln's plans launch their kernels, whose results are garbage.
+ * FAKE_CUDA_MEMORY_LIMIT bounds the bytes held, to provoke out-of-memory.
+ * Only the entry points kiln binds are here. */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
-enum { SUCCESS = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_IMAGE = 200, NOT_SUPPORTED = 801 };
+enum { SUCCESS = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_IMAGE = 200, NO_BINARY_FOR_GPU = 209,
+       ILLEGAL_ADDRESS = 700, NOT_SUPPORTED = 801 };
 
-/* Each block carries its size before the address handed out. */
+/* Each block carries its size before the address handed out; the live
+ * ones are listed, for launches to check their pointers against. */
 static size_t held;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+enum { MAX_BLOCKS = 1 << 16 };
+static uintptr_t blocks[MAX_BLOCKS];
+static size_t sizes[MAX_BLOCKS];
+static int n_blocks;
+
+static bool kernels_checked(void)
+{
+    const char *v = getenv("FAKE_CUDA_KERNELS");
+    return v && !strcmp(v, "check");
+}
+
+/* Whether [at, at + n) lies in one live block. */
+static bool device_memory(uintptr_t at, size_t n)
+{
+    pthread_mutex_lock(&lock);
+    bool inside = false;
+    for (int i = 0; i < n_blocks && !inside; i++)
+        inside = at >= blocks[i] && at + n <= blocks[i] + sizes[i];
+    pthread_mutex_unlock(&lock);
+    return inside;
+}
 
 static size_t limit(void)
 {
@@ -75,15 +106,35 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
     if (!block)
         return OUT_OF_MEMORY;
     block[0] = bytes;
-    held += bytes;
     *p = (CUdeviceptr)(uintptr_t)(block + 2);
+    pthread_mutex_lock(&lock);
+    if (n_blocks == MAX_BLOCKS) {
+        pthread_mutex_unlock(&lock);
+        free(block);
+        return OUT_OF_MEMORY;
+    }
+    held += bytes;
+    blocks[n_blocks] = (uintptr_t)*p;
+    sizes[n_blocks++] = bytes;
+    pthread_mutex_unlock(&lock);
     return SUCCESS;
 }
 
 CUresult cuMemFree_v2(CUdeviceptr p)
 {
     size_t *block = (size_t *)(uintptr_t)p - 2;
+    pthread_mutex_lock(&lock);
+    int i = 0;
+    while (i < n_blocks && blocks[i] != (uintptr_t)p)
+        i++;
+    if (i == n_blocks) {
+        pthread_mutex_unlock(&lock);
+        return INVALID_VALUE;
+    }
+    blocks[i] = blocks[--n_blocks];
+    sizes[i] = sizes[n_blocks];
     held -= block[0];
+    pthread_mutex_unlock(&lock);
     free(block);
     return SUCCESS;
 }
@@ -91,6 +142,8 @@ CUresult cuMemFree_v2(CUdeviceptr p)
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s)
 {
     (void)s;
+    if (n && !device_memory((uintptr_t)dst, n))
+        return INVALID_VALUE;
     memcpy((void *)(uintptr_t)dst, src, n);
     return SUCCESS;
 }
@@ -98,6 +151,8 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s)
 {
     (void)s;
+    if (n && !device_memory((uintptr_t)src, n))
+        return INVALID_VALUE;
     memcpy(dst, (const void *)(uintptr_t)src, n);
     return SUCCESS;
 }
@@ -116,14 +171,67 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s)
     return SUCCESS;
 }
 
-CUresult cuModuleLoadData(void **module, const void *image) { (void)module; (void)image; return INVALID_IMAGE; }
-CUresult cuModuleUnload(void *module) { (void)module; return SUCCESS; }
-CUresult cuModuleGetFunction(void **f, void *m, const char *name) { (void)f; (void)m; (void)name; return INVALID_VALUE; }
+/* A module is its PTX; a function, its entry's parameters: which are
+ * pointers (.u64 ones: kiln passes no other 64-bit scalars) and the rest. */
+typedef struct {
+    char name[128];
+    int n;
+    bool pointer[64];
+} function;
+
+CUresult cuModuleLoadData(void **module, const void *image)
+{
+    const unsigned char *bytes = image;
+    if (!kernels_checked())
+        return INVALID_IMAGE;
+    if (bytes[0] == 0x7f && bytes[1] == 'E') /* a CUBIN: ask for the PTX */
+        return NO_BINARY_FOR_GPU;
+    *module = strdup(image);
+    return *module ? SUCCESS : OUT_OF_MEMORY;
+}
+
+CUresult cuModuleUnload(void *module)
+{
+    free(module);
+    return SUCCESS;
+}
+
+CUresult cuModuleGetFunction(void **f, void *module, const char *name)
+{
+    char entry[160];
+    snprintf(entry, sizeof entry, ".entry %s(", name);
+    const char *at = module ? strstr(module, entry) : NULL;
+    function *fn = at ? calloc(1, sizeof *fn) : NULL;
+    if (!fn)
+        return INVALID_VALUE;
+    snprintf(fn->name, sizeof fn->name, "%s", name);
+    const char *end = strchr(at, ')');
+    for (const char *p = strstr(at, ".param"); p && p < end && fn->n < 64; p = strstr(p + 6, ".param")) {
+        const char *line_end = strchr(p, '\n');
+        const char *u64 = strstr(p, ".u64");
+        fn->pointer[fn->n++] = u64 && (!line_end || u64 < line_end);
+    }
+    *f = fn; /* kept for the process, as a driver keeps a module's functions */
+    return SUCCESS;
+}
 
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *s, void **params, void **extra)
 {
-    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)s; (void)params;
-    (void)extra;
-    return INVALID_VALUE;
+    (void)shared; (void)s; (void)extra;
+    const function *fn = f;
+    if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024 || gy > 65535 || gz > 65535) {
+        fprintf(stderr, "fake CUDA: %s: grid (%u, %u, %u) of blocks of %u x %u x %u\n", fn->name, gx, gy, gz, bx, by,
+                bz);
+        return INVALID_VALUE;
+    }
+    for (int i = 0; i < fn->n; i++) {
+        uintptr_t at = fn->pointer[i] ? *(const uintptr_t *)params[i] : 0;
+        if (at && !device_memory(at, 1)) {
+            fprintf(stderr, "fake CUDA: %s: argument %d (%#lx) is not device memory\n", fn->name, i,
+                    (unsigned long)at);
+            return ILLEGAL_ADDRESS;
+        }
+    }
+    return SUCCESS;
 }
