@@ -630,7 +630,7 @@ char *kiln_fn_graph_text(const kiln_fn *f)
 static int check_spec(const kiln_spec *s, int i)
 {
     if ((unsigned)s->dtype > KILN_BOOL || s->ndim < 0 || s->ndim > KILN_MAX_DIMS ||
-        s->device != KILN_CPU)
+        (s->device != KILN_CPU && s->device != KILN_CUDA))
         return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d: dtype %d, ndim %d, device %d",
                          i, (int)s->dtype, s->ndim, (int)s->device);
     int64_t nonzero = 1;
