@@ -6,9 +6,20 @@
  * over the copy bandwidth) and its compute floor (its matrix products timed
  * alone with cblas_sgemm in the same run).
  *
+ * --device cuda: the workloads' inputs and weights move to the GPU after
+ * setup, at GPU sizes, and matmul 8192^3 joins them. The copy probe is a
+ * device-to-device kiln_assign, the compute floor the products alone as
+ * kiln_matmul on CUDA; products are also read as TFLOP/s against the H200's
+ * FP32 peak. Peak memory comes from kiln's CUDA allocator, whose high-water
+ * mark has no reset: it is read in a fresh process (a traced call, then an
+ * eager run, above the inputs). Freed device blocks are all kept for reuse
+ * (KILN_CUDA_CACHE_MAX_BYTES, unless set, 64 GiB), as PyTorch's allocator
+ * keeps them, so eager runs do not time cuMemAlloc and cuMemFree.
+ *
  * Timing: a monotonic clock around the call only, 2 warm-ups, medians of
  * --reps runs. Each timed run includes releasing what it made, eager and
- * traced alike. The JSON schema is docs/bench-json.md. */
+ * traced alike, and on CUDA waiting for the device (kiln_cuda_synchronize).
+ * The JSON schema is docs/bench-json.md. */
 #include <kiln/kiln.h>
 
 #include <cblas.h>
@@ -26,14 +37,23 @@
 
 enum { WARMUPS = 2, MAX_REPS = 1000, TINY_BATCH = 1000 };
 
+/* What CUDA TFLOP/s are read against: the NVIDIA H200's FP32 peak without
+ * tensor cores (the H100 SXM's is the same). */
+#define H200_FP32_TFLOPS 67.0
+#define CUDA_CACHE_BYTES "68719476736" /* 64 GiB */
+
 static const char usage[] =
     "usage: kiln-bench [--workload NAME] [--device cpu|cuda] [--threads N] [--quick]\n"
-    "                  [--reps N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
-    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny (default: all)\n"
-    "  --device D       cpu (cuda needs the CUDA backend, not in this build)\n"
+    "                  [--reps N] [--compiles N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
+    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny matmul (default: the\n"
+    "                   first six; on cuda matmul too)\n"
+    "  --device D       cpu (default), or cuda: inputs on the GPU, GPU sizes (exits 2 without one)\n"
     "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
     "  --quick          small sizes, for CI: finishes in seconds\n"
     "  --reps N         timed runs per measurement after 2 warm-ups (default 10, quick 3)\n"
+    "  --compiles N     times each compile figure is measured: first calls, and fresh processes\n"
+    "                   for compile and the disk cache (default: reps, at most 3); 0 skips\n"
+    "                   the fresh processes and times one first call\n"
     "  --json FILE      the results in the schema of docs/bench-json.md\n"
     "  --svg FILE       a bar chart: eager, traced and the machine's limit per workload\n"
     "  --compare FILE   adds the runs of FILE (bench/peers.py --json) as columns\n";
@@ -41,9 +61,13 @@ static const char usage[] =
 typedef struct {
     const char *workload, *json, *svg, *compare;
     const char *probe, *probe_workload; /* internal: a disk-hit probe's fresh process */
-    int threads, reps;
+    int threads, reps, compiles;
     bool quick;
+    workload_size size;
 } options;
+
+/* --device: where the inputs live; on CUDA every timed run waits for the GPU. */
+static kiln_device device = KILN_CPU;
 
 static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void progress(const char *fmt, ...)
@@ -83,7 +107,15 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* One run of a workload: eagerly (f NULL) or through f, outputs released. */
+/* Waits for the GPU's queued work, on CUDA; a kernel's failure ends the run. */
+static void wait_for_device(const char *what)
+{
+    if (device == KILN_CUDA && kiln_cuda_synchronize() < 0)
+        die(what);
+}
+
+/* One run of a workload: eagerly (f NULL) or through f, outputs released, its
+ * GPU work done. */
 static void run_once(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state)
 {
     kiln_scope_begin();
@@ -91,6 +123,14 @@ static void run_once(const workload *w, kiln_fn *f, kiln_tensor **in, workload_s
     int status = f ? kiln_call(f, in, &out) : w->body(in, &out, state);
     kiln_scope_end();
     if (status != 0)
+        die(w->name);
+    wait_for_device(w->name);
+}
+
+/* w's inputs and state at the size opt asks for, on its device. */
+static void set_up(const workload *w, workload_size size, kiln_tensor **in, workload_state *state)
+{
+    if (w->setup(size, in, state) < 0 || workload_to_device(w, in, state, device) < 0)
         die(w->name);
 }
 
@@ -215,6 +255,86 @@ static double time_gemms(const workload_state *state, int reps)
     return median(samples, reps);
 }
 
+/* -- The GPU's limits ------------------------------------------------------- */
+
+/* host on CUDA, host released: a new reference. */
+static kiln_tensor *to_cuda(kiln_tensor *host)
+{
+    kiln_tensor *t = kiln_to_device(host, KILN_CUDA);
+    kiln_release(host);
+    if (!t)
+        die("CUDA probe");
+    return t;
+}
+
+/* A new f32 CUDA tensor of normal values: the products' operands, so that the
+ * device does the same work as on the workloads' data. */
+static kiln_tensor *cuda_normal(int ndim, const int64_t *shape)
+{
+    return to_cuda(kiln_randn(ndim, shape, 99));
+}
+
+/* A device-to-device copy, kiln_assign of one f32 CUDA tensor into another:
+ * bytes read plus written per second, in GB. */
+static double probe_cuda_copy_gbps(bool quick, int reps)
+{
+    int64_t n = quick ? INT64_C(1) << 22 : INT64_C(1) << 28;
+    kiln_tensor *src = to_cuda(kiln_ones(KILN_F32, 1, &n)), *dst = to_cuda(kiln_zeros(KILN_F32, 1, &n));
+    double samples[MAX_REPS];
+    for (int r = -WARMUPS; r < reps; r++) {
+        double start = now_ms();
+        if (kiln_assign(dst, src) < 0)
+            die("copy probe");
+        wait_for_device("copy probe");
+        if (r >= 0)
+            samples[r] = now_ms() - start;
+    }
+    kiln_release(src);
+    kiln_release(dst);
+    return 2.0 * 4.0 * (double)n / (median(samples, reps) * 1e6);
+}
+
+/* The median time of gemms done alone by kiln_matmul on CUDA tensors made
+ * once (a product of count > 1 as one batched product, as the workloads do). */
+static double time_cuda_gemms(const workload_gemm *gemms, int n_gemms, int reps)
+{
+    if (n_gemms == 0)
+        return 0;
+    kiln_tensor *a[WORKLOAD_MAX_GEMMS], *b[WORKLOAD_MAX_GEMMS];
+    for (int g = 0; g < n_gemms; g++) {
+        const workload_gemm *p = &gemms[g];
+        int64_t a_shape[3] = {p->count, p->m, p->k}, b_shape[3] = {p->count, p->k, p->n};
+        int single = p->count == 1; /* then [m,k] @ [k,n], without the batch axis */
+        a[g] = cuda_normal(3 - single, a_shape + single);
+        b[g] = cuda_normal(3 - single, b_shape + single);
+    }
+    double samples[MAX_REPS];
+    for (int r = -WARMUPS; r < reps; r++) {
+        double start = now_ms();
+        kiln_scope_begin();
+        for (int g = 0; g < n_gemms; g++)
+            if (!kiln_matmul(a[g], b[g]))
+                die("kiln_matmul reference");
+        kiln_scope_end();
+        wait_for_device("kiln_matmul reference");
+        if (r >= 0)
+            samples[r] = now_ms() - start;
+    }
+    for (int g = 0; g < n_gemms; g++) {
+        kiln_release(a[g]);
+        kiln_release(b[g]);
+    }
+    return median(samples, reps);
+}
+
+/* kiln_matmul of two f32 CUDA matrices, 4096^3 (quick 256^3), in GFLOP/s. */
+static double probe_cuda_matmul_gflops(bool quick, int reps)
+{
+    int64_t n = quick ? 256 : 4096;
+    workload_gemm square = {1, n, n, n};
+    return 2.0 * (double)(n * n * n) / (time_cuda_gemms(&square, 1, reps) * 1e6);
+}
+
 /* -- One workload ---------------------------------------------------------- */
 
 /* The largest |a - b| over two tensors of one shape. */
@@ -250,10 +370,10 @@ static kiln_fn *mark(const workload *w, workload_state *state)
 
 /* A fresh marked function's first call: trace, compile and run. No other
  * function of w may be alive, or its kernels would be shared, not compiled. */
-static double time_first_call(const workload *w, kiln_tensor **in, workload_state *state, int reps)
+static double time_first_call(const workload *w, kiln_tensor **in, workload_state *state, int compiles)
 {
     double samples[MAX_REPS];
-    int n = reps < 3 ? reps : 3;
+    int n = compiles > 1 ? compiles : 1;
     for (int r = 0; r < n; r++) {
         kiln_fn *f = mark(w, state);
         double start = now_ms();
@@ -279,80 +399,108 @@ static double time_prepare(kiln_fn *f, const workload *w, kiln_tensor **in)
 
 /* -- Fresh processes: cold compiles and disk hits ------------------------- */
 
-/* kiln-bench --probe first-call|prepare NAME, run as a fresh process: the
- * milliseconds of w's first call (or of preparing it) with the disk cache on,
- * and the kernels that compiled, which must be none for a disk hit. */
-static int probe(const char *what, const workload *w, bool quick)
+/* The CUDA allocator's bytes in use and their high-water mark. */
+static kiln_cuda_memory cuda_memory(void)
+{
+    kiln_cuda_memory m;
+    if (kiln_cuda_memory_stats(&m) < 0)
+        die("kiln_cuda_memory_stats");
+    return m;
+}
+
+/* kiln-bench --probe first-call|prepare|peak NAME, run as a fresh process,
+ * prints two numbers: the milliseconds of w's first call (or of preparing it)
+ * with the disk cache on, and the kernels that compiled, which must be none
+ * for a disk hit; or, for peak (CUDA), the device bytes at the high-water
+ * mark of a traced call above the inputs, then of an eager run above what
+ * was live before it (-1 when it stays under the traced call's mark, which,
+ * never reset, then hides it). */
+static int probe(const char *what, const workload *w, workload_size size)
 {
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
     workload_state state = {0};
-    if (w->setup(quick, in, &state) < 0)
-        die(w->name);
+    set_up(w, size, in, &state);
     kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, NULL);
     if (!f)
         die(w->name);
-    double ms;
-    if (!strcmp(what, "prepare")) {
-        ms = time_prepare(f, w, in);
-    } else {
-        double start = now_ms();
+    if (!strcmp(what, "peak")) {
+        kiln_cuda_memory before = cuda_memory();
         run_once(w, f, in, &state);
-        ms = now_ms() - start;
+        kiln_cuda_memory traced = cuda_memory();
+        run_once(w, NULL, in, &state);
+        kiln_cuda_memory eager = cuda_memory();
+        bool seen = traced.peak_in_use_bytes > before.peak_in_use_bytes;
+        printf("%lld %lld\n", seen ? (long long)(traced.peak_in_use_bytes - before.in_use_bytes) : -1LL,
+               eager.peak_in_use_bytes > traced.peak_in_use_bytes
+                   ? (long long)(eager.peak_in_use_bytes - traced.in_use_bytes) : -1LL);
+    } else {
+        double ms;
+        if (!strcmp(what, "prepare")) {
+            ms = time_prepare(f, w, in);
+        } else {
+            double start = now_ms();
+            run_once(w, f, in, &state);
+            ms = now_ms() - start;
+        }
+        kiln_fn_stats_t s;
+        kiln_fn_stats(f, &s);
+        printf("%.6f %lld\n", ms, (long long)s.kernels_compiled);
     }
-    kiln_fn_stats_t s;
-    kiln_fn_stats(f, &s);
-    printf("%.6f %lld\n", ms, (long long)s.kernels_compiled);
     kiln_fn_free(f);
     workload_free(w, in, &state);
     return 0;
 }
 
 /* This program run as a fresh process probing w over cache_root with
- * KILN_CACHE=mode; NAN when it failed. */
-static double spawn_probe(const char *what, const char *mode, const workload *w, const options *opt,
-                          const char *cache_root, long long *compiled)
+ * KILN_CACHE=mode, its two numbers in v; -1 when it failed. */
+static int spawn_probe(const char *what, const char *mode, const workload *w, const options *opt,
+                       const char *cache_root, double v[2])
 {
     char self[1024], cmd[2400];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0)
-        return NAN;
+        return -1;
     self[len] = '\0';
-    snprintf(cmd, sizeof cmd, "KILN_CACHE=%s KILN_CACHE_DIR='%s' '%s' --threads %d --probe %s %s%s", mode,
-             cache_root, self, opt->threads, what, w->name, opt->quick ? " --quick" : "");
+    snprintf(cmd, sizeof cmd, "KILN_CACHE=%s KILN_CACHE_DIR='%s' '%s' --threads %d --device %s --probe %s %s%s",
+             mode, cache_root, self, opt->threads, device == KILN_CUDA ? "cuda" : "cpu", what, w->name,
+             opt->quick ? " --quick" : "");
     FILE *p = popen(cmd, "r");
-    double ms = NAN;
-    if (!p || fscanf(p, "%lf %lld", &ms, compiled) != 2)
-        ms = NAN;
-    if (p && pclose(p) != 0)
-        ms = NAN;
-    return ms;
+    int read = p ? fscanf(p, "%lf %lf", &v[0], &v[1]) : 0;
+    int status = p ? pclose(p) : -1;
+    return read == 2 && status == 0 ? 0 : -1;
 }
 
-/* Medians over fresh processes, so that each pays for starting LLVM: of
- * preparing w with the disk cache off (the cold compile), and, in processes
- * that find every kernel on disk (a first one fills a cache of their own),
- * of the first call and of preparing. NAN where a process failed, or
- * compiled when it should have loaded. */
+/* Medians over --compiles fresh processes each, so that each pays for
+ * starting LLVM (or NVRTC): of preparing w with the disk cache off (the cold
+ * compile), and, in processes that find every kernel on disk, of the first
+ * call and of preparing. A first call fills their cache, so that it holds
+ * what running needs besides the plan's kernels (CUDA's eager kernels). NAN
+ * where a process failed, or compiled when it should have loaded. On CUDA,
+ * one more process reads the peak device memory of a traced call and an
+ * eager run. */
 static void time_fresh_processes(const workload *w, const options *opt, bench_result *res)
 {
     res->compile_ms = res->disk_hit_ms = res->disk_load_ms = NAN;
     char root[] = "/tmp/kiln-bench-cache-XXXXXX", cmd[64];
-    if (!mkdtemp(root))
+    int n = opt->compiles;
+    if (n == 0 || !mkdtemp(root))
         return;
-    long long compiled = 0;
-    double compiles[MAX_REPS], calls[MAX_REPS], prepares[MAX_REPS];
-    int n = opt->reps < 3 ? opt->reps : 3;
+    double v[2], compiles[MAX_REPS], calls[MAX_REPS], prepares[MAX_REPS];
     bool cold = true, hits = true;
     for (int r = 0; cold && r < n; r++) {
-        compiles[r] = spawn_probe("prepare", "off", w, opt, root, &compiled);
-        cold = !isnan(compiles[r]);
+        cold = spawn_probe("prepare", "off", w, opt, root, v) == 0;
+        compiles[r] = v[0];
     }
-    hits = !isnan(spawn_probe("prepare", "on", w, opt, root, &compiled));
+    hits = spawn_probe("first-call", "on", w, opt, root, v) == 0;
     for (int r = 0; hits && r < n; r++) {
-        calls[r] = spawn_probe("first-call", "on", w, opt, root, &compiled);
-        hits = !isnan(calls[r]) && compiled == 0;
-        prepares[r] = spawn_probe("prepare", "on", w, opt, root, &compiled);
-        hits = hits && !isnan(prepares[r]) && compiled == 0;
+        hits = spawn_probe("first-call", "on", w, opt, root, v) == 0 && v[1] == 0;
+        calls[r] = v[0];
+        hits = hits && spawn_probe("prepare", "on", w, opt, root, v) == 0 && v[1] == 0;
+        prepares[r] = v[0];
+    }
+    if (device == KILN_CUDA && spawn_probe("peak", "on", w, opt, root, v) == 0) {
+        res->peak_traced_bytes = (int64_t)v[0];
+        res->peak_eager_bytes = (int64_t)v[1];
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0)
@@ -365,20 +513,33 @@ static void time_fresh_processes(const workload *w, const options *opt, bench_re
     }
 }
 
+/* The FLOPs of state's matrix products, in billions. */
+static double gemm_gflop(const workload_state *state)
+{
+    double flop = 0;
+    for (int g = 0; g < state->n_gemms; g++) {
+        const workload_gemm *p = &state->gemms[g];
+        flop += 2.0 * (double)p->count * (double)p->m * (double)p->k * (double)p->n;
+    }
+    return flop / 1e9;
+}
+
 static void measure(const workload *w, const options *opt, const bench_probes *probes, bench_result *res)
 {
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
     workload_state state = {0};
-    if (w->setup(opt->quick, in, &state) < 0)
-        die(w->name);
+    progress("%s: setting up", w->name);
+    set_up(w, opt->size, in, &state);
     snprintf(res->name, sizeof res->name, "%s", w->name);
     snprintf(res->size, sizeof res->size, "%s", state.size);
     res->reps = opt->reps;
+    res->gemm_gflop = state.n_gemms ? gemm_gflop(&state) : NAN;
+    res->peak_eager_bytes = res->peak_traced_bytes = -1;
 
     progress("%s %s: eager", w->name, state.size);
     res->eager_ms = time_runs(w, NULL, in, &state, opt->reps);
     progress("%s %s: first calls", w->name, state.size);
-    res->first_call_ms = time_first_call(w, in, &state, opt->reps);
+    res->first_call_ms = time_first_call(w, in, &state, opt->compiles);
     time_fresh_processes(w, opt, res);
     progress("%s %s: traced", w->name, state.size);
     kiln_fn *f = mark(w, &state);
@@ -387,8 +548,10 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     kiln_fn_stats(f, &stats);
     res->kernels = stats.kernels;
     res->backend = kiln_fn_backend(f);
-    res->peak_eager_bytes = peak_of_run(w, NULL, in, &state);
-    res->peak_traced_bytes = peak_of_run(w, f, in, &state);
+    if (device == KILN_CPU) {
+        res->peak_eager_bytes = peak_of_run(w, NULL, in, &state);
+        res->peak_traced_bytes = peak_of_run(w, f, in, &state);
+    }
 
     kiln_scope_begin();
     kiln_tensor *eager = NULL, *traced = NULL;
@@ -398,7 +561,9 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     kiln_scope_end();
 
     double memory_ms = state.bytes / (probes->copy_gbps * 1e6);
-    double compute_ms = time_gemms(&state, opt->reps);
+    double compute_ms = device == KILN_CUDA ? time_cuda_gemms(state.gemms, state.n_gemms, opt->reps)
+                                            : time_gemms(&state, opt->reps);
+    res->gemms_ms = state.n_gemms ? compute_ms : NAN;
     res->limit_ms = memory_ms > compute_ms ? memory_ms : compute_ms;
     res->limit_kind = state.bytes == 0 && state.n_gemms == 0 ? NULL
                     : memory_ms > compute_ms ? "memory" : "compute";
@@ -412,7 +577,7 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
 
 static int parse_args(int argc, char **argv, options *opt)
 {
-    *opt = (options){.threads = (int)sysconf(_SC_NPROCESSORS_ONLN)};
+    *opt = (options){.threads = (int)sysconf(_SC_NPROCESSORS_ONLN), .compiles = -1};
     int reps = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -427,13 +592,18 @@ static int parse_args(int argc, char **argv, options *opt)
             return fputs(usage, stdout), 1;
         else if (!strcmp(a, "--workload"))
             opt->workload = next;
-        else if (!strcmp(a, "--device") && strcmp(next, "cpu"))
-            return fprintf(stderr, "kiln-bench: --device %s: only cpu in this build (the CUDA backend is "
-                                   "not built)\n", next), -1;
+        else if (!strcmp(a, "--device") && !strcmp(next, "cpu"))
+            device = KILN_CPU;
+        else if (!strcmp(a, "--device") && !strcmp(next, "cuda"))
+            device = KILN_CUDA;
+        else if (!strcmp(a, "--device"))
+            return fprintf(stderr, "kiln-bench: --device %s: cpu or cuda\n%s", next, usage), -1;
         else if (!strcmp(a, "--threads"))
             opt->threads = atoi(next);
         else if (!strcmp(a, "--reps"))
             reps = atoi(next);
+        else if (!strcmp(a, "--compiles"))
+            opt->compiles = atoi(next);
         else if (!strcmp(a, "--json"))
             opt->json = next;
         else if (!strcmp(a, "--svg"))
@@ -444,13 +614,16 @@ static int parse_args(int argc, char **argv, options *opt)
             opt->probe = next;
             opt->probe_workload = argv[++i + 1];
         }
-        else if (strcmp(a, "--device"))
+        else
             return fprintf(stderr, "kiln-bench: unknown option %s\n%s", a, usage), -1;
         i += takes;
     }
     opt->reps = reps > 0 ? reps : opt->quick ? 3 : 10;
-    if (opt->threads < 1 || opt->reps > MAX_REPS)
-        return fprintf(stderr, "kiln-bench: --threads must be at least 1, --reps at most %d\n", MAX_REPS), -1;
+    opt->compiles = opt->compiles >= 0 ? opt->compiles : opt->reps < 3 ? opt->reps : 3;
+    opt->size = opt->quick ? WORKLOAD_QUICK : device == KILN_CUDA ? WORKLOAD_GPU : WORKLOAD_FULL;
+    if (opt->threads < 1 || opt->reps > MAX_REPS || opt->compiles > MAX_REPS)
+        return fprintf(stderr, "kiln-bench: --threads must be at least 1, --reps and --compiles at most %d\n",
+                       MAX_REPS), -1;
     const char *name = opt->probe ? opt->probe_workload : opt->workload;
     if (name && !workload_find(name))
         return fprintf(stderr, "kiln-bench: no workload %s\n%s", name, usage), -1;
@@ -467,18 +640,37 @@ int main(int argc, char **argv)
     snprintf(threads, sizeof threads, "%d", opt.threads);
     setenv("KILN_THREADS", threads, 1); /* before kiln's pool starts */
     openblas_set_num_threads(opt.threads);
+    if (device == KILN_CUDA) {
+        setenv("KILN_CUDA_CACHE_MAX_BYTES", CUDA_CACHE_BYTES, 0); /* before the allocator reads it */
+        if (!kiln_cuda_available()) {
+            fprintf(stderr, "kiln-bench: --device cuda: %s\n", kiln_last_error());
+            return 2;
+        }
+    }
     if (opt.probe)
-        return probe(opt.probe, workload_find(opt.probe_workload), opt.quick);
+        return probe(opt.probe, workload_find(opt.probe_workload), opt.size);
 
-    bench_run run = {.threads = opt.threads, .quick = opt.quick};
+    bench_run run = {.threads = opt.threads, .quick = opt.quick, .peak_tflops = NAN};
     bench_describe_machine(&run);
-    progress("probing this machine: copy bandwidth and sgemm");
-    run.probes.copy_gbps = probe_copy_gbps(opt.quick, opt.threads, opt.reps);
-    run.probes.sgemm_gflops = probe_sgemm_gflops(opt.quick, opt.reps);
-    for (int i = 0; i < workload_count; i++) {
-        if (opt.workload && strcmp(opt.workload, workloads[i].name))
-            continue;
-        measure(&workloads[i], &opt, &run.probes, &run.results[run.count++]);
+    if (device == KILN_CUDA) {
+        const char *name = kiln_cuda_device_name();
+        snprintf(run.device, sizeof run.device, "cuda");
+        snprintf(run.gpu, sizeof run.gpu, "%s", name ? name : "CUDA device 0");
+        run.peak_tflops = H200_FP32_TFLOPS;
+        progress("probing %s: device-to-device copy and kiln_matmul", run.gpu);
+        run.probes.copy_gbps = probe_cuda_copy_gbps(opt.quick, opt.reps);
+        run.probes.sgemm_gflops = probe_cuda_matmul_gflops(opt.quick, opt.reps);
+    } else {
+        snprintf(run.device, sizeof run.device, "cpu");
+        progress("probing this machine: copy bandwidth and sgemm");
+        run.probes.copy_gbps = probe_copy_gbps(opt.quick, opt.threads, opt.reps);
+        run.probes.sgemm_gflops = probe_sgemm_gflops(opt.quick, opt.reps);
+    }
+    for (int i = 0; i <= workload_count; i++) {
+        const workload *w = i < workload_count ? &workloads[i] : &workload_matmul;
+        bool wanted = opt.workload ? !strcmp(opt.workload, w->name) : w != &workload_matmul || device == KILN_CUDA;
+        if (wanted)
+            measure(w, &opt, &run.probes, &run.results[run.count++]);
     }
     snprintf(run.backend, sizeof run.backend, "%s", run.count && run.results[0].backend ? run.results[0].backend : "?");
     bench_print_table(&run, stdout);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Peer figures for kiln-bench: the six standard workloads in PyTorch and numpy.
+"""Peer figures for kiln-bench: the standard workloads in PyTorch and numpy.
 
 Times each workload of kiln-bench (gelu, softmax, layernorm, mlp, attention,
 tiny; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
@@ -7,12 +7,18 @@ function) and in numpy, with the same thread count for all, and writes the
 kiln-bench/1 JSON schema (docs/bench-json.md) so that `kiln-bench --compare`
 can put these runs beside kiln. Torch is optional: without it only numpy runs.
 
+--device cuda does what `kiln-bench --device cuda` does: the GPU sizes, matmul
+8192^3 as well, PyTorch eager and torch.compile (default mode, static shapes)
+on CUDA tensors, each timed call followed by torch.cuda.synchronize, peak
+memory from torch.cuda.max_memory_allocated above the inputs. Matrix products
+stay in full f32 (no TF32), as kiln computes them. numpy does not run there.
+
 Every workload is written once, from primitive ops (tanh, exp, max, sum,
 matmul, ...) as kiln-bench builds it, not from fused library calls such as
-F.softmax, so the three systems run the same computation.
+F.softmax, so the systems run the same computation.
 
-    /usr/bin/python3 bench/peers.py [--threads N] [--quick] [--reps N]
-                                    [--workload NAME] [--json FILE]
+    /usr/bin/python3 bench/peers.py [--device cpu|cuda] [--threads N] [--quick]
+                                    [--reps N] [--workload NAME] [--json FILE]
 """
 import argparse
 import collections
@@ -65,31 +71,44 @@ def tiny(ops, dims, x):
     return x
 
 
-# An input is (shape from dims, scale, offset): values are offset + scale * N(0, 1).
-Workload = collections.namedtuple("Workload", "name fn full quick size inputs")
+def matmul(ops, dims, a, b):
+    return a @ b
+
+
+# Sizes as bench/workloads.c has them: quick, full (a CPU's), gpu. An input is
+# (shape from dims, scale, offset): values are offset + scale * N(0, 1).
+# gemm_flop: the FLOPs of the workload's matrix products, or None.
+# standard: run by default (matmul only on CUDA, as kiln-bench does).
+Workload = collections.namedtuple("Workload", "name fn quick full gpu size inputs gemm_flop standard")
 
 WORKLOADS = [
-    Workload("gelu", gelu, (1 << 24,), (1 << 16,),
+    Workload("gelu", gelu, (1 << 16,), (1 << 24,), (1 << 28,),
              lambda d: f"2^{d[0].bit_length() - 1}",
-             lambda d: [(d, 1.0, 0.0)]),
-    Workload("softmax", softmax, (4096, 4096), (256, 256),
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("softmax", softmax, (256, 256), (4096, 4096), (16384, 16384),
              lambda d: "x".join(map(str, d)),
-             lambda d: [(d, 1.0, 0.0)]),
-    Workload("layernorm", layernorm, (8192, 1024), (256, 128),
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("layernorm", layernorm, (256, 128), (8192, 1024), (16384, 4096),
              lambda d: "x".join(map(str, d)),
-             lambda d: [(d, 1.0, 0.0), (d[-1:], 0.1, 1.0), (d[-1:], 0.1, 0.0)]),
+             lambda d: [(d, 1.0, 0.0), (d[-1:], 0.1, 1.0), (d[-1:], 0.1, 0.0)], lambda d: None, True),
     # dims are (batch, model, hidden): x [b,m], W1 [m,h], W2 [h,m].
-    Workload("mlp", mlp, (256, 1024, 4096), (32, 64, 256),
+    Workload("mlp", mlp, (32, 64, 256), (256, 1024, 4096), (4096, 2048, 8192),
              lambda d: f"x {d[0]}x{d[1]}, W1 {d[1]}x{d[2]}, W2 {d[2]}x{d[1]}",
              lambda d: [((d[0], d[1]), 1.0, 0.0),
                         ((d[1], d[2]), WEIGHT_SCALE, 0.0), ((d[2],), WEIGHT_SCALE, 0.0),
-                        ((d[2], d[1]), WEIGHT_SCALE, 0.0), ((d[1],), WEIGHT_SCALE, 0.0)]),
-    Workload("attention", attention, (8, 8, 256, 64), (2, 2, 32, 16),
+                        ((d[2], d[1]), WEIGHT_SCALE, 0.0), ((d[1],), WEIGHT_SCALE, 0.0)],
+             lambda d: 2 * 2 * d[0] * d[1] * d[2], True),
+    Workload("attention", attention, (2, 2, 32, 16), (8, 8, 256, 64), (8, 16, 2048, 64),
              lambda d: "x".join(map(str, d)),
-             lambda d: [(d, 1.0, 0.0)] * 3),
-    Workload("tiny", tiny, (64,), (64,),
+             lambda d: [(d, 1.0, 0.0)] * 3,
+             lambda d: 2 * 2 * d[0] * d[1] * d[2] * d[2] * d[3], True),
+    Workload("tiny", tiny, (64,), (64,), (64,),
              lambda d: str(d[0]),
-             lambda d: [(d, 1.0, 0.0)]),
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("matmul", matmul, (128,), (2048,), (8192,),
+             lambda d: f"{d[0]}^3",
+             lambda d: [((d[0], d[0]), 1.0, 0.0), ((d[0], d[0]), 1.0 / math.sqrt(d[0]), 0.0)],
+             lambda d: 2 * d[0] ** 3, False),
 ]
 
 
@@ -146,12 +165,18 @@ def median_ms(call, reps):
     return 1e3 * statistics.median(call() for _ in range(reps))
 
 
-def timer(fn, inputs, calls):
-    """A call() for median_ms: seconds per fn(*inputs), over `calls` back-to-back calls."""
+def no_sync():
+    pass
+
+
+def timer(fn, inputs, calls, sync=no_sync):
+    """A call() for median_ms: seconds per fn(*inputs), over `calls` back-to-back calls,
+    each waited for by sync (torch.cuda.synchronize on CUDA, as kiln-bench waits)."""
     def call():
         start = time.perf_counter()
         for _ in range(calls):
             result = fn(*inputs)
+            sync()
         elapsed = time.perf_counter() - start
         del result  # freed outside the timed region, as kiln-bench does
         return elapsed / calls
@@ -168,11 +193,20 @@ def make_inputs(np, workload, dims):
             for shape, scale, offset in workload.inputs(dims)]
 
 
+def make_cuda_inputs(torch, workload, dims):
+    """The inputs made on the GPU: numpy's generator would take seconds for the GPU sizes."""
+    generator = torch.Generator(device="cuda").manual_seed(SEED)
+    return [offset + scale * torch.randn(shape, generator=generator, device="cuda", dtype=torch.float32)
+            for shape, scale, offset in workload.inputs(dims)]
+
+
 def blank_result(workload, dims, reps):
     """One workload entry of the schema; every field present, null until measured."""
+    flop = workload.gemm_flop(dims)
     return {"name": workload.name, "size": workload.size(dims), "eager_ms": None,
-            "traced_ms": None, "first_call_ms": None, "disk_hit_ms": None, "kernels": None,
-            "peak_eager_bytes": None, "peak_traced_bytes": None, "max_abs_diff": None,
+            "traced_ms": None, "first_call_ms": None, "disk_hit_ms": None, "compile_ms": None,
+            "disk_load_ms": None, "kernels": None, "peak_eager_bytes": None, "peak_traced_bytes": None,
+            "max_abs_diff": None, "gemm_gflop": None if flop is None else flop / 1e9,
             "limit_ms": None, "limit_kind": None, "reps": reps}
 
 
@@ -203,24 +237,49 @@ def bench_numpy(np, workload, dims, reps):
     return result
 
 
-def bench_torch(torch, np, workload, dims, reps):
+def cuda_peak_bytes(torch, fn, inputs):
+    """Bytes PyTorch's CUDA allocator held above the inputs at its high-water mark
+    during one call."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    result = fn(*inputs)
+    torch.cuda.synchronize()
+    del result
+    return torch.cuda.max_memory_allocated() - base
+
+
+def bench_torch(torch, np, workload, dims, reps, device):
+    """PyTorch eager, and TorchScript on the CPU or torch.compile on CUDA."""
+    cuda = device == "cuda"
     result = blank_result(workload, dims, reps)
     fn = bind(workload, TorchOps(torch), dims)
-    inputs = [torch.from_numpy(a) for a in make_inputs(np, workload, dims)]
+    if cuda:
+        inputs = make_cuda_inputs(torch, workload, dims)
+    else:
+        inputs = [torch.from_numpy(a) for a in make_inputs(np, workload, dims)]
     calls = calls_per_rep(workload)
+    sync = torch.cuda.synchronize if cuda else no_sync
     with torch.no_grad():
         progress(f"torch eager {workload.name} {result['size']}")
-        result["eager_ms"] = median_ms(timer(fn, inputs, calls), reps)
+        result["eager_ms"] = median_ms(timer(fn, inputs, calls, sync), reps)
 
-        progress(f"TorchScript {workload.name} {result['size']}")
-        # check_trace would rerun both versions to compare them, which is not part of a
-        # first call; max_abs_diff below does that comparison instead.
+        progress(f"{'torch.compile' if cuda else 'TorchScript'} {workload.name} {result['size']}")
         start = time.perf_counter()
-        traced = torch.jit.trace(fn, tuple(inputs), check_trace=False)
+        if cuda:
+            traced = torch.compile(fn, dynamic=False)
+        else:
+            # check_trace would rerun both versions to compare them, which is not part of a
+            # first call; max_abs_diff below does that comparison instead.
+            traced = torch.jit.trace(fn, tuple(inputs), check_trace=False)
         traced(*inputs)
+        sync()
         result["first_call_ms"] = 1e3 * (time.perf_counter() - start)
-        result["traced_ms"] = median_ms(timer(traced, inputs, calls), reps)
+        result["traced_ms"] = median_ms(timer(traced, inputs, calls, sync), reps)
         result["max_abs_diff"] = (traced(*inputs) - fn(*inputs)).abs().max().item()
+        if cuda:
+            result["peak_eager_bytes"] = cuda_peak_bytes(torch, fn, inputs)
+            result["peak_traced_bytes"] = cuda_peak_bytes(torch, traced, inputs)
     return result
 
 
@@ -228,11 +287,14 @@ def bench_torch(torch, np, workload, dims, reps):
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: PyTorch eager and torch.compile on the GPU, at GPU sizes")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="threads for numpy's BLAS and torch (default: cores)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--reps", type=int, help="timed repetitions after 2 warm-ups (10; 3 with --quick)")
-    parser.add_argument("--workload", choices=[w.name for w in WORKLOADS], help="run this one only")
+    parser.add_argument("--workload", choices=[w.name for w in WORKLOADS],
+                        help="run this one only (default: all but matmul; on cuda all)")
     parser.add_argument("--json", metavar="FILE", help="write the kiln-bench/1 JSON to FILE")
     args = parser.parse_args()
     if args.reps is None:
@@ -257,20 +319,26 @@ def import_libraries(threads):
     return numpy, torch
 
 
-def machine():
+def machine(gpu):
     cpu = None
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count()}
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "peak_fp32_tflops": None}
 
 
-def make_run(system, traced_label, args, workloads):
+def make_run(system, traced_label, args, gpu=None):
     return {"system": system, "eager_label": "eager", "traced_label": traced_label,
-            "device": "cpu", "threads": args.threads, "quick": args.quick,
-            "machine": machine(), "probes": None, "workloads": workloads}
+            "device": args.device, "threads": args.threads, "quick": args.quick,
+            "machine": machine(gpu), "probes": None, "workloads": []}
+
+
+def write_json(path, runs):
+    with open(path, "w") as f:
+        json.dump({"schema": "kiln-bench/1", "runs": runs}, f, indent=2)
+        f.write("\n")
 
 
 def print_table(runs, args):
@@ -292,7 +360,8 @@ def print_table(runs, args):
             row.append("-" if value is None else fmt.format(value))
         rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    print(f"peers: threads={args.threads}, {'quick' if args.quick else 'full'} sizes, "
+    sizes = "quick" if args.quick else "GPU" if args.device == "cuda" else "full"
+    print(f"peers: {args.device}, threads={args.threads}, {sizes} sizes, "
           f"median of {args.reps} reps after {WARMUPS} warm-ups; tiny is per call, "
           f"timed in batches of {TINY_CALLS_PER_REP}")
     for row in rows:
@@ -303,18 +372,31 @@ def print_table(runs, args):
 def main():
     args = parse_args()
     np, torch = import_libraries(args.threads)
-    selected = [w for w in WORKLOADS if args.workload in (None, w.name)]
+    cuda = args.device == "cuda"
+    if cuda and not (torch and torch.cuda.is_available()):
+        progress("--device cuda: no PyTorch with CUDA here")
+        sys.exit(2)
+    selected = [w for w in WORKLOADS if args.workload == w.name or (args.workload is None and (w.standard or cuda))]
     runs = []
-    if torch:
-        runs.append(make_run(f"pytorch {torch.__version__}", "TorchScript", args, [
-            bench_torch(torch, np, w, w.quick if args.quick else w.full, args.reps) for w in selected]))
-    runs.append(make_run(f"numpy {np.__version__}", None, args, [
-        bench_numpy(np, w, w.quick if args.quick else w.full, args.reps) for w in selected]))
+    if cuda:
+        # kiln multiplies in full f32; TF32 would be a different computation.
+        torch.set_float32_matmul_precision("highest")
+        runs.append(make_run(f"pytorch {torch.__version__}", "torch.compile", args,
+                             gpu=torch.cuda.get_device_name(0)))
+    elif torch:
+        runs.append(make_run(f"pytorch {torch.__version__}", "TorchScript", args))
+    if not cuda:
+        runs.append(make_run(f"numpy {np.__version__}", None, args))
+    for w in selected:
+        dims = w.quick if args.quick else w.gpu if cuda else w.full
+        if torch:
+            runs[0]["workloads"].append(bench_torch(torch, np, w, dims, args.reps, args.device))
+        if not cuda:
+            runs[-1]["workloads"].append(bench_numpy(np, w, dims, args.reps))
+        if args.json:  # after each workload, so that a run cut short keeps what it measured
+            write_json(args.json, runs)
     print_table(runs, args)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"schema": "kiln-bench/1", "runs": runs}, f, indent=2)
-            f.write("\n")
         progress(f"wrote {args.json}")
 
 

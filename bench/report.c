@@ -39,25 +39,79 @@ static const char *num(char *buf, size_t size, double v, const char *fmt)
     return buf;
 }
 
+static bool on_cuda(const bench_run *run)
+{
+    return !strcmp(run->device, "cuda");
+}
+
+/* What ran the workloads, for the table's first line and the chart's. */
+static const char *machine_text(const bench_run *run, char *buf, size_t size)
+{
+    if (on_cuda(run))
+        snprintf(buf, size, "%s (CUDA), host %s, %d threads", run->gpu, run->cpu, run->threads);
+    else
+        snprintf(buf, size, "%s, %d threads", run->cpu, run->threads);
+    return buf;
+}
+
+/* A byte count in MB, or "-" when not measured. */
+static const char *megabytes(char *buf, size_t size, int64_t bytes)
+{
+    return num(buf, size, bytes < 0 ? NAN : (double)bytes / 1e6, "%.1fM");
+}
+
+/* The matrix products' rate in TFLOP/s: each workload's products' FLOPs over
+ * its eager and traced times, and over its products done alone. */
+static void print_products(const bench_run *run, FILE *out)
+{
+    bool any = false;
+    for (int i = 0; i < run->count; i++)
+        any = any || !isnan(run->results[i].gemm_gflop);
+    if (!any)
+        return;
+    fprintf(out, "\nmatrix products, TFLOP/s: their FLOPs over each time; alone: %s on the same shapes, "
+                 "nothing else", on_cuda(run) ? "kiln_matmul" : "OpenBLAS sgemm");
+    if (!isnan(run->peak_tflops))
+        fprintf(out, "; of peak: traced against the H200's FP32 peak, %.0f TFLOP/s", run->peak_tflops);
+    fprintf(out, "\n%-10s %10s %9s %9s %9s%s\n", "workload", "GFLOP", "eager", "traced", "alone",
+            isnan(run->peak_tflops) ? "" : "   of peak");
+    for (int i = 0; i < run->count; i++) {
+        const bench_result *r = &run->results[i];
+        if (isnan(r->gemm_gflop))
+            continue;
+        char b[4][32];
+        double tflop = r->gemm_gflop / 1e3, traced = tflop / (r->traced_ms * 1e-3);
+        fprintf(out, "%-10s %10.4g %9s %9s %9s", r->name, r->gemm_gflop,
+                num(b[0], 32, tflop / (r->eager_ms * 1e-3), "%.3g"), num(b[1], 32, traced, "%.3g"),
+                num(b[2], 32, tflop / (r->gemms_ms * 1e-3), "%.3g"));
+        if (!isnan(run->peak_tflops))
+            fprintf(out, " %9s", num(b[3], 32, 100 * traced / run->peak_tflops, "%.0f%%"));
+        fputc('\n', out);
+    }
+}
+
 void bench_print_table(const bench_run *run, FILE *out)
 {
-    fprintf(out, "kiln-bench: %s, %d threads%s; traced by %s; copy %.1f GB/s, sgemm %.1f GFLOP/s; medians of %d runs\n",
-            run->cpu, run->threads, run->quick ? ", quick sizes" : "", run->backend, run->probes.copy_gbps,
-            run->probes.sgemm_gflops, run->count ? run->results[0].reps : 0);
+    char machine[320];
+    fprintf(out, "kiln-bench: %s%s; traced by %s; %s %.1f GB/s, %s %.1f GFLOP/s; medians of %d runs\n",
+            machine_text(run, machine, sizeof machine), run->quick ? ", quick sizes" : "", run->backend,
+            on_cuda(run) ? "device copy" : "copy", run->probes.copy_gbps,
+            on_cuda(run) ? "kiln_matmul" : "sgemm", run->probes.sgemm_gflops, run->count ? run->results[0].reps : 0);
     fprintf(out, "%-10s %-18s %10s %10s %8s %9s %9s %9s %9s %7s %10s %10s %9s %9s %8s\n", "workload", "size",
             "eager ms", "traced ms", "speedup", "1st call", "compile", "disk hit", "disk load", "kernels",
             "peak eager", "peak trace", "max diff", "limit ms", "% limit");
     for (int i = 0; i < run->count; i++) {
         const bench_result *r = &run->results[i];
-        char b[10][32];
-        fprintf(out, "%-10s %-18s %10s %10s %8s %9s %9s %9s %9s %7d %9.1fM %9.1fM %9.2g %9s %8s\n", r->name,
+        char b[11][32];
+        fprintf(out, "%-10s %-18s %10s %10s %8s %9s %9s %9s %9s %7d %10s %10s %9.2g %9s %8s\n", r->name,
                 r->size, num(b[0], 32, r->eager_ms, "%.4g"), num(b[1], 32, r->traced_ms, "%.4g"),
                 num(b[2], 32, r->eager_ms / r->traced_ms, "%.2fx"), num(b[3], 32, r->first_call_ms, "%.3f"),
                 num(b[7], 32, r->compile_ms, "%.3f"), num(b[4], 32, r->disk_hit_ms, "%.3f"),
-                num(b[8], 32, r->disk_load_ms, "%.3f"), r->kernels, (double)r->peak_eager_bytes / 1e6,
-                (double)r->peak_traced_bytes / 1e6, r->max_abs_diff, num(b[5], 32, r->limit_ms, "%.3f"),
+                num(b[8], 32, r->disk_load_ms, "%.3f"), r->kernels, megabytes(b[9], 32, r->peak_eager_bytes),
+                megabytes(b[10], 32, r->peak_traced_bytes), r->max_abs_diff, num(b[5], 32, r->limit_ms, "%.3f"),
                 num(b[6], 32, 100 * r->limit_ms / r->traced_ms, "%.0f%%"));
     }
+    print_products(run, out);
 }
 
 /* -- JSON ------------------------------------------------------------------ */
@@ -70,6 +124,14 @@ static void json_number(FILE *out, const char *key, double v, const char *tail)
         fprintf(out, "\"%s\": %.6g%s", key, v, tail);
 }
 
+static void json_bytes(FILE *out, const char *key, int64_t bytes, const char *tail)
+{
+    if (bytes < 0)
+        fprintf(out, "\"%s\": null%s", key, tail);
+    else
+        fprintf(out, "\"%s\": %lld%s", key, (long long)bytes, tail);
+}
+
 static void json_result(FILE *out, const bench_result *r, bool last)
 {
     fprintf(out, "        {\"name\": \"%s\", \"size\": \"%s\", ", r->name, r->size);
@@ -79,9 +141,11 @@ static void json_result(FILE *out, const bench_result *r, bool last)
     json_number(out, "disk_hit_ms", r->disk_hit_ms, ", ");
     json_number(out, "compile_ms", r->compile_ms, ", ");
     json_number(out, "disk_load_ms", r->disk_load_ms, ", ");
-    fprintf(out, "\"kernels\": %d, \"peak_eager_bytes\": %lld, \"peak_traced_bytes\": %lld, ", r->kernels,
-            (long long)r->peak_eager_bytes, (long long)r->peak_traced_bytes);
+    fprintf(out, "\"kernels\": %d, ", r->kernels);
+    json_bytes(out, "peak_eager_bytes", r->peak_eager_bytes, ", ");
+    json_bytes(out, "peak_traced_bytes", r->peak_traced_bytes, ", ");
     json_number(out, "max_abs_diff", r->max_abs_diff, ", ");
+    json_number(out, "gemm_gflop", r->gemm_gflop, ", ");
     json_number(out, "limit_ms", r->limit_ms, ", ");
     if (r->limit_kind)
         fprintf(out, "\"limit_kind\": \"%s\", ", r->limit_kind);
@@ -99,9 +163,14 @@ int bench_write_json(const bench_run *run, const char *path)
     }
     fprintf(out, "{\n  \"schema\": \"kiln-bench/1\",\n  \"runs\": [\n    {\n");
     fprintf(out, "      \"system\": \"kiln 0.1.0\", \"eager_label\": \"eager\", "
-                 "\"traced_label\": \"traced (%s)\", \"device\": \"cpu\",\n", run->backend);
+                 "\"traced_label\": \"traced (%s)\", \"device\": \"%s\",\n", run->backend, run->device);
     fprintf(out, "      \"threads\": %d, \"quick\": %s,\n", run->threads, run->quick ? "true" : "false");
-    fprintf(out, "      \"machine\": {\"cpu\": \"%s\", \"cores\": %d},\n", run->cpu, run->cores);
+    fprintf(out, "      \"machine\": {\"cpu\": \"%s\", \"cores\": %d, ", run->cpu, run->cores);
+    if (on_cuda(run))
+        fprintf(out, "\"gpu\": \"%s\", ", run->gpu);
+    else
+        fprintf(out, "\"gpu\": null, ");
+    json_number(out, "peak_fp32_tflops", run->peak_tflops, "},\n");
     fprintf(out, "      \"probes\": {\"copy_gbps\": %.6g, \"sgemm_gflops\": %.6g},\n", run->probes.copy_gbps,
             run->probes.sgemm_gflops);
     fprintf(out, "      \"workloads\": [\n");
@@ -158,9 +227,11 @@ int bench_write_svg(const bench_run *run, const char *path)
     fprintf(out, "  <style>.eager{fill:#9e9e9e}.traced{fill:#e8710a}.limit{fill:#1a73e8}</style>\n");
     fprintf(out, "  <text x=\"10\" y=\"18\" font-size=\"14\">kiln-bench: milliseconds per run, log scale "
                  "(shorter is faster)</text>\n");
-    fprintf(out, "  <text x=\"10\" y=\"36\">%s, %d threads, traced by %s; limit = bytes / %.1f GB/s copy, or "
-                 "the workload's matrix products by OpenBLAS sgemm alone</text>\n", run->cpu, run->threads,
-            run->backend, run->probes.copy_gbps);
+    char machine[320];
+    fprintf(out, "  <text x=\"10\" y=\"36\">%s, traced by %s; limit = bytes / %.1f GB/s %s, or "
+                 "the workload's matrix products by %s alone</text>\n", machine_text(run, machine, sizeof machine),
+            run->backend, run->probes.copy_gbps, on_cuda(run) ? "device copy" : "copy",
+            on_cuda(run) ? "kiln_matmul" : "OpenBLAS sgemm");
     for (int i = 0; i < run->count; i++) {
         const bench_result *r = &run->results[i];
         double y = SVG_TOP + i * SVG_GROUP;

@@ -10,8 +10,8 @@
 enum { BENCH_MAX_RESULTS = 16 };
 
 typedef struct {
-    double copy_gbps;    /* bytes read plus written per second, in GB */
-    double sgemm_gflops;
+    double copy_gbps;    /* bytes read plus written per second, in GB (on CUDA device to device) */
+    double sgemm_gflops; /* OpenBLAS sgemm; on CUDA kiln_matmul of f32 CUDA tensors */
 } bench_probes;
 
 /* One workload's figures; NAN (or -1 for counts) where not measured. */
@@ -20,17 +20,22 @@ typedef struct {
     double eager_ms, traced_ms, first_call_ms, disk_hit_ms;
     double compile_ms, disk_load_ms; /* preparing without running, in fresh processes: cold, and from disk */
     int kernels;
-    int64_t peak_eager_bytes, peak_traced_bytes;
+    int64_t peak_eager_bytes, peak_traced_bytes; /* -1 where not measured */
     double max_abs_diff;
     double limit_ms;
     const char *limit_kind; /* "memory", "compute" or NULL */
     const char *backend;    /* kiln_fn_backend of the traced side */
+    double gemm_gflop;      /* the FLOPs of its matrix products, in billions; NAN if none */
+    double gemms_ms;        /* its matrix products done alone (the compute limit); NAN if none */
     int reps;
 } bench_result;
 
 typedef struct {
     char cpu[128];
-    char backend[16]; /* what ran the traced side: "llvm" or "interp" */
+    char device[8];   /* where the workloads ran: "cpu" or "cuda" */
+    char gpu[128];    /* the CUDA device's name, or "" */
+    double peak_tflops; /* the FP32 peak CUDA figures are read against; NAN on the CPU */
+    char backend[16]; /* what ran the traced side: "llvm", "nvrtc" or "interp" */
     int cores, threads;
     bool quick;
     bench_probes probes;
@@ -38,7 +43,7 @@ typedef struct {
     int count;
 } bench_run;
 
-/* Fills in the CPU's name and core count. */
+/* Fills in the CPU's name and core count; the device is the caller's. */
 void bench_describe_machine(bench_run *run);
 void bench_print_table(const bench_run *run, FILE *out);
 /* Reads peers' JSON and prints their figures beside kiln's; -1 on a bad file. */

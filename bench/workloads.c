@@ -1,4 +1,11 @@
-/* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention, tiny. */
+/* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention,
+ * tiny; and matmul, which kiln-bench alone runs.
+ *
+ * GPU sizes: gelu 2^28 and softmax 16384x16384 (1 GiB each, far past the
+ * H200's 60 MB L2), layer norm 16384x4096 (256 MiB), the mlp of a 4096-token
+ * batch through a 2048 -> 8192 -> 2048 layer (275 GFLOP), attention over
+ * 8x16 heads of 2048 tokens by 64 (137 GFLOP; its scores take 2 GiB), and
+ * matmul 8192^3 (1.1 TFLOP). */
 #include "workloads.h"
 
 #include <math.h>
@@ -45,6 +52,12 @@ static int attention_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
+static int matmul_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_matmul(in[0], in[1]);
+    return out[0] ? 0 : -1;
+}
+
 /* Ten x*1.0001+0.5 steps: what dispatch costs. */
 static int tiny_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
@@ -60,6 +73,8 @@ static int tiny_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 /* A new f32 tensor of normal values times scale. */
 static kiln_tensor *normal(int ndim, const int64_t *shape, uint64_t seed, double scale)
 {
+    if (scale == 1)
+        return kiln_randn(ndim, shape, seed);
     kiln_scope_begin();
     kiln_tensor *t = kiln_keep(kiln_mul_scalar(kiln_randn(ndim, shape, seed), scale));
     kiln_scope_end();
@@ -74,27 +89,30 @@ static int all_made(kiln_tensor *const *ts, int n)
     return 0;
 }
 
-static int gelu_setup(bool quick, kiln_tensor **in, workload_state *s)
+static int gelu_setup(workload_size size, kiln_tensor **in, workload_state *s)
 {
-    int64_t n = quick ? INT64_C(1) << 16 : INT64_C(1) << 24;
+    static const int log2_n[] = {16, 24, 28};
+    int64_t n = INT64_C(1) << log2_n[size];
     in[0] = normal(1, &n, 1, 1);
     s->bytes = 8.0 * (double)n;
-    snprintf(s->size, sizeof s->size, "2^%d", quick ? 16 : 24);
+    snprintf(s->size, sizeof s->size, "2^%d", log2_n[size]);
     return all_made(in, 1);
 }
 
-static int softmax_setup(bool quick, kiln_tensor **in, workload_state *s)
+static int softmax_setup(workload_size size, kiln_tensor **in, workload_state *s)
 {
-    int64_t shape[2] = {quick ? 256 : 4096, quick ? 256 : 4096};
+    static const int64_t side[] = {256, 4096, 16384};
+    int64_t shape[2] = {side[size], side[size]};
     in[0] = normal(2, shape, 2, 1);
     s->bytes = 8.0 * (double)(shape[0] * shape[1]);
     snprintf(s->size, sizeof s->size, "%lldx%lld", (long long)shape[0], (long long)shape[1]);
     return all_made(in, 1);
 }
 
-static int layernorm_setup(bool quick, kiln_tensor **in, workload_state *s)
+static int layernorm_setup(workload_size size, kiln_tensor **in, workload_state *s)
 {
-    int64_t shape[2] = {quick ? 256 : 8192, quick ? 128 : 1024};
+    static const int64_t shapes[][2] = {{256, 128}, {8192, 1024}, {16384, 4096}};
+    const int64_t *shape = shapes[size];
     in[0] = normal(2, shape, 3, 1);
     s->weights[0] = normal(1, shape + 1, 4, 1);
     s->weights[1] = normal(1, shape + 1, 5, 1);
@@ -103,9 +121,10 @@ static int layernorm_setup(bool quick, kiln_tensor **in, workload_state *s)
     return all_made(in, 1) | all_made(s->weights, 2);
 }
 
-static int mlp_setup(bool quick, kiln_tensor **in, workload_state *s)
+static int mlp_setup(workload_size size, kiln_tensor **in, workload_state *s)
 {
-    int64_t m = quick ? 32 : 256, k = quick ? 64 : 1024, h = quick ? 256 : 4096;
+    static const int64_t dims[][3] = {{32, 64, 256}, {256, 1024, 4096}, {4096, 2048, 8192}}; /* m, k, h */
+    int64_t m = dims[size][0], k = dims[size][1], h = dims[size][2];
     in[0] = normal(2, (int64_t[]){m, k}, 6, 1);
     s->weights[0] = normal(2, (int64_t[]){k, h}, 7, 1 / sqrt((double)k));
     s->weights[1] = normal(1, &h, 8, 0.1);
@@ -119,9 +138,10 @@ static int mlp_setup(bool quick, kiln_tensor **in, workload_state *s)
     return all_made(in, 1) | all_made(s->weights, 4);
 }
 
-static int attention_setup(bool quick, kiln_tensor **in, workload_state *s)
+static int attention_setup(workload_size size, kiln_tensor **in, workload_state *s)
 {
-    int64_t shape[4] = {quick ? 2 : 8, quick ? 2 : 8, quick ? 32 : 256, quick ? 16 : 64};
+    static const int64_t shapes[][4] = {{2, 2, 32, 16}, {8, 8, 256, 64}, {8, 16, 2048, 64}};
+    const int64_t *shape = shapes[size];
     for (int i = 0; i < 3; i++)
         in[i] = normal(4, shape, 11 + (uint64_t)i, 1);
     int64_t heads = shape[0] * shape[1], seq = shape[2], dim = shape[3];
@@ -134,12 +154,25 @@ static int attention_setup(bool quick, kiln_tensor **in, workload_state *s)
     return all_made(in, 3);
 }
 
-static int tiny_setup(bool quick, kiln_tensor **in, workload_state *s)
+static int tiny_setup(workload_size size, kiln_tensor **in, workload_state *s)
 {
     int64_t n = 64;
     in[0] = normal(1, &n, 14, 1);
     snprintf(s->size, sizeof s->size, "64");
     return all_made(in, 1);
+}
+
+static int matmul_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    static const int64_t side[] = {128, 2048, 8192};
+    int64_t n = side[size];
+    in[0] = normal(2, (int64_t[]){n, n}, 15, 1);
+    in[1] = normal(2, (int64_t[]){n, n}, 16, 1 / sqrt((double)n));
+    s->gemms[0] = (workload_gemm){1, n, n, n};
+    s->n_gemms = 1;
+    s->bytes = 3.0 * 4.0 * (double)(n * n);
+    snprintf(s->size, sizeof s->size, "%lld^3", (long long)n);
+    return all_made(in, 2);
 }
 
 const workload workloads[] = {
@@ -151,13 +184,38 @@ const workload workloads[] = {
     {"tiny", "ten x*1.0001+0.5 steps (dispatch overhead)", 1, tiny_body, tiny_setup},
 };
 const int workload_count = (int)(sizeof workloads / sizeof *workloads);
+const workload workload_matmul = {"matmul", "f32 [n,n] @ [n,n]", 2, matmul_body, matmul_setup};
 
 const workload *workload_find(const char *name)
 {
     for (int i = 0; i < workload_count; i++)
         if (!strcmp(workloads[i].name, name))
             return &workloads[i];
-    return NULL;
+    return strcmp(workload_matmul.name, name) ? NULL : &workload_matmul;
+}
+
+/* *t on d; the tensor it leaves is released. */
+static int move(kiln_tensor **t, kiln_device d)
+{
+    if (!*t)
+        return 0;
+    kiln_tensor *moved = kiln_to_device(*t, d);
+    if (!moved)
+        return -1;
+    kiln_release(*t);
+    *t = moved;
+    return 0;
+}
+
+int workload_to_device(const workload *w, kiln_tensor **in, workload_state *state, kiln_device d)
+{
+    for (int i = 0; i < w->n_in; i++)
+        if (move(&in[i], d) < 0)
+            return -1;
+    for (int i = 0; i < WORKLOAD_MAX_WEIGHTS; i++)
+        if (move(&state->weights[i], d) < 0)
+            return -1;
+    return 0;
 }
 
 void workload_free(const workload *w, kiln_tensor **in, workload_state *state)

@@ -1,9 +1,7 @@
 /* The standard workloads of DESIGN.md, written once with kiln ops: kiln-bench
- * times them, the examples and tests run them. */
+ * times them, the examples and tests run them. Each comes in three sizes. */
 #ifndef KILN_BENCH_WORKLOADS_H
 #define KILN_BENCH_WORKLOADS_H
-
-#include <stdbool.h>
 
 #include <kiln/kiln.h>
 
@@ -25,21 +23,33 @@ typedef struct {
     char size[64]; /* the size, for people */
 } workload_state;
 
+/* QUICK: milliseconds on a CPU, for CI and tests; FULL: a CPU benchmark's;
+ * GPU: big enough that a GPU's launches and transfers do not dominate. */
+typedef enum { WORKLOAD_QUICK, WORKLOAD_FULL, WORKLOAD_GPU } workload_size;
+
 typedef struct {
     const char *name;
     const char *what;
     int n_in;
     kiln_body body; /* user is the workload_state */
-    /* Makes the inputs (new references) and the state, full or quick size;
+    /* Makes the inputs (new references, on the CPU) and the state at size;
      * 0 or -1 with kiln's error set. */
-    int (*setup)(bool quick, kiln_tensor **in, workload_state *state);
+    int (*setup)(workload_size size, kiln_tensor **in, workload_state *state);
 } workload;
 
+/* The standard workloads, workloads[0..workload_count): tests and examples
+ * run every one of these. */
 extern const workload workloads[];
 extern const int workload_count;
+/* One f32 matrix product, [n,n] @ [n,n] (8192 at GPU size): not a standard
+ * workload; kiln-bench times it on CUDA, and on a CPU when named. */
+extern const workload workload_matmul;
 
-/* The workload called name, or NULL. */
+/* The workload called name, matmul included, or NULL. */
 const workload *workload_find(const char *name);
+/* Moves the inputs and the state's weights to device d, releasing the copies
+ * they leave; 0, or -1 with kiln's error set (some may have moved). */
+int workload_to_device(const workload *w, kiln_tensor **in, workload_state *state, kiln_device d);
 /* Releases the inputs and the state's weights. */
 void workload_free(const workload *w, kiln_tensor **in, workload_state *state);
 

@@ -45,7 +45,7 @@ static bool run(const workload *w, const char *precompile)
 {
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *got = NULL, *want[2] = {NULL};
     workload_state state = {0};
-    if (w->setup(true, in, &state) < 0)
+    if (w->setup(WORKLOAD_QUICK, in, &state) < 0)
         return false;
     kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, NULL);
     bool ok = f != NULL;

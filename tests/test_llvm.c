@@ -125,7 +125,7 @@ START_TEST(test_workloads_compiled_match_eager)
     const workload *w = &workloads[_i];
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
     workload_state state = {0};
-    ck_assert_int_eq(w->setup(true, in, &state), 0);
+    ck_assert_int_eq(w->setup(WORKLOAD_QUICK, in, &state), 0);
     kiln_jit_options o = llvm();
     kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, &o);
     kiln_tensor *want = NULL, *got = NULL;
@@ -152,7 +152,7 @@ START_TEST(test_workloads_fuse)
         const workload *w = workload_find(WANT[i].name);
         kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
         workload_state state = {0};
-        ck_assert_int_eq(w->setup(true, in, &state), 0);
+        ck_assert_int_eq(w->setup(WORKLOAD_QUICK, in, &state), 0);
         kiln_jit_options o = llvm();
         kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, &o);
         ck_assert_int_eq(kiln_call(f, in, &out), 0);
@@ -172,7 +172,7 @@ START_TEST(test_traced_mlp_and_attention_peak_below_eager)
         const workload *w = workload_find(names[i]);
         kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
         workload_state state = {0};
-        ck_assert_int_eq(w->setup(true, in, &state), 0);
+        ck_assert_int_eq(w->setup(WORKLOAD_QUICK, in, &state), 0);
         kiln_jit_options o = llvm();
         kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &state, &o);
         ck_assert_int_eq(kiln_call(f, in, &out), 0);
@@ -457,7 +457,7 @@ static char *dumped_by(const char *name, const char *suffix)
     const workload *w = workload_find(name);
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
     workload_state state = {0};
-    ck_assert_int_eq(w->setup(true, in, &state), 0);
+    ck_assert_int_eq(w->setup(WORKLOAD_QUICK, in, &state), 0);
     kiln_jit_options o = llvm();
     kiln_fn *f = kiln_jit(name, w->body, w->n_in, 1, &state, &o);
     unsetenv("KILN_DUMP");

@@ -112,7 +112,7 @@ static void workloads_compile_for(const char *target)
         const workload *wl = &workloads[w];
         kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
         workload_state state = {0};
-        ck_assert_int_eq(wl->setup(true, in, &state), 0);
+        ck_assert_int_eq(wl->setup(WORKLOAD_QUICK, in, &state), 0);
         kiln_fn *f = kiln_jit(wl->name, wl->body, wl->n_in, 1, &state, NULL);
         kiln_spec specs[WORKLOAD_MAX_INPUTS];
         for (int i = 0; i < wl->n_in; i++)
@@ -186,7 +186,7 @@ START_TEST(test_dump_writes_the_cuda_source)
     const workload *w = workload_find("softmax");
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL};
     workload_state state = {0};
-    ck_assert_int_eq(w->setup(true, in, &state), 0);
+    ck_assert_int_eq(w->setup(WORKLOAD_QUICK, in, &state), 0);
     kiln_fn *f = kiln_jit("softmax", w->body, 1, 1, &state, NULL);
     unsetenv("KILN_DUMP");
     kiln_spec spec = kiln_spec_of(in[0]);

@@ -142,6 +142,8 @@ typedef struct {
 /* 1 when CUDA tensors can be made here; 0 with the reason as the error
  * ("no CUDA driver: ...", "no CUDA device: ..."). */
 KILN_API int kiln_cuda_available(void);
+/* CUDA device 0's name ("NVIDIA H200"), borrowed; NULL with the reason as the error without one. */
+KILN_API const char *kiln_cuda_device_name(void);
 /* The allocator's counters into *out; 0, or negative when CUDA is not available. */
 KILN_API int kiln_cuda_memory_stats(kiln_cuda_memory *out);
 /* Returns the allocator's cached blocks to the driver. */

@@ -379,6 +379,11 @@ int kiln_cuda_synchronize(void)
     return 0;
 }
 
+const char *kiln_cuda_device_name(void)
+{
+    return kiln_cuda_available() ? cuda_device_name() : NULL;
+}
+
 /* -- Fused kernels of traced graphs ----------------------------------------- */
 
 kiln_tensor *eager_empty(const char *fn, kiln_device device, kiln_dtype dt, int ndim, const int64_t *shape)
