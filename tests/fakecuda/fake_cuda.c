@@ -171,36 +171,58 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s)
     return SUCCESS;
 }
 
-/* A module is its PTX; a function, its entry's parameters: which are
- * pointers (.u64 ones: kiln passes no other 64-bit scalars) and the rest. */
-typedef struct {
+/* A module is its PTX and the functions taken from it; a function, its
+ * entry's parameters: which are pointers (.u64 ones: kiln passes no other
+ * 64-bit scalars) and the rest. */
+typedef struct function {
     char name[128];
     int n;
     bool pointer[64];
+    struct function *next;
 } function;
 
-CUresult cuModuleLoadData(void **module, const void *image)
+typedef struct {
+    char *ptx;
+    function *functions;
+} module;
+
+CUresult cuModuleLoadData(void **out, const void *image)
 {
     const unsigned char *bytes = image;
     if (!kernels_checked())
         return INVALID_IMAGE;
     if (bytes[0] == 0x7f && bytes[1] == 'E') /* a CUBIN: ask for the PTX */
         return NO_BINARY_FOR_GPU;
-    *module = strdup(image);
-    return *module ? SUCCESS : OUT_OF_MEMORY;
-}
-
-CUresult cuModuleUnload(void *module)
-{
-    free(module);
+    module *m = calloc(1, sizeof *m);
+    if (!m || !(m->ptx = strdup(image))) {
+        free(m);
+        return OUT_OF_MEMORY;
+    }
+    *out = m;
     return SUCCESS;
 }
 
-CUresult cuModuleGetFunction(void **f, void *module, const char *name)
+CUresult cuModuleUnload(void *handle)
 {
+    module *m = handle;
+    if (!m)
+        return SUCCESS;
+    while (m->functions) {
+        function *next = m->functions->next;
+        free(m->functions);
+        m->functions = next;
+    }
+    free(m->ptx);
+    free(m);
+    return SUCCESS;
+}
+
+CUresult cuModuleGetFunction(void **f, void *handle, const char *name)
+{
+    module *m = handle;
     char entry[160];
     snprintf(entry, sizeof entry, ".entry %s(", name);
-    const char *at = module ? strstr(module, entry) : NULL;
+    const char *at = m ? strstr(m->ptx, entry) : NULL;
     function *fn = at ? calloc(1, sizeof *fn) : NULL;
     if (!fn)
         return INVALID_VALUE;
@@ -211,7 +233,9 @@ CUresult cuModuleGetFunction(void **f, void *module, const char *name)
         const char *u64 = strstr(p, ".u64");
         fn->pointer[fn->n++] = u64 && (!line_end || u64 < line_end);
     }
-    *f = fn; /* kept for the process, as a driver keeps a module's functions */
+    fn->next = m->functions;
+    m->functions = fn;
+    *f = fn;
     return SUCCESS;
 }
 
