@@ -10,15 +10,21 @@
 
 #include <kiln/kiln.h>
 
+/* Runs suite s; the number of its tests that failed. */
+static inline int test_run_suite(Suite *s)
+{
+    SRunner *runner = srunner_create(s);
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed;
+}
+
 /* main() for a test program made of one suite. */
 #define KILN_TEST_MAIN(make_suite)                                   \
     int main(void)                                                   \
     {                                                                \
-        SRunner *runner = srunner_create(make_suite());              \
-        srunner_run_all(runner, CK_NORMAL);                          \
-        int failed = srunner_ntests_failed(runner);                  \
-        srunner_free(runner);                                        \
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;            \
+        return test_run_suite(make_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE; \
     }
 
 /* Asserts that a kiln call failed with a message containing each needle. */

@@ -403,9 +403,6 @@ int main(void)
         return 77;
     }
     kiln_clear_error();
-    SRunner *runner = srunner_create(cuda_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
+    int failed = test_run_suite(cuda_suite());
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -210,10 +210,7 @@ int main(int argc, char **argv)
     }
     if (!mkdtemp(cache_root))
         return 1;
-    SRunner *runner = srunner_create(gpu_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
+    int failed = test_run_suite(gpu_suite());
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);
     if (system(cmd) != 0)

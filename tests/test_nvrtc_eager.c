@@ -440,9 +440,6 @@ int main(void)
         printf("skipped: %s\n", err);
         return 77;
     }
-    SRunner *runner = srunner_create(nvrtc_eager_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
+    int failed = test_run_suite(nvrtc_eager_suite());
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -788,10 +788,7 @@ int main(void)
         return 77;
     }
     emu_usable = emu_start();
-    SRunner *runner = srunner_create(matmul_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
+    int failed = test_run_suite(matmul_suite());
     if (emu_usable) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", emu_dir);

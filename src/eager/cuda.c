@@ -70,7 +70,17 @@ static cuda_module *compile_request(const char *fn, const nvrtc_eager_kernel *k)
     return module;
 }
 
-/* k must be zeroed before it is filled in: the whole struct is the key. */
+/* A request, zeroed throughout: the whole struct is the key. */
+static nvrtc_eager_kernel request(nvrtc_eager_kind kind, ir_op op, int n_in)
+{
+    nvrtc_eager_kernel k;
+    memset(&k, 0, sizeof k);
+    k.kind = kind;
+    k.op = op;
+    k.n_in = n_in;
+    return k;
+}
+
 static cuda_module *kernel_for_request(const char *fn, const nvrtc_eager_kernel *k)
 {
     uint32_t at = request_hash(k) % KERNEL_SLOTS;
@@ -209,11 +219,7 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
 {
     if (out->numel == 0)
         return 0;
-    nvrtc_eager_kernel k;
-    memset(&k, 0, sizeof k);
-    k.kind = NVRTC_EAGER_ELEMENTWISE;
-    k.op = op;
-    k.n_in = n_in;
+    nvrtc_eager_kernel k = request(NVRTC_EAGER_ELEMENTWISE, op, n_in);
     for (int i = 0; i < n_in; i++)
         k.in[i] = in[i]->dtype; /* a scalar's value goes as a double, then as its own dtype */
     k.compute = op == OP_CAST ? out->dtype : in_dt[n_in - 1];
@@ -244,11 +250,7 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
             return -CORE_NOMEM;
         in = staged;
     }
-    nvrtc_eager_kernel k;
-    memset(&k, 0, sizeof k);
-    k.kind = NVRTC_EAGER_REDUCE;
-    k.op = op;
-    k.n_in = 1;
+    nvrtc_eager_kernel k = request(NVRTC_EAGER_REDUCE, op, 1);
     k.in[0] = in->dtype;
     k.compute = compute;
     k.acc = op == OP_ARGMAX ? KILN_I64 : op == OP_MAX || op == OP_MIN ? compute
@@ -287,16 +289,7 @@ int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, co
 {
     if (out->numel == 0)
         return 0;
-    char err[512];
-    if (args->k == 0 && cuda_memset(eager_data(out), 0, (size_t)out->numel * eager_dtype_size(dt), err, sizeof err) < 0)
-        return core_fail(CORE_DEVICE, fn, "%s", err);
-    if (args->k == 0)
-        return 0;
-    nvrtc_eager_kernel k;
-    memset(&k, 0, sizeof k);
-    k.kind = NVRTC_EAGER_MATMUL;
-    k.op = OP_MATMUL;
-    k.n_in = 2;
+    nvrtc_eager_kernel k = request(NVRTC_EAGER_MATMUL, OP_MATMUL, 2);
     k.in[0] = k.in[1] = k.compute = k.acc = k.out = dt;
     cuda_module *m = kernel_for_request(fn, &k);
     if (!m)
