@@ -95,6 +95,19 @@ START_TEST(test_random_programs_traced)
 }
 END_TEST
 
+/* A CPU 0-d i64 beyond 2^53 goes to the kernel as its bits: exactly. */
+START_TEST(test_i64_scalar_operand_exact)
+{
+    const int64_t big = ((int64_t)1 << 53) + 1, values[3] = {1, -2, (int64_t)1 << 60};
+    kiln_tensor *x = kiln_to_device(kiln_from_data(KILN_I64, 1, (int64_t[]){3}, values), KILN_CUDA);
+    kiln_tensor *sum = kiln_add(x, kiln_from_data(KILN_I64, 0, NULL, &big));
+    int64_t got[3];
+    ck_assert_msg(kiln_copy_to_host(sum, got, sizeof got) == 0, "%s", kiln_last_error());
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(got[i], values[i] + big);
+}
+END_TEST
+
 static int mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -194,6 +207,7 @@ static Suite *gpu_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_every_op_eagerly);
     tcase_add_test(tc, test_random_programs_traced);
+    tcase_add_test(tc, test_i64_scalar_operand_exact);
     tcase_add_test(tc, test_workload_traced_and_allocator_steady);
     tcase_add_test(tc, test_second_process_loads_cubins_from_disk);
     suite_add_tcase(s, tc);

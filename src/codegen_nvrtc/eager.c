@@ -104,7 +104,7 @@ static void declare_ew_args(strbuf *s)
                "    long long shape[%d];\n"
                "    long long out_strides[%d];\n"
                "    long long in_strides[%d][%d];\n"
-               "    double scalar[%d];\n"
+               "    unsigned long long scalar_bits[%d];\n"
                "    int ndim;\n"
                "    int contiguous;\n"
                "    int scalar_mask;\n"
@@ -148,15 +148,17 @@ static void ew_offsets(strbuf *s, int n_in)
                   "        }\n");
 }
 
-/* s<i>: input i's scalar, as the double eager would have stored in dtype
- * in[i] (a whole number as an i64, ...), so that it wraps or saturates on
- * the way to the operand dtype as eager's does. Unused when not a scalar. */
+/* s<i>: input i's scalar, read from its bits as its own dtype. Unused when
+ * not a scalar. */
 static void ew_scalar(strbuf *s, const nvrtc_eager_kernel *k, int i)
 {
-    char scalar[32];
-    snprintf(scalar, sizeof scalar, "args.scalar[%d]", i);
+    static const char *const from_bits[] = {
+        [KILN_F32] = "__int_as_float((int)%s)", [KILN_F64] = "__longlong_as_double((long long)%s)",
+        [KILN_I32] = "(int)%s", [KILN_I64] = "(long long)%s", [KILN_BOOL] = "(unsigned char)%s"};
+    char bits[32];
+    snprintf(bits, sizeof bits, "args.scalar_bits[%d]", i);
     strbuf_put(s, "    const %s s%d = ", nvrtc_ctype(k->in[i]), i);
-    nvrtc_convert(s, scalar, KILN_F64, k->in[i]);
+    strbuf_put(s, from_bits[k->in[i]], bits);
     strbuf_put(s, ";\n");
 }
 

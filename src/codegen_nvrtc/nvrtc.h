@@ -49,15 +49,16 @@ enum { NVRTC_EAGER_BLOCK = 256, NVRTC_EW_INPUTS = 3 };
 /* out[i] = op(in0[i], in1[i], in2[i]) over the collapsed iteration space
  * shape[0..ndim); element i's offset in an operand is the sum over d of its
  * coordinate times the operand's stride (elements; 0 along broadcast axes).
- * An input whose bit is set in scalar_mask is the value scalar[k] (its
- * pointer is NULL). contiguous: every operand that is read and the output
+ * An input whose bit is set in scalar_mask is the value whose bytes, in the
+ * input's dtype, begin scalar_bits[k] (its pointer is NULL): bits, not a
+ * double, so that an i64 beyond 2^53 goes over exactly. contiguous: every operand that is read and the output
  * have offset i. */
 typedef struct {
     long long numel;
     long long shape[KILN_MAX_DIMS];
     long long out_strides[KILN_MAX_DIMS];
     long long in_strides[NVRTC_EW_INPUTS][KILN_MAX_DIMS];
-    double scalar[NVRTC_EW_INPUTS];
+    unsigned long long scalar_bits[NVRTC_EW_INPUTS];
     int ndim;
     int contiguous;
     int scalar_mask;

@@ -191,7 +191,7 @@ static void args_of(nvrtc_ew_args *a, int n_in, const kiln_tensor *const *in, co
     for (int k = 0; k < n_in; k++) {
         if (is_scalar(in[k])) {
             a->scalar_mask |= 1 << k;
-            convert(&a->scalar[k], KILN_F64, eager_data(in[k]), in[k]->dtype, 1, 1);
+            memcpy(&a->scalar_bits[k], eager_data(in[k]), eager_dtype_size(in[k]->dtype));
             continue;
         }
         int64_t strides[KILN_MAX_DIMS];
@@ -221,7 +221,7 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
         return 0;
     nvrtc_eager_kernel k = request(NVRTC_EAGER_ELEMENTWISE, op, n_in);
     for (int i = 0; i < n_in; i++)
-        k.in[i] = in[i]->dtype; /* a scalar's value goes as a double, then as its own dtype */
+        k.in[i] = in[i]->dtype;
     k.compute = op == OP_CAST ? out->dtype : in_dt[n_in - 1];
     k.out = out->dtype;
     cuda_module *m = kernel_for_request(fn, &k);
