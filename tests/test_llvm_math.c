@@ -351,10 +351,37 @@ END_TEST
 
 START_TEST(f32_tanh)
 {
-    /* The switch between the two formulas, saturation at 1, tiny |x|. */
-    const float c[] = {0.625f, -0.625f, 9.01f, -9.01f, 0x1p-12f, -0x1p-12f, 0x1p-149f,
-                       -0x1p-149f, 0.3f, 2.0f};
+    /* Where the rational's roundings add up most (4.1, 7.0), the clamp at
+     * 9.02, saturation, tiny |x|. */
+    const float c[] = {4.11470413f, -4.11470413f, 7.01644f, 9.02f, -9.02f, 0x1p-12f, -0x1p-12f,
+                       0x1p-149f, -0x1p-149f, 0.3f, 1.0f};
     sweep(OP_TANH, tanh, "tanh", MATH_F32_MAX_ULP_TANH, c, COUNT(c));
+}
+END_TEST
+
+/* The quotient may pass 1 by an ulp or two before its clamp: every float
+ * from 4 to 16 (where tanh is within 2^-11 of 1), either sign, gives a
+ * value in [-1, 1], and the two signs agree. */
+START_TEST(f32_tanh_bounded_and_odd)
+{
+    kernel k = kernel_new(OP_TANH, false);
+    float *in = malloc(BLOCK * sizeof *in), *out = malloc(BLOCK * sizeof *out);
+    ck_assert(in && out);
+    for (uint32_t u = to_bits(4.0f); u < to_bits(16.0f); u += BLOCK / 2) {
+        int n = 0;
+        for (uint32_t v = u; v < u + BLOCK / 2 && v < to_bits(16.0f); v++) {
+            in[n++] = from_bits(v);
+            in[n++] = -from_bits(v);
+        }
+        k.fn(in, out, n);
+        for (int i = 0; i < n; i += 2) {
+            ck_assert_msg(out[i] <= 1.0f && out[i + 1] >= -1.0f, "tanh(+-%a) = %a, %a", in[i], out[i], out[i + 1]);
+            ck_assert_msg(out[i + 1] == -out[i], "tanh(-%a) = %a, not -%a", in[i], out[i + 1], out[i]);
+        }
+    }
+    free(in);
+    free(out);
+    kernel_free(&k);
 }
 END_TEST
 
@@ -539,6 +566,7 @@ static Suite *llvm_math_suite(void)
     tcase_add_test(tc, f32_exp);
     tcase_add_test(tc, f32_log);
     tcase_add_test(tc, f32_tanh);
+    tcase_add_test(tc, f32_tanh_bounded_and_odd);
     tcase_add_test(tc, f32_sigmoid);
     tcase_add_test(tc, f32_erf);
     tcase_add_test(tc, f32_vectorizes);

@@ -604,8 +604,9 @@ START_TEST(test_one_line_marking)
 {
     kiln_scope_begin();
     kiln_tensor *x = tensor(KILN_F32, 2, (int64_t[]){3, 5}, 4), *y = tensor(KILN_F32, 1, (int64_t[]){5}, 5);
+    /* The default backend compiles: its tanh is within 6.5 ulp, eager's 3.5. */
     for (int i = 0; i < 3; i++)
-        assert_same(gelu_plus_compiled(x, y), gelu_plus(x, y), "KILN_COMPILE");
+        assert_close(gelu_plus_compiled(x, y), gelu_plus(x, y), 2e-6, 1e-6, "KILN_COMPILE");
     kiln_scope_end();
 }
 END_TEST

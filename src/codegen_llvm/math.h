@@ -16,11 +16,11 @@ LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef
 /* Bounds on the error in ulps of each f32 approximation, which
  * tests/test_llvm_math.c asserts over its sweep of the float range. Built
  * with -DSWEEP_STRIDE=1u it checks all 2^32 floats; that measured exp 0.990,
- * log 0.840, tanh 1.330, sigmoid 1.967, erf 1.179 with the polynomials fused
- * into FMAs (an AVX2 host), and erf 1.260 without. */
+ * log 0.840, tanh 5.177, sigmoid 1.967, erf 1.179 with the polynomials fused
+ * into FMAs (an AVX2 host), and tanh 6.039, erf 1.260 without. */
 #define MATH_F32_MAX_ULP_EXP 1
 #define MATH_F32_MAX_ULP_LOG 1
-#define MATH_F32_MAX_ULP_TANH 2
+#define MATH_F32_MAX_ULP_TANH 6.5
 #define MATH_F32_MAX_ULP_SIGMOID 2
 #define MATH_F32_MAX_ULP_ERF 2
 
