@@ -191,7 +191,8 @@ KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor 
 /* Unary ops. neg, abs and relu keep the dtype and refuse bool; the others
  * compute in floating point (integers and bools give f32). exp, log, erf, sin
  * and cos are within 1 ulp of the correctly rounded result, sigmoid within 3,
- * tanh within 3.5 (SLEEF's vector functions). */
+ * tanh within 3.5 (SLEEF's vector functions). Compiled f32 code has its own:
+ * exp and log within 1 ulp, sigmoid and erf 2, tanh 6.5 (a rational). */
 KILN_API kiln_tensor *kiln_neg(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_abs(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_exp(kiln_tensor *a);
