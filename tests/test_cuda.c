@@ -359,6 +359,14 @@ START_TEST(test_fused_products_launch)
     ck_assert_str_eq(kiln_fn_backend(f), traced_backend());
     ck_assert_int_eq(kiln_shape(out[0])[1], 24);
     ck_assert_int_eq(kiln_shape(out[1])[1], 40);
+    kiln_fn_stats_t stats;
+    ck_assert_int_eq(kiln_fn_stats(f, &stats), 0);
+    /* Stored: the product read twice p (33x24 f32), h, out[0] and out[1]
+     * (33x40); h's product with w^T is computed inside out[1]'s kernel, so
+     * it is no kernel and holds no bytes. Peak: p, h and out[0] (3 x 3168)
+     * less p, which dies with out[0], plus out[1] (5280). */
+    ck_assert_int_eq(stats.kernels, 4);
+    ck_assert_int_eq(stats.peak_bytes, 3 * 3168 - 3168 + 5280);
     kiln_fn_free(f);
     kiln_release(w);
 }

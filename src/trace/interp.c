@@ -203,14 +203,54 @@ static int64_t bytes_of(const ir_node *n)
     return ir_node_numel(n) * (int64_t)kiln_dtype_size(n->dtype);
 }
 
+/* The matmul node that step r's kernel computes inside itself, or -1. */
+static int fused_product_of(const interp_plan *p, ir_ref r)
+{
+    int step = native(p) ? p->step_of[r] : -1;
+    return step >= 0 && p->fused_matmul ? p->fused_matmul[step] : -1;
+}
+
+/* Whether value r has a buffer of its own: a fused product has none. */
+static bool stored(const interp_plan *p, ir_ref r)
+{
+    return computes(p, r) && (!native(p) || p->low.materialized[r]);
+}
+
+static bool among(ir_ref v, const ir_ref *refs, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (refs[i] == v)
+            return true;
+    return false;
+}
+
+/* Bytes of stored values other than kept that node r reads last (each once,
+ * a fused product's operands included). */
+static int64_t bytes_dying_at(const interp_plan *p, ir_ref r, ir_ref kept)
+{
+    uint32_t n;
+    const ir_ref *used = uses(p, r, &n);
+    int product = fused_product_of(p, r);
+    const ir_ref *ops = product >= 0 ? ir_operands(p->graph, &p->graph->nodes[product]) : NULL;
+    int64_t bytes = 0;
+    for (uint32_t i = 0; i < n + (ops ? 2 : 0); i++) {
+        ir_ref v = i < n ? used[i] : ops[i - n];
+        bool repeated = among(v, used, i < n ? i : n) || (i == n + 1 && v == ops[0]);
+        if (!repeated && v != kept && p->last_use[v] == r && stored(p, v))
+            bytes += bytes_of(&p->graph->nodes[v]);
+    }
+    return bytes;
+}
+
 /* Peak bytes of computed values alive at once; an output written in place
- * takes its input's bytes over. */
+ * takes its input's bytes over, and a product computed inside its reader's
+ * kernel takes none. */
 static void plan_memory(interp_plan *p)
 {
     const ir_graph *g = p->graph;
     int64_t live = 0;
     for (ir_ref r = 0; r < g->count; r++) {
-        if (!computes(p, r))
+        if (!stored(p, r))
             continue;
         p->kernels++;
         int step = native(p) ? p->step_of[r] : -1;
@@ -218,11 +258,7 @@ static void plan_memory(interp_plan *p)
         if (reused == IR_NONE)
             live += bytes_of(&g->nodes[r]);
         p->peak_bytes = live > p->peak_bytes ? live : p->peak_bytes;
-        uint32_t n;
-        const ir_ref *used = uses(p, r, &n);
-        for (uint32_t i = 0; i < n; i++)
-            if (p->last_use[used[i]] == r && computes(p, used[i]) && used[i] != reused)
-                live -= bytes_of(&g->nodes[used[i]]);
+        live -= bytes_dying_at(p, r, reused);
     }
 }
 
