@@ -2,10 +2,16 @@
  * host memory and copies are memcpy. The cuda suite runs against it
  * (LD_LIBRARY_PATH) to check what kiln does around kernels: moving tensors,
  * the caching allocator, clean errors, and launches. By default no kernel
- * loads; with FAKE_CUDA_KERNELS=check a module is its PTX, and a launch
- * checks its grid and that every pointer argument (read from the entry's
- * parameter list) is device memory from cuMemAlloc or NULL, then runs
- * nothing: kiln's plans launch their kernels, whose results are garbage.
+ * loads. With FAKE_CUDA_KERNELS=check a module is its PTX, parsed by the
+ * interpreter in ptx.c (so an instruction it does not know fails the load),
+ * and a launch checks its grid and that every pointer argument (read from
+ * the entry's parameter list) is device memory from cuMemAlloc or NULL, then
+ * runs nothing: kiln's plans launch their kernels, whose results are
+ * garbage. With FAKE_CUDA_KERNELS=run a launch also interprets the kernel
+ * over its whole grid before it returns (the stream is in order and copies
+ * are synchronous), so kernels compute their values and an access outside
+ * device memory fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+ * FAKE_CUDA_DUMP_PTX names a directory to write every module's PTX into.
  * FAKE_CUDA_MEMORY_LIMIT bounds the bytes held, to provoke out-of-memory.
  * Only the entry points kiln binds are here. */
 #include <pthread.h>
@@ -14,12 +20,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "ptx.h"
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
 enum { SUCCESS = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_IMAGE = 200, NO_BINARY_FOR_GPU = 209,
-       ILLEGAL_ADDRESS = 700, NOT_SUPPORTED = 801 };
+       INVALID_PTX = 218, ILLEGAL_ADDRESS = 700, NOT_SUPPORTED = 801 };
 
 /* Each block carries its size before the address handed out; the live
  * ones are listed, for launches to check their pointers against. */
@@ -30,10 +39,12 @@ static uintptr_t blocks[MAX_BLOCKS];
 static size_t sizes[MAX_BLOCKS];
 static int n_blocks;
 
-static bool kernels_checked(void)
+enum kernel_mode { NO_KERNELS, CHECK_KERNELS, RUN_KERNELS };
+
+static enum kernel_mode kernel_mode(void)
 {
     const char *v = getenv("FAKE_CUDA_KERNELS");
-    return v && !strcmp(v, "check");
+    return !v ? NO_KERNELS : !strcmp(v, "check") ? CHECK_KERNELS : !strcmp(v, "run") ? RUN_KERNELS : NO_KERNELS;
 }
 
 /* Whether [at, at + n) lies in one live block. */
@@ -65,9 +76,15 @@ CUresult cuGetExportTable(const void **table, const void *id)
 
 CUresult cuGetErrorString(CUresult r, const char **text)
 {
-    *text = r == OUT_OF_MEMORY ? "out of memory"
-          : r == INVALID_IMAGE ? "device kernel image is invalid (the fake driver runs no kernels)"
-                               : "invalid argument";
+    switch (r) {
+    case OUT_OF_MEMORY: *text = "out of memory"; break;
+    case INVALID_IMAGE: *text = "device kernel image is invalid (the fake driver runs no kernels)"; break;
+    case INVALID_PTX: *text = "a PTX JIT compilation failed (the fake driver's interpreter said why on stderr)"; break;
+    case ILLEGAL_ADDRESS: *text = "an illegal memory access was encountered"; break;
+    case PTX_MISALIGNED_ADDRESS: *text = "misaligned address"; break;
+    case PTX_LAUNCH_FAILED: *text = "unspecified launch failure"; break;
+    default: *text = "invalid argument"; break;
+    }
     return SUCCESS;
 }
 
@@ -171,32 +188,48 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s)
     return SUCCESS;
 }
 
-/* A module is its PTX and the functions taken from it; a function, its
- * entry's parameters: which are pointers (.u64 ones: kiln passes no other
- * 64-bit scalars) and the rest. */
+/* A module is its parsed PTX and the functions taken from it. */
 typedef struct function {
-    char name[128];
-    int n;
-    bool pointer[64];
+    const ptx_kernel *kernel;
+    struct module *module;
     struct function *next;
 } function;
 
-typedef struct {
-    char *ptx;
+typedef struct module {
+    ptx_module *ptx;
     function *functions;
 } module;
+
+static void dump_ptx(const char *text)
+{
+    static int seq;
+    const char *dir = getenv("FAKE_CUDA_DUMP_PTX");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%d.%d.ptx", dir, (int)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
 
 CUresult cuModuleLoadData(void **out, const void *image)
 {
     const unsigned char *bytes = image;
-    if (!kernels_checked())
+    if (kernel_mode() == NO_KERNELS)
         return INVALID_IMAGE;
     if (bytes[0] == 0x7f && bytes[1] == 'E') /* a CUBIN: ask for the PTX */
         return NO_BINARY_FOR_GPU;
+    if (getenv("FAKE_CUDA_DUMP_PTX"))
+        dump_ptx(image);
+    char why[1024];
     module *m = calloc(1, sizeof *m);
-    if (!m || !(m->ptx = strdup(image))) {
-        free(m);
+    if (!m)
         return OUT_OF_MEMORY;
+    if (!(m->ptx = ptx_parse(image, why, sizeof why))) {
+        fprintf(stderr, "fake CUDA: cuModuleLoadData: %s\n", why);
+        free(m);
+        return INVALID_PTX;
     }
     *out = m;
     return SUCCESS;
@@ -212,7 +245,7 @@ CUresult cuModuleUnload(void *handle)
         free(m->functions);
         m->functions = next;
     }
-    free(m->ptx);
+    ptx_free(m->ptx);
     free(m);
     return SUCCESS;
 }
@@ -220,42 +253,68 @@ CUresult cuModuleUnload(void *handle)
 CUresult cuModuleGetFunction(void **f, void *handle, const char *name)
 {
     module *m = handle;
-    char entry[160];
-    snprintf(entry, sizeof entry, ".entry %s(", name);
-    const char *at = m ? strstr(m->ptx, entry) : NULL;
-    function *fn = at ? calloc(1, sizeof *fn) : NULL;
+    const ptx_kernel *kernel = m ? ptx_kernel_find(m->ptx, name) : NULL;
+    function *fn = kernel ? calloc(1, sizeof *fn) : NULL;
     if (!fn)
         return INVALID_VALUE;
-    snprintf(fn->name, sizeof fn->name, "%s", name);
-    const char *end = strchr(at, ')');
-    for (const char *p = strstr(at, ".param"); p && p < end && fn->n < 64; p = strstr(p + 6, ".param")) {
-        const char *line_end = strchr(p, '\n');
-        const char *u64 = strstr(p, ".u64");
-        fn->pointer[fn->n++] = u64 && (!line_end || u64 < line_end);
-    }
+    fn->kernel = kernel;
+    fn->module = m;
     fn->next = m->functions;
     m->functions = fn;
     *f = fn;
     return SUCCESS;
 }
 
+/* The live blocks, for a launch to check its accesses against; NULL when out of memory. */
+static ptx_range *device_ranges(int *n)
+{
+    pthread_mutex_lock(&lock);
+    ptx_range *ranges = malloc(sizeof(ptx_range) * (size_t)(n_blocks + 1));
+    for (int i = 0; ranges && i < n_blocks; i++)
+        ranges[i] = (ptx_range){blocks[i], blocks[i] + sizes[i]};
+    *n = n_blocks;
+    pthread_mutex_unlock(&lock);
+    return ranges;
+}
+
+static CUresult run(const function *fn, const unsigned grid[3], const unsigned block[3], unsigned shared,
+                    void **params)
+{
+    static pthread_mutex_t running = PTHREAD_MUTEX_INITIALIZER;
+    ptx_launch launch = {.grid = {grid[0], grid[1], grid[2]}, .block = {block[0], block[1], block[2]},
+                         .dynamic_shared_bytes = shared, .params = params};
+    launch.device_memory = device_ranges(&launch.n_device_memory);
+    if (!launch.device_memory)
+        return OUT_OF_MEMORY;
+    char why[1024];
+    pthread_mutex_lock(&running);
+    int r = ptx_run(fn->module->ptx, fn->kernel, &launch, why, sizeof why);
+    pthread_mutex_unlock(&running);
+    free((void *)launch.device_memory);
+    if (r)
+        fprintf(stderr, "fake CUDA: %s\n", why);
+    return r;
+}
+
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *s, void **params, void **extra)
 {
-    (void)shared; (void)s; (void)extra;
+    (void)s; (void)extra;
     const function *fn = f;
+    const char *name = ptx_kernel_name(fn->kernel);
     if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024 || gy > 65535 || gz > 65535) {
-        fprintf(stderr, "fake CUDA: %s: grid (%u, %u, %u) of blocks of %u x %u x %u\n", fn->name, gx, gy, gz, bx, by,
+        fprintf(stderr, "fake CUDA: %s: grid (%u, %u, %u) of blocks of %u x %u x %u\n", name, gx, gy, gz, bx, by,
                 bz);
         return INVALID_VALUE;
     }
-    for (int i = 0; i < fn->n; i++) {
-        uintptr_t at = fn->pointer[i] ? *(const uintptr_t *)params[i] : 0;
+    for (int i = 0; i < ptx_kernel_n_params(fn->kernel); i++) {
+        uintptr_t at = ptx_kernel_param_is_u64(fn->kernel, i) ? *(const uintptr_t *)params[i] : 0;
         if (at && !device_memory(at, 1)) {
-            fprintf(stderr, "fake CUDA: %s: argument %d (%#lx) is not device memory\n", fn->name, i,
-                    (unsigned long)at);
+            fprintf(stderr, "fake CUDA: %s: argument %d (%#lx) is not device memory\n", name, i, (unsigned long)at);
             return ILLEGAL_ADDRESS;
         }
     }
-    return SUCCESS;
+    if (kernel_mode() != RUN_KERNELS)
+        return SUCCESS;
+    return run(fn, (unsigned[]){gx, gy, gz}, (unsigned[]){bx, by, bz}, shared, params);
 }
