@@ -1993,9 +1993,10 @@ static bool combine(int bool_op, bool t, bool c)
     return bool_op == BOOL_AND ? t && c : bool_op == BOOL_OR ? t || c : bool_op == BOOL_XOR ? t != c : t;
 }
 
-static bool float_class(int testp, double x)
+/* testp's class test of fpclassify's c (taken in the operand's own width: an
+ * f32 subnormal is a normal double). */
+static bool float_class(int testp, int c)
 {
-    int c = fpclassify(x);
     switch (testp) {
     case TESTP_FINITE: return c != FP_INFINITE && c != FP_NAN;
     case TESTP_INFINITE: return c == FP_INFINITE;
@@ -2545,7 +2546,7 @@ static int execute(machine *M, int t)
         case OP_SELP: D = (C ^ (in->flags >> 1)) & 1 ? A : B; break;
         case OP_SLCT_S32: D = sext(C, 32) >= 0 ? A : B; break;
         case OP_SLCT_F32: D = (in->mode ? flush32(f32_of(C)) : f32_of(C)) >= 0.0f ? A : B; break;
-        case OP_TESTP: D = float_class(in->mode, in->aux == 32 ? (double)f32_of(A) : f64_of(A)); break;
+        case OP_TESTP: D = float_class(in->mode, in->aux == 32 ? fpclassify(f32_of(A)) : fpclassify(f64_of(A))); break;
         case OP_FADD32:
             if (in->mode)
                 goto float32;
