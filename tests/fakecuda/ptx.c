@@ -89,7 +89,7 @@ enum rounding { RND_NONE, RND_RN, RND_RZ, RND_RM, RND_RP, RND_RNI, RND_RZI, RND_
 enum { MODE_ROUNDING = 15, MODE_FTZ = 16, MODE_SAT = 32, MODE_APPROX = 64 };
 
 /* Flags: the guard's negation is bit 0, so that the test is one xor. */
-enum { FLAG_GUARD_NEGATED = 1, FLAG_C_NEGATED = 2, FLAG_UNIFORM = 4 };
+enum { FLAG_GUARD_NEGATED = 1, FLAG_C_NEGATED = 2 };
 
 enum compare { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_LO, CMP_LS, CMP_HI, CMP_HS, CMP_EQU,
                CMP_NEU, CMP_LTU, CMP_LEU, CMP_GTU, CMP_GEU, CMP_NUM, CMP_NAN, CMP_NONE };
@@ -160,8 +160,8 @@ typedef struct {
 typedef struct {
     uint64_t *slots;
     size_t slots_cap;
-    uint8_t *shared, *local, *params;
-    size_t shared_cap, local_cap, params_cap;
+    uint8_t *shared, *local, *params, *call_params;
+    size_t shared_cap, local_cap, params_cap, call_params_cap;
     ptx_range *cache, *memory;
     size_t cache_cap, memory_cap;
     void *threads;
@@ -250,11 +250,18 @@ static bool grow(void *array, int *cap, int n, size_t size)
     return true;
 }
 
-static bool name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || c == '%' || c == '.'; }
+static bool name_start(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '$' || c == '%' || c == '.';
+}
+
 static bool name_char(char c) { return name_start(c) || (c >= '0' && c <= '9'); }
 static int hex_digit(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
 }
 
 /* A number at s: decimal, 0x hex, or a float's bits as 0f (32) / 0d (64) hex. */
@@ -330,7 +337,10 @@ static bool lex(parser *p)
 static token *peek(parser *p) { return &p->tokens[p->at]; }
 static token *next(parser *p) { return &p->tokens[p->at < p->n_tokens - 1 ? p->at++ : p->at]; }
 static bool is_punct(const token *t, char c) { return t->kind == TK_PUNCT && t->punct == c; }
-static bool is_word(const token *t, const char *w) { return t->kind == TK_NAME && t->len == (int)strlen(w) && !memcmp(t->text, w, (size_t)t->len); }
+static bool is_word(const token *t, const char *w)
+{
+    return t->kind == TK_NAME && t->len == (int)strlen(w) && !memcmp(t->text, w, (size_t)t->len);
+}
 
 static bool expect(parser *p, char c)
 {
@@ -923,7 +933,11 @@ static bool build_arith(parser *p, const mnemonic *mn, const operand *ops, int n
         if (!known_type(p, mn, type_integer(t) && type_bits(t) >= 16) ||
             !simple(p, mn, ops, n, b[0] == 'm' && b[1] == 'a' ? 4 : b[0] == 'n' ? 2 : 3, in))
             return false;
-        in->op = b[0] == 'a' ? OP_ADD : b[0] == 's' ? OP_SUB : b[0] == 'n' ? OP_NEG : b[1] == 'u' ? OP_MUL_LO : OP_MAD_LO;
+        in->op = b[0] == 'a'   ? OP_ADD
+               : b[0] == 's' ? OP_SUB
+               : b[0] == 'n' ? OP_NEG
+               : b[1] == 'u' ? OP_MUL_LO
+                             : OP_MAD_LO;
         return true;
     }
     if (!strcmp(b, "mul") && (hi || wide))
@@ -932,20 +946,16 @@ static bool build_arith(parser *p, const mnemonic *mn, const operand *ops, int n
         return int_insn(p, mn, ops, n, 4, hi ? OP_MAD_HI_S : OP_MAD_WIDE_S, in);
     if (!strcmp(b, "mul24") && !hi)
         return int_insn(p, mn, ops, n, 3, OP_MUL24_S, in);
+    if (!strcmp(b, "abs")) /* signed only, so int_insn's opcode is OP_ABS */
+        return known_type(p, mn, type_signed(t)) && int_insn(p, mn, ops, n, 2, OP_ABS, in);
     static const struct {
         const char *name;
         int op, arity;
     } ints[] = {{"div", OP_DIV_S, 3}, {"rem", OP_REM_S, 3}, {"min", OP_MIN_S, 3}, {"max", OP_MAX_S, 3},
-                {"abs", OP_ABS, 2}, {"shr", OP_SHR_S, 3}, {"bfe", OP_BFE_S, 4}};
-    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
-        if (strcmp(b, ints[i].name))
-            continue;
-        if (!int_insn(p, mn, ops, n, ints[i].arity, ints[i].op, in))
-            return false;
-        if (ints[i].op == OP_ABS)
-            in->op = OP_ABS;
-        return ints[i].op != OP_ABS || type_signed(t) || fail(p, mn->line, "abs of an unsigned type");
-    }
+                {"shr", OP_SHR_S, 3}, {"bfe", OP_BFE_S, 4}};
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        if (!strcmp(b, ints[i].name))
+            return int_insn(p, mn, ops, n, ints[i].arity, ints[i].op, in);
     return fail(p, mn->line, "unknown instruction %s", b);
 }
 
@@ -1511,8 +1521,6 @@ static bool parse_instruction(parser *p)
     mnemonic mn;
     if (op->kind != TK_NAME || !parse_mnemonic(p, op, &mn))
         return fail(p, op->line, "expected an instruction, found '%.*s'", op->len, op->text);
-    if (mn.uni)
-        in.flags |= FLAG_UNIFORM;
     if (is_base(&mn, "call"))
         return parse_call(p, &mn, &in);
     operand ops[6];
@@ -1681,8 +1689,11 @@ static bool parse_function(parser *p, bool entry, uint16_t **dynamic, int *n_dyn
         return false;
     fn = &m->functions[f];
     while (is_word(peek(p), ".maxntid") || is_word(peek(p), ".reqntid") || is_word(peek(p), ".minnctapersm") ||
-           is_word(peek(p), ".maxnreg") || is_word(peek(p), ".noreturn") || is_word(peek(p), ".pragma"))
-        skip_line(p);
+           is_word(peek(p), ".maxnreg") || is_word(peek(p), ".noreturn")) {
+        next(p); /* performance directives: their numbers do not matter here */
+        while (peek(p)->kind == TK_INT || is_punct(peek(p), ','))
+            next(p);
+    }
     if (is_punct(peek(p), ';')) {
         next(p);
         pop_scope(p);
@@ -1801,6 +1812,7 @@ void ptx_free(ptx_module *m)
     free(s->shared);
     free(s->local);
     free(s->params);
+    free(s->call_params);
     free(s->cache);
     free(s->memory);
     free(s->threads);
@@ -1828,7 +1840,11 @@ bool ptx_kernel_param_is_u64(const ptx_kernel *k, int i) { return k->params[i].u
 
 /* -- Arithmetic ------------------------------------------------------------- */
 
-static int64_t sext(uint64_t v, int bits) { return bits >= 64 ? (int64_t)v : (int64_t)(v << (64 - bits)) >> (64 - bits); }
+static int64_t sext(uint64_t v, int bits)
+{
+    return bits >= 64 ? (int64_t)v : (int64_t)(v << (64 - bits)) >> (64 - bits);
+}
+
 static uint64_t zext(uint64_t v, int bits) { return bits >= 64 ? v : v & ((1ull << bits) - 1); }
 
 static float flush32(float x) { return fpclassify(x) == FP_SUBNORMAL ? copysignf(0.0f, x) : x; }
@@ -1837,6 +1853,8 @@ static double flush64(double x) { return fpclassify(x) == FP_SUBNORMAL ? copysig
 static const int host_rounding[] = {FE_TONEAREST, FE_TONEAREST, FE_TOWARDZERO, FE_DOWNWARD, FE_UPWARD,
                                     FE_TONEAREST, FE_TOWARDZERO, FE_DOWNWARD,  FE_UPWARD};
 
+/* min and max as the PTX manual writes them: the number when one operand is
+ * NaN, else (a < b) ? a : b, so that of two zeros the second is returned. */
 static float compute32(int fop, float x, float y, float z)
 {
     switch (fop) {
@@ -1844,8 +1862,8 @@ static float compute32(int fop, float x, float y, float z)
     case F_SUB: return x - y;
     case F_MUL: return x * y;
     case F_FMA: return fmaf(x, y, z);
-    case F_MIN: return fminf(x, y);
-    case F_MAX: return fmaxf(x, y);
+    case F_MIN: return isnan(x) ? y : isnan(y) ? x : x < y ? x : y;
+    case F_MAX: return isnan(x) ? y : isnan(y) ? x : x > y ? x : y;
     case F_ABS: return fabsf(x);
     case F_NEG: return -x;
     case F_DIV: return x / y;
@@ -1868,8 +1886,8 @@ static double compute64(int fop, double x, double y, double z)
     case F_SUB: return x - y;
     case F_MUL: return x * y;
     case F_FMA: return fma(x, y, z);
-    case F_MIN: return fmin(x, y);
-    case F_MAX: return fmax(x, y);
+    case F_MIN: return isnan(x) ? y : isnan(y) ? x : x < y ? x : y;
+    case F_MAX: return isnan(x) ? y : isnan(y) ? x : x > y ? x : y;
     case F_ABS: return fabs(x);
     case F_NEG: return -x;
     case F_DIV: return x / y;
@@ -2236,7 +2254,9 @@ static uint64_t atomic_op(int op, int t, uint64_t old, uint64_t b, uint64_t c)
     int bits = type_bits(t);
     switch (op) {
     case ATOM_ADD:
-        return t == T_F32 ? f32_bits(f32_of(old) + f32_of(b)) : t == T_F64 ? f64_bits(f64_of(old) + f64_of(b)) : old + b;
+        return t == T_F32   ? f32_bits(f32_of(old) + f32_of(b))
+             : t == T_F64 ? f64_bits(f64_of(old) + f64_of(b))
+                          : old + b;
     case ATOM_MIN:
     case ATOM_MAX: {
         bool less = t == T_F32   ? f32_of(old) < f32_of(b)
@@ -2407,7 +2427,8 @@ static int atomic_insn(machine *M, int t, uint32_t pc, const insn *in, uint64_t 
 /* Converts between a shared or local window address and a host address. */
 static uint64_t window(machine *M, int t, const insn *in, uint64_t a)
 {
-    uintptr_t base = in->aux == SPACE_SHARED ? (uintptr_t)M->shared : (uintptr_t)(M->local + (size_t)t * M->local_bytes);
+    uintptr_t base = in->aux == SPACE_SHARED ? (uintptr_t)M->shared
+                                             : (uintptr_t)(M->local + (size_t)t * M->local_bytes);
     return in->op == OP_TO_WINDOW ? a - base : a + base;
 }
 
@@ -2655,8 +2676,10 @@ static int shuffle(machine *M, int w, uint32_t pc, const insn *in, uint32_t lane
         const uint64_t *r = M->slots + (size_t)(w * WARP + l) * (size_t)M->n_slots;
         int b = (int)(r[in->o[3]] & 31), c = (int)r[in->o[4]];
         int segment = (c >> 8) & 31, max_lane = (l & segment) | ((c & 31) & ~segment), min_lane = l & segment;
-        int j = in->mode == SHFL_UP ? l - b : in->mode == SHFL_DOWN ? l + b : in->mode == SHFL_BFLY ? l ^ b
-                                                                                                : min_lane | (b & ~segment);
+        int j = in->mode == SHFL_UP     ? l - b
+              : in->mode == SHFL_DOWN ? l + b
+              : in->mode == SHFL_BFLY ? l ^ b
+                                      : min_lane | (b & ~segment);
         in_range[l] = in->mode == SHFL_UP ? j >= max_lane : j <= max_lane;
         if (!in_range[l])
             j = l;
@@ -2710,7 +2733,9 @@ static int resolve_warp(machine *M, int w)
         if (!(lanes >> l & 1))
             continue;
         const uint64_t *r = M->slots + (size_t)(w * WARP + l) * (size_t)M->n_slots;
-        uint32_t members = in->op == OP_SHFL ? (uint32_t)r[in->o[5]] : in->op == OP_VOTE ? (uint32_t)r[in->o[2]] : lanes;
+        uint32_t members = in->op == OP_SHFL   ? (uint32_t)r[in->o[5]]
+                         : in->op == OP_VOTE ? (uint32_t)r[in->o[2]]
+                                             : lanes;
         if ((members & lanes) != members)
             return fault(M, pc, PTX_LAUNCH_FAILED,
                          "warp %d: member mask %#x names lanes that do not reach this instruction (those at it: %#x)",
@@ -2841,18 +2866,18 @@ int ptx_run(ptx_module *m, const ptx_kernel *k, const ptx_launch *launch, char *
         !reserve(&s->shared, &s->shared_cap, M.shared_bytes + 1) ||
         !reserve(&s->local, &s->local_cap, M.local_bytes * (size_t)M.n_threads + 1) ||
         !reserve(&s->params, &s->params_cap, k->param_bytes + 1) ||
+        !reserve(&s->call_params, &s->call_params_cap, M.call_param_bytes * (size_t)M.n_threads + 1) ||
         !reserve(&s->cache, &s->cache_cap, sizeof(ptx_range) * (size_t)m->n_code) || !memory_table(m, launch, &M)) {
         free(preset_values);
         free(thread_params);
         snprintf(err, err_size, "kernel %s: out of memory", k->name);
         return PTX_LAUNCH_FAILED;
     }
-    uint8_t *call_params = malloc(M.call_param_bytes * (size_t)M.n_threads + 1);
     M.slots = s->slots;
     M.threads = s->threads;
     M.shared = s->shared;
     M.local = s->local;
-    M.call_params = call_params;
+    M.call_params = s->call_params;
     M.cache = s->cache;
     memset(M.cache, 0, sizeof(ptx_range) * (size_t)m->n_code);
     memset(M.slots, 0, sizeof(uint64_t) * n_slots);
@@ -2876,7 +2901,7 @@ int ptx_run(ptx_module *m, const ptx_kernel *k, const ptx_launch *launch, char *
         preset_values[SLOT_NCTAID + d] = launch->grid[d];
     }
     preset_values[SLOT_NWARPID] = (unsigned)(M.n_threads + WARP - 1) / WARP;
-    int status = call_params ? 0 : PTX_LAUNCH_FAILED;
+    int status = 0;
     for (unsigned z = 0; z < launch->grid[2] && !status; z++) {
         for (unsigned y = 0; y < launch->grid[1] && !status; y++) {
             for (unsigned x = 0; x < launch->grid[0] && !status; x++) {
@@ -2887,7 +2912,6 @@ int ptx_run(ptx_module *m, const ptx_kernel *k, const ptx_launch *launch, char *
             }
         }
     }
-    free(call_params);
     free(preset_values);
     free(thread_params);
     return status;
