@@ -128,6 +128,7 @@ static void mlp_inputs(kiln_tensor **cpu, kiln_tensor **dev)
 START_TEST(test_workload_traced_and_allocator_steady)
 {
     kiln_tensor *cpu[3], *dev[3], *want[1], *got[1];
+    kiln_scope_begin();
     mlp_inputs(cpu, dev);
     mlp_body(cpu, want, NULL);
     kiln_jit_options o = kiln_jit_defaults();
@@ -152,6 +153,7 @@ START_TEST(test_workload_traced_and_allocator_steady)
     ck_assert_int_gt(after.reuses, before.reuses);
     ck_assert_int_eq(after.in_use_bytes, before.in_use_bytes);
     kiln_fn_free(f);
+    kiln_scope_end();
 }
 END_TEST
 
@@ -159,30 +161,30 @@ END_TEST
 static int child(void)
 {
     kiln_tensor *cpu[3], *dev[3], *want[1], *got[1];
+    kiln_scope_begin();
     mlp_inputs(cpu, dev);
     mlp_body(cpu, want, NULL);
     kiln_jit_options o = kiln_jit_defaults();
     kiln_fn *f = kiln_jit("mlp", mlp_body, 3, 1, NULL, &o);
-    if (kiln_call(f, dev, got) != 0) {
-        fprintf(stderr, "child: %s\n", kiln_last_error());
-        return 1;
-    }
-    kiln_fn_stats_t stats;
-    kiln_fn_stats(f, &stats);
-    /* Not test_values: Check's assertions exit outside a running test. */
     int64_t n = kiln_numel(want[0]);
     float *g = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
-    if (!g || !w || kiln_copy_to_host(got[0], g, sizeof(float) * (size_t)n) != 0 ||
+    /* Not test_values: Check's assertions exit outside a running test. */
+    int status = 1;
+    if (!g || !w || kiln_call(f, dev, got) != 0 || kiln_copy_to_host(got[0], g, sizeof(float) * (size_t)n) != 0 ||
         kiln_copy_to_host(want[0], w, sizeof(float) * (size_t)n) != 0) {
         fprintf(stderr, "child: %s\n", kiln_last_error());
-        return 1;
+    } else {
+        kiln_fn_stats_t stats;
+        kiln_fn_stats(f, &stats);
+        status = stats.kernels_compiled == 0 && stats.kernels_from_disk > 0 ? 0 : 3;
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(g[i] - w[i]) > 1e-4f * fabsf(w[i]) + 1e-4f)
+                status = 2;
     }
-    int status = stats.kernels_compiled == 0 && stats.kernels_from_disk > 0 ? 0 : 3;
-    for (int64_t i = 0; i < n; i++)
-        if (fabsf(g[i] - w[i]) > 1e-4f * fabsf(w[i]) + 1e-4f)
-            status = 2;
     free(g);
     free(w);
+    kiln_fn_free(f);
+    kiln_scope_end();
     return status;
 }
 
