@@ -307,6 +307,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
                 bz);
         return INVALID_VALUE;
     }
+    /* Pointers are the .u64 parameters: kiln passes no other 64-bit scalars. */
     for (int i = 0; i < ptx_kernel_n_params(fn->kernel); i++) {
         uintptr_t at = ptx_kernel_param_is_u64(fn->kernel, i) ? *(const uintptr_t *)params[i] : 0;
         if (at && !device_memory(at, 1)) {
