@@ -2278,7 +2278,10 @@ static uint64_t atomic_op(int op, int t, uint64_t old, uint64_t b, uint64_t c)
 /* -- Execution -------------------------------------------------------------- */
 
 enum thread_state { RUNNING, AT_BARRIER, AT_WARP, DONE };
+/* A launch taking more backward branches than this loops forever, most likely:
+ * failing it beats hanging the test until its timeout. */
 enum { MAX_CALL_DEPTH = 8, WARP = 32 };
+static const uint64_t MAX_BACKWARD_BRANCHES = 1ull << 33;
 
 typedef struct {
     uint32_t pc;
@@ -2298,6 +2301,7 @@ typedef struct {
     const ptx_range *memory;
     int n_memory;
     ptx_range *cache; /* per instruction: the range its last global access fell in */
+    uint64_t backward_branches;
     unsigned block[3];
     char *err;
     size_t err_size;
@@ -2625,7 +2629,12 @@ static int execute(machine *M, int t)
             D = float64_op(in, A, B, C);
             break;
         case OP_CVT: D = convert(in, A); break;
-        case OP_BRA: pc = (uint32_t)in->imm; break;
+        case OP_BRA:
+            if ((uint32_t)in->imm < pc && ++M->backward_branches > MAX_BACKWARD_BRANCHES)
+                return fault(M, pc - 1, PTX_LAUNCH_FAILED, "more than %llu backward branches: a loop that never ends?",
+                             (unsigned long long)MAX_BACKWARD_BRANCHES);
+            pc = (uint32_t)in->imm;
+            break;
         case OP_CALL: status = call(M, t, &pc, in, r); break;
         case OP_RET:
             if (th->depth == 0) {
