@@ -99,12 +99,14 @@ END_TEST
 START_TEST(test_i64_scalar_operand_exact)
 {
     const int64_t big = ((int64_t)1 << 53) + 1, values[3] = {1, -2, (int64_t)1 << 60};
+    kiln_scope_begin();
     kiln_tensor *x = kiln_to_device(kiln_from_data(KILN_I64, 1, (int64_t[]){3}, values), KILN_CUDA);
     kiln_tensor *sum = kiln_add(x, kiln_from_data(KILN_I64, 0, NULL, &big));
     int64_t got[3];
     ck_assert_msg(kiln_copy_to_host(sum, got, sizeof got) == 0, "%s", kiln_last_error());
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(got[i], values[i] + big);
+    kiln_scope_end();
 }
 END_TEST
 
