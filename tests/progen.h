@@ -69,7 +69,7 @@ typedef enum {
 #define PROGEN_MAKING_OPS                                                                                     \
     (PROGEN_OP_BIT(PROGEN_FULL) | PROGEN_OP_BIT(PROGEN_ZEROS) | PROGEN_OP_BIT(PROGEN_ONES) |                  \
      PROGEN_OP_BIT(PROGEN_ARANGE) | PROGEN_OP_BIT(PROGEN_RAND) | PROGEN_OP_BIT(PROGEN_RANDN) |                \
-     PROGEN_OP_BIT(PROGEN_FROM_DATA) | PROGEN_OP_BIT(PROGEN_ASSIGN))
+     PROGEN_OP_BIT(PROGEN_SCALAR) | PROGEN_OP_BIT(PROGEN_FROM_DATA) | PROGEN_OP_BIT(PROGEN_ASSIGN))
 #define PROGEN_ALL_OPS (PROGEN_OP_BIT(PROGEN_OP_COUNT) - 1)
 #define PROGEN_DTYPE_BIT(dt) (1u << (dt))
 

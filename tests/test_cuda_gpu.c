@@ -31,7 +31,7 @@ static char cache_root[] = "/tmp/kiln-cuda-gpu-XXXXXX";
  * kiln_scalar among them, make CPU tensors, which do not mix with CUDA ones. */
 static progen_options device_programs(void)
 {
-    return (progen_options){.ops = PROGEN_ALL_OPS & ~PROGEN_MAKING_OPS & ~PROGEN_OP_BIT(PROGEN_SCALAR)};
+    return (progen_options){.ops = PROGEN_ALL_OPS & ~PROGEN_MAKING_OPS};
 }
 
 /* got, on CUDA, against want from the CPU. */

@@ -377,6 +377,30 @@ START_TEST(test_kernels_with_too_many_inputs_split)
 }
 END_TEST
 
+/* Slices of slices that are empty, with steps that overflow when their
+ * index maps are composed (random program 25 on CUDA, under UBSan). */
+static int empty_slices(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *empty = kiln_slice(kiln_slice(in[0], 0, -1, -2, INT64_MAX), 0, -2, 0, -3);
+    out[0] = kiln_add_scalar(empty, 1);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_empty_slices_with_huge_steps)
+{
+    int64_t shapes[2] = {0, 5};
+    for (int i = 0; i < 2; i++) {
+        kiln_tensor *x = kiln_arange(0, (double)shapes[i], 1, KILN_I64), *out;
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit("empty_slices", empty_slices, 1, 1, NULL, &o);
+        ck_assert_msg(kiln_call(f, &x, &out) == 0, "%s", kiln_last_error());
+        ck_assert_int_eq(kiln_numel(out), 0);
+        ck_assert_int_eq(kiln_dtype_of(out), KILN_I64);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
 /* -- Threads --------------------------------------------------------------- */
 
 typedef struct {
@@ -501,6 +525,7 @@ static Suite *llvm_suite(void)
     tcase_add_loop_test(ops, test_ops_compiled_match_eager, 0, (int)(sizeof CASES / sizeof *CASES));
     tcase_add_test(ops, test_sums_keep_what_cancels);
     tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
+    tcase_add_test(ops, test_empty_slices_with_huge_steps);
     suite_add_tcase(s, ops);
     TCase *wl = tcase_create("workloads");
     tcase_add_checked_fixture(wl, setup_unscoped, teardown_unscoped);

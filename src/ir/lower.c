@@ -256,9 +256,12 @@ static int build_movement(builder *b, ir_ref node, const ir_node *n, const imap 
         om = broadcast_map(m, o->ndim, o->shape);
         break;
     case OP_SLICE: {
+        /* Wrapping: an empty slice keeps its start and step as given (a step
+         * of INT64_MAX, say), and its indices are never used. */
         int a = n->params.axis;
-        om.bias[a] = n->params.start + n->params.step * m->bias[a];
-        om.coef[a] = n->params.step * m->coef[a];
+        uint64_t step = (uint64_t)n->params.step;
+        om.bias[a] = (int64_t)((uint64_t)n->params.start + step * (uint64_t)m->bias[a]);
+        om.coef[a] = (int64_t)(step * (uint64_t)m->coef[a]);
         break;
     }
     default: /* contiguous: the same values */
