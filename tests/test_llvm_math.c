@@ -360,16 +360,17 @@ START_TEST(f32_tanh)
 END_TEST
 
 /* The quotient may pass 1 by an ulp or two before its clamp: every float
- * from 4 to 16 (where tanh is within 2^-11 of 1), either sign, gives a
- * value in [-1, 1], and the two signs agree. */
+ * from 4 to 16 (where tanh is within 2^-11 of 1; every 1023rd under
+ * valgrind), either sign, gives a value in [-1, 1], and the two signs agree. */
 START_TEST(f32_tanh_bounded_and_odd)
 {
     kernel k = kernel_new(OP_TANH, false);
     float *in = malloc(BLOCK * sizeof *in), *out = malloc(BLOCK * sizeof *out);
     ck_assert(in && out);
-    for (uint32_t u = to_bits(4.0f); u < to_bits(16.0f); u += BLOCK / 2) {
+    uint32_t step = UNDER_VALGRIND() ? SWEEP_STRIDE_VALGRIND / 64 : 1;
+    for (uint32_t u = to_bits(4.0f); u < to_bits(16.0f); u += BLOCK / 2 * step) {
         int n = 0;
-        for (uint32_t v = u; v < u + BLOCK / 2 && v < to_bits(16.0f); v++) {
+        for (uint32_t v = u; v < u + BLOCK / 2 * step && v < to_bits(16.0f); v += step) {
             in[n++] = from_bits(v);
             in[n++] = -from_bits(v);
         }
