@@ -67,9 +67,8 @@ static bool type_integer(int t) { return t >= T_B8 && t <= T_S64; }
     _(MUL_WIDE_S) _(MUL_WIDE_U) _(MAD_HI_S) _(MAD_HI_U) _(MAD_WIDE_S) _(MAD_WIDE_U) _(MUL24_S) _(MUL24_U)          \
     _(DIV_S) _(DIV_U) _(REM_S) _(REM_U) _(MIN_S) _(MIN_U) _(MAX_S) _(MAX_U) _(ABS) _(CARRY) _(POPC) _(CLZ) _(BREV)  \
     _(BFE_S) _(BFE_U) _(BFI) _(PRMT) _(SHF) _(LOP3) _(DP2A) _(DP4A) _(SETP_S) _(SETP_U) _(SETP_F32) _(SETP_F64)    \
-    _(SELP) _(SLCT_S32) _(SLCT_F32) _(TESTP) _(FADD32) _(FSUB32) _(FMUL32) _(FFMA32) _(FMIN32) _(FMAX32)           \
-    _(FABS32) _(FNEG32) _(FMATH32) _(FADD64) _(FSUB64) _(FMUL64) _(FFMA64) _(FMIN64) _(FMAX64) _(FABS64)           \
-    _(FNEG64) _(FMATH64) _(CVT) _(BRA) _(CALL) _(RET) _(EXIT) _(BAR) _(SHFL) _(VOTE) _(ACTIVEMASK) _(NOP)          \
+    _(SELP) _(SLCT_S32) _(SLCT_F32) _(TESTP) _(FADD32) _(FSUB32) _(FMUL32) _(FFMA32) _(FMATH32) _(FADD64)          \
+    _(FSUB64) _(FMUL64) _(FFMA64) _(FMATH64) _(CVT) _(BRA) _(CALL) _(RET) _(EXIT) _(BAR) _(SHFL) _(VOTE) _(ACTIVEMASK) _(NOP)          \
     _(ATOM)
 
 enum opcode {
@@ -863,17 +862,18 @@ static uint8_t float_mode(const mnemonic *mn)
                      (mn->sat ? MODE_SAT : 0) | (mn->approx || mn->full ? MODE_APPROX : 0));
 }
 
-/* A float instruction: the inlined opcode for f32 (f64 is the next group), or FMATH. */
+/* A float instruction: add, sub, mul and fma rounding to nearest with
+ * nothing else to apply have opcodes of their own, run inline (f32's, then
+ * f64's); the rest is FMATH, which applies the modes. */
 static bool float_insn(parser *p, const mnemonic *mn, const operand *ops, int n, int want, int fop, insn *in)
 {
     int t = the_type(mn);
     if (!known_type(p, mn, type_float(t)) || !simple(p, mn, ops, n, want, in))
         return false;
-    static const int inlined[] = {OP_FADD32, OP_FSUB32, OP_FMUL32, OP_FFMA32, OP_FMIN32, OP_FMAX32, OP_FABS32,
-                                  OP_FNEG32};
+    static const int inlined[] = {OP_FADD32, OP_FSUB32, OP_FMUL32, OP_FFMA32};
     bool f64 = t == T_F64;
-    in->op = (uint16_t)(fop <= F_NEG ? inlined[fop] + (f64 ? OP_FADD64 - OP_FADD32 : 0)
-                                     : f64 ? OP_FMATH64 : OP_FMATH32);
+    bool plain = fop <= F_FMA && float_mode(mn) == 0;
+    in->op = (uint16_t)(plain ? inlined[fop] + (f64 ? OP_FADD64 - OP_FADD32 : 0) : f64 ? OP_FMATH64 : OP_FMATH32);
     in->aux = (uint8_t)fop;
     in->mode = float_mode(mn);
     return true;
@@ -2572,62 +2572,16 @@ static int execute(machine *M, int t)
         case OP_SLCT_S32: D = sext(C, 32) >= 0 ? A : B; break;
         case OP_SLCT_F32: D = (in->mode ? flush32(f32_of(C)) : f32_of(C)) >= 0.0f ? A : B; break;
         case OP_TESTP: D = float_class(in->mode, in->aux == 32 ? fpclassify(f32_of(A)) : fpclassify(f64_of(A))); break;
-        case OP_FADD32:
-            if (in->mode)
-                goto float32;
-            D = f32_bits(f32_of(A) + f32_of(B));
-            break;
-        case OP_FSUB32:
-            if (in->mode)
-                goto float32;
-            D = f32_bits(f32_of(A) - f32_of(B));
-            break;
-        case OP_FMUL32:
-            if (in->mode)
-                goto float32;
-            D = f32_bits(f32_of(A) * f32_of(B));
-            break;
-        case OP_FFMA32:
-            if (in->mode)
-                goto float32;
-            D = f32_bits(fmaf(f32_of(A), f32_of(B), f32_of(C)));
-            break;
-        case OP_FMIN32:
-        case OP_FMAX32:
-        case OP_FABS32:
-        case OP_FNEG32:
-        case OP_FMATH32:
-        float32:
-            D = float32_op(in, A, B, C);
-            break;
-        case OP_FADD64:
-            if (in->mode)
-                goto float64;
-            D = f64_bits(f64_of(A) + f64_of(B));
-            break;
-        case OP_FSUB64:
-            if (in->mode)
-                goto float64;
-            D = f64_bits(f64_of(A) - f64_of(B));
-            break;
-        case OP_FMUL64:
-            if (in->mode)
-                goto float64;
-            D = f64_bits(f64_of(A) * f64_of(B));
-            break;
-        case OP_FFMA64:
-            if (in->mode)
-                goto float64;
-            D = f64_bits(fma(f64_of(A), f64_of(B), f64_of(C)));
-            break;
-        case OP_FMIN64:
-        case OP_FMAX64:
-        case OP_FABS64:
-        case OP_FNEG64:
-        case OP_FMATH64:
-        float64:
-            D = float64_op(in, A, B, C);
-            break;
+        case OP_FADD32: D = f32_bits(f32_of(A) + f32_of(B)); break;
+        case OP_FSUB32: D = f32_bits(f32_of(A) - f32_of(B)); break;
+        case OP_FMUL32: D = f32_bits(f32_of(A) * f32_of(B)); break;
+        case OP_FFMA32: D = f32_bits(fmaf(f32_of(A), f32_of(B), f32_of(C))); break;
+        case OP_FMATH32: D = float32_op(in, A, B, C); break;
+        case OP_FADD64: D = f64_bits(f64_of(A) + f64_of(B)); break;
+        case OP_FSUB64: D = f64_bits(f64_of(A) - f64_of(B)); break;
+        case OP_FMUL64: D = f64_bits(f64_of(A) * f64_of(B)); break;
+        case OP_FFMA64: D = f64_bits(fma(f64_of(A), f64_of(B), f64_of(C))); break;
+        case OP_FMATH64: D = float64_op(in, A, B, C); break;
         case OP_CVT: D = convert(in, A); break;
         case OP_BRA:
             if ((uint32_t)in->imm < pc && ++M->backward_branches > MAX_BACKWARD_BRANCHES)
