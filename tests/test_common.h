@@ -75,8 +75,8 @@ static inline double *test_values(const kiln_tensor *t)
     return out;
 }
 
-/* got within tolerance of want (same dtype and shape); NaN matches NaN. */
-static inline void assert_close(kiln_tensor *got, kiln_tensor *want, double rel, double abs_tol, const char *what)
+/* got exists and has want's dtype and shape. */
+static inline void assert_same_kind(kiln_tensor *got, kiln_tensor *want, const char *what)
 {
     ck_assert_msg(got && want, "%s: missing result (%s)", what, kiln_last_error());
     ck_assert_msg(kiln_dtype_of(got) == kiln_dtype_of(want), "%s: dtype %s, eager %s", what,
@@ -84,6 +84,12 @@ static inline void assert_close(kiln_tensor *got, kiln_tensor *want, double rel,
     ck_assert_int_eq(kiln_ndim(got), kiln_ndim(want));
     for (int d = 0; d < kiln_ndim(got); d++)
         ck_assert_int_eq(kiln_shape(got)[d], kiln_shape(want)[d]);
+}
+
+/* got within tolerance of want (same dtype and shape); NaN matches NaN. */
+static inline void assert_close(kiln_tensor *got, kiln_tensor *want, double rel, double abs_tol, const char *what)
+{
+    assert_same_kind(got, want, what);
     double *g = test_values(got), *w = test_values(want);
     bool exact = kiln_dtype_of(want) != KILN_F32 && kiln_dtype_of(want) != KILN_F64;
     for (int64_t i = 0; i < kiln_numel(want); i++) {

@@ -23,12 +23,7 @@ static kiln_tensor *tensor(kiln_dtype dt, int ndim, const int64_t *shape, uint64
 /* Bitwise equality: same dtype, shape and bytes. */
 static void assert_same(kiln_tensor *got, kiln_tensor *want, const char *what)
 {
-    ck_assert_msg(got && want, "%s: missing result (%s)", what, kiln_last_error());
-    ck_assert_msg(kiln_dtype_of(got) == kiln_dtype_of(want), "%s: dtype %s, eager %s", what,
-                  kiln_dtype_name(kiln_dtype_of(got)), kiln_dtype_name(kiln_dtype_of(want)));
-    ck_assert_int_eq(kiln_ndim(got), kiln_ndim(want));
-    for (int d = 0; d < kiln_ndim(got); d++)
-        ck_assert_int_eq(kiln_shape(got)[d], kiln_shape(want)[d]);
+    assert_same_kind(got, want, what);
     size_t n = (size_t)kiln_numel(got) * kiln_dtype_size(kiln_dtype_of(got));
     char *a = malloc(n + 1), *b = malloc(n + 1);
     ck_assert_int_eq(kiln_copy_to_host(got, a, n), 0);

@@ -676,10 +676,10 @@ static void release_dead_operands(const interp_plan *p, ir_ref r, kiln_tensor **
     for (uint32_t i = 0; i < n; i++)
         if (!native(p) || p->low.materialized[used[i]]) /* a fused product has no value */
             release_if_dead(p, used[i], r, values);
-    int step = native(p) ? p->step_of[r] : -1;
-    if (step < 0 || !p->fused_matmul || p->fused_matmul[step] < 0)
+    int product = fused_product_of(p, r);
+    if (product < 0)
         return;
-    const ir_ref *ops = ir_operands(p->graph, &p->graph->nodes[(ir_ref)p->fused_matmul[step]]);
+    const ir_ref *ops = ir_operands(p->graph, &p->graph->nodes[(ir_ref)product]);
     release_if_dead(p, ops[0], r, values);
     release_if_dead(p, ops[1], r, values);
 }
