@@ -51,8 +51,8 @@ enum { NVRTC_EAGER_BLOCK = 256, NVRTC_EW_INPUTS = 3 };
  * coordinate times the operand's stride (elements; 0 along broadcast axes).
  * An input whose bit is set in scalar_mask is the value whose bytes, in the
  * input's dtype, begin scalar_bits[k] (its pointer is NULL): bits, not a
- * double, so that an i64 beyond 2^53 goes over exactly. contiguous: every operand that is read and the output
- * have offset i. */
+ * double, so that an i64 beyond 2^53 goes over exactly. contiguous: every
+ * operand that is read and the output have offset i. */
 typedef struct {
     long long numel;
     long long shape[KILN_MAX_DIMS];
