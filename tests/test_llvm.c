@@ -469,32 +469,44 @@ static char *read_dumped(const char *dir, const char *suffix)
     return text;
 }
 
-/* What compiling workload name dumps into the file ending in suffix
- * (KILN_DUMP=kernels,llvm into a fresh directory, removed after); the
+/* Compiles body for the LLVM backend with KILN_DUMP=kernels,llvm into dir. */
+static kiln_fn *jit_dumping(const char *dir, const char *name, kiln_body body, int n_in, void *user)
+{
+    setenv("KILN_DUMP", "kernels,llvm", 1);
+    setenv("KILN_DUMP_DIR", dir, 1);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit(name, body, n_in, 1, user, &o);
+    unsetenv("KILN_DUMP");
+    unsetenv("KILN_DUMP_DIR");
+    return f;
+}
+
+/* The file ending in suffix that a compile dumped into dir, which goes; the
  * caller frees it. */
+static char *take_dumped(const char *dir, const char *suffix)
+{
+    char *text = read_dumped(dir, suffix), cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(text != NULL, "%s has no *%s", dir, suffix);
+    return text;
+}
+
+/* What compiling workload name dumps into the file ending in suffix. */
 static char *dumped_by(const char *name, const char *suffix)
 {
     char dir[] = "/tmp/kiln-llvm-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    setenv("KILN_DUMP", "kernels,llvm", 1);
-    setenv("KILN_DUMP_DIR", dir, 1);
     const workload *w = workload_find(name);
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
     workload_state state = {0};
     ck_assert_int_eq(w->setup(WORKLOAD_QUICK, in, &state), 0);
-    kiln_jit_options o = llvm();
-    kiln_fn *f = kiln_jit(name, w->body, w->n_in, 1, &state, &o);
-    unsetenv("KILN_DUMP");
-    unsetenv("KILN_DUMP_DIR");
+    kiln_fn *f = jit_dumping(dir, name, w->body, w->n_in, &state);
     ck_assert_int_eq(kiln_call(f, in, &out), 0);
     kiln_release(out);
     kiln_fn_free(f);
     workload_free(w, in, &state);
-    char *text = read_dumped(dir, suffix), cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    ck_assert_msg(text != NULL, "%s dumped no *%s", name, suffix);
-    return text;
+    return take_dumped(dir, suffix);
 }
 
 START_TEST(test_gelu_loop_is_vectorized)
@@ -516,6 +528,40 @@ START_TEST(test_softmax_computes_exp_once)
 }
 END_TEST
 
+static int half_plus_one(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_add_scalar(kiln_mul_scalar(in[0], 0.5), 1);
+    return out[0] ? 0 : -1;
+}
+
+/* Writing 32 MiB (kernel.h's KX_STREAM_BYTES) or more, a kernel streams
+ * its stores around the caches; a little less, it does not. Either way it
+ * computes what eager does, exactly (x * 0.5 rounds nowhere). */
+START_TEST(test_large_outputs_stream)
+{
+    static const int64_t sizes[] = {(int64_t)1 << 23, ((int64_t)1 << 23) - 8};
+    for (int i = 0; i < 2; i++) {
+        char dir[] = "/tmp/kiln-llvm-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        kiln_tensor *x = kiln_randn(1, &sizes[i], 7), *want = NULL, *got = NULL;
+        ck_assert_int_eq(half_plus_one(&x, &want, NULL), 0);
+        kiln_fn *f = jit_dumping(dir, "half_plus_one", half_plus_one, 1, NULL);
+        ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+        assert_close(got, want, 0, 0, "x * 0.5 + 1");
+        kiln_fn_free(f);
+        char *kernel = read_dumped(dir, "kernel-0.txt"), *after = take_dumped(dir, "kernel-0.llvm-after.ll");
+        bool large = i == 0;
+        ck_assert_msg(kernel && (strstr(kernel, " streams\n") != NULL) == large, "%lld elements:\n%s",
+                      (long long)sizes[i], kernel);
+        ck_assert_msg((strstr(after, "!nontemporal") != NULL) == large, "%lld elements: %s non-temporal stores",
+                      (long long)sizes[i], large ? "no" : "");
+        free(kernel);
+        free(after);
+    }
+}
+END_TEST
+
 static Suite *llvm_suite(void)
 {
     Suite *s = suite_create("llvm");
@@ -526,6 +572,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_sums_keep_what_cancels);
     tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
+    tcase_add_test(ops, test_large_outputs_stream);
     suite_add_tcase(s, ops);
     TCase *wl = tcase_create("workloads");
     tcase_add_checked_fixture(wl, setup_unscoped, teardown_unscoped);

@@ -7,12 +7,22 @@
  * input, and the vectorizer needs to know it), and an entry with the common
  * signature void(ptr buffers, i64 begin, i64 end) that loads the pointers and
  * calls the body. Sums may be reassociated (as eager's vectorized sums are);
- * nothing else is. */
+ * nothing else is.
+ *
+ * A kernel that streams (kx_kernel.streams) has a second body, for when its
+ * outputs are 64-byte aligned: not inlined, so that its pointer parameters
+ * keep their alignment and LLVM gives the widened stores that alignment too.
+ * The loop vectorizer will not widen a store marked non-temporal whose scalar
+ * alignment is less than a vector's, so the output stores carry a TBAA tag
+ * instead, which the vectorizer copies to its wide stores and no other access
+ * shares; after optimisation, codegen_stream_stores makes the aligned wide
+ * stores with that tag non-temporal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <llvm-c/Core.h>
+#include <llvm-c/Target.h>
 
 #include "codegen_llvm/internal.h"
 #include "codegen_llvm/math.h"
@@ -29,9 +39,24 @@ typedef struct {
     LLVMValueRef *memo;      /* per expression, in the current loop */
     LLVMValueRef i;          /* the current loop's element index */
     LLVMTypeRef i64;
+    LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
 } gen;
 
 /* -- Types and constants --------------------------------------------------- */
+
+/* The TBAA access tag marking the stores codegen_stream_stores may make
+ * non-temporal. Only they carry a TBAA tag, so alias analysis learns nothing
+ * from it. */
+static LLVMValueRef stream_tag(LLVMContextRef ctx)
+{
+    LLVMMetadataRef root_name = LLVMMDStringInContext2(ctx, "kiln", 4);
+    LLVMMetadataRef root = LLVMMDNodeInContext2(ctx, &root_name, 1);
+    LLVMMetadataRef zero = LLVMValueAsMetadata(LLVMConstInt(LLVMInt64TypeInContext(ctx), 0, 0));
+    LLVMMetadataRef type_ops[3] = {LLVMMDStringInContext2(ctx, "kiln stream", 11), root, zero};
+    LLVMMetadataRef type = LLVMMDNodeInContext2(ctx, type_ops, 3);
+    LLVMMetadataRef tag_ops[3] = {type, type, zero};
+    return LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, tag_ops, 3));
+}
 
 static LLVMTypeRef type_of(LLVMContextRef ctx, kiln_dtype dt)
 {
@@ -338,7 +363,9 @@ static void store_row(gen *g)
         } else {
             value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
         }
-        LLVMBuildStore(g->b, value, at);
+        LLVMValueRef store = LLVMBuildStore(g->b, value, at);
+        if (g->stream_tag)
+            LLVMSetMetadata(store, LLVMGetMDKindIDInContext(g->ctx, "tbaa", 4), g->stream_tag);
     }
     loop_end(g, &l, i64c(g, k->cols));
 }
@@ -382,8 +409,24 @@ static void emit_row(gen *g, LLVMValueRef row)
     }
 }
 
-/* body(begin, end, buffers...): the rows [begin, end). */
-static LLVMValueRef emit_body(gen *g, const char *name)
+static bool is_stored(const kx_kernel *k, int buffer)
+{
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->views[k->stores[s].view].buffer == buffer)
+            return true;
+    return false;
+}
+
+static void add_attribute(gen *g, LLVMValueRef fn, unsigned index, const char *name, uint64_t value)
+{
+    unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+    LLVMAddAttributeAtIndex(fn, index, LLVMCreateEnumAttribute(g->ctx, kind, value));
+}
+
+/* body(begin, end, buffers...): the rows [begin, end). The streaming body
+ * may assume its outputs 64-byte aligned, and fences its non-temporal
+ * stores before it returns. */
+static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
 {
     const kx_kernel *k = g->k;
     LLVMTypeRef params[2 + KX_MAX_BUFFERS];
@@ -393,9 +436,13 @@ static LLVMValueRef emit_body(gen *g, const char *name)
     LLVMTypeRef type = LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 2 + (unsigned)k->n_buffers, 0);
     g->fn = LLVMAddFunction(g->module, name, type);
     LLVMSetLinkage(g->fn, LLVMInternalLinkage);
-    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+    g->stream_tag = streaming ? stream_tag(g->ctx) : NULL;
+    if (streaming)
+        add_attribute(g, g->fn, LLVMAttributeFunctionIndex, "noinline", 0);
     for (int i = 0; i < k->n_buffers; i++) {
-        LLVMAddAttributeAtIndex(g->fn, 3 + (unsigned)i, LLVMCreateEnumAttribute(g->ctx, noalias, 0));
+        add_attribute(g, g->fn, 3 + (unsigned)i, "noalias", 0);
+        if (streaming && is_stored(k, i))
+            add_attribute(g, g->fn, 3 + (unsigned)i, "align", 64);
         g->buffers[i] = LLVMGetParam(g->fn, 2 + (unsigned)i);
     }
     /* In place, the input is read through the output's pointer, which is
@@ -417,12 +464,32 @@ static LLVMValueRef emit_body(gen *g, const char *name)
     LLVMAddIncoming(row, &next, &latch, 1);
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, done);
+    if (streaming) /* non-temporal stores are weakly ordered: publish them */
+        LLVMBuildFence(g->b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
     LLVMBuildRetVoid(g->b);
     return g->fn;
 }
 
-/* entry(buffers, begin, end): loads the pointers and calls the body. */
-static void emit_entry(gen *g, LLVMValueRef body, const char *name)
+/* Whether every stored buffer of a streaming kernel is 64-byte aligned. */
+static LLVMValueRef outputs_aligned(gen *g, LLVMValueRef *pointers)
+{
+    LLVMValueRef low_bits = i64c(g, 0);
+    for (int i = 0; i < g->k->n_buffers; i++)
+        if (is_stored(g->k, i))
+            low_bits = LLVMBuildOr(g->b, low_bits, LLVMBuildPtrToInt(g->b, pointers[i], g->i64, ""), "");
+    low_bits = LLVMBuildAnd(g->b, low_bits, i64c(g, 63), "");
+    return LLVMBuildICmp(g->b, LLVMIntEQ, low_bits, i64c(g, 0), "");
+}
+
+static void call_body(gen *g, LLVMValueRef body, LLVMValueRef *args)
+{
+    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(body), body, args, 2 + (unsigned)g->k->n_buffers, "");
+    LLVMBuildRetVoid(g->b);
+}
+
+/* entry(buffers, begin, end): loads the pointers and calls the body, the
+ * streaming one if there is one and the outputs are aligned for it. */
+static void emit_entry(gen *g, LLVMValueRef body, LLVMValueRef streaming_body, const char *name)
 {
     LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0);
     LLVMTypeRef params[3] = {ptr, g->i64, g->i64};
@@ -436,8 +503,17 @@ static void emit_entry(gen *g, LLVMValueRef body, const char *name)
         LLVMValueRef at = LLVMBuildGEP2(g->b, ptr, LLVMGetParam(fn, 0), &index, 1, "");
         args[2 + i] = LLVMBuildLoad2(g->b, ptr, at, "");
     }
-    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(body), body, args, 2 + (unsigned)g->k->n_buffers, "");
-    LLVMBuildRetVoid(g->b);
+    if (!streaming_body) {
+        call_body(g, body, args);
+        return;
+    }
+    LLVMBasicBlockRef aligned = LLVMAppendBasicBlockInContext(g->ctx, fn, "aligned");
+    LLVMBasicBlockRef unaligned = LLVMAppendBasicBlockInContext(g->ctx, fn, "unaligned");
+    LLVMBuildCondBr(g->b, outputs_aligned(g, args + 2), aligned, unaligned);
+    LLVMPositionBuilderAtEnd(g->b, aligned);
+    call_body(g, streaming_body, args);
+    LLVMPositionBuilderAtEnd(g->b, unaligned);
+    call_body(g, body, args);
 }
 
 int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, char *err, size_t err_size)
@@ -456,9 +532,11 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, c
     g.memo = calloc((size_t)k->n_exprs + 1, sizeof *g.memo);
     int status = -1;
     if (g.view_base && g.rows && g.memo) {
-        char body_name[128];
+        char body_name[128], streaming_name[160];
         snprintf(body_name, sizeof body_name, "%s.body", name);
-        emit_entry(&g, emit_body(&g, body_name), name);
+        snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
+        LLVMValueRef body = emit_body(&g, body_name, false);
+        emit_entry(&g, body, k->streams ? emit_body(&g, streaming_name, true) : NULL, name);
         status = 0;
     } else {
         snprintf(err, err_size, "out of memory generating a kernel");
@@ -468,4 +546,26 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, c
     free(g.memo);
     LLVMDisposeBuilder(g.b);
     return status;
+}
+
+static bool is_stream_store(LLVMValueRef in, unsigned tbaa)
+{
+    return LLVMGetInstructionOpcode(in) == LLVMStore && LLVMGetMetadata(in, tbaa) &&
+           LLVMGetTypeKind(LLVMTypeOf(LLVMGetOperand(in, 0))) == LLVMVectorTypeKind;
+}
+
+void codegen_stream_stores(LLVMModuleRef module)
+{
+    LLVMContextRef ctx = LLVMGetModuleContext(module);
+    LLVMTargetDataRef layout = LLVMGetModuleDataLayout(module);
+    unsigned tbaa = LLVMGetMDKindIDInContext(ctx, "tbaa", 4);
+    unsigned nontemporal = LLVMGetMDKindIDInContext(ctx, "nontemporal", 11);
+    LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(ctx), 1, 0));
+    LLVMValueRef mark = LLVMMetadataAsValue(ctx, LLVMMDNodeInContext2(ctx, &one, 1));
+    for (LLVMValueRef f = LLVMGetFirstFunction(module); f; f = LLVMGetNextFunction(f))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in))
+                if (is_stream_store(in, tbaa) &&
+                    LLVMGetAlignment(in) >= LLVMStoreSizeOfType(layout, LLVMTypeOf(LLVMGetOperand(in, 0))))
+                    LLVMSetMetadata(in, nontemporal, mark);
 }

@@ -304,6 +304,7 @@ static int optimise(LLVMModuleRef m, LLVMTargetMachineRef tm, int level, char *e
         take_error(e, "optimising", err, size);
         return -1;
     }
+    codegen_stream_stores(m);
     return 0;
 }
 

@@ -37,7 +37,7 @@ struct kiln_tensor {
 /* Bytes per element. */
 static inline size_t eager_dtype_size(kiln_dtype dt)
 {
-    return dt == KILN_F64 || dt == KILN_I64 ? 8 : dt == KILN_BOOL ? 1 : 4;
+    return ir_dtype_size(dt);
 }
 
 /* Address of element 0 of t. */

@@ -62,6 +62,12 @@ static inline bool ir_dtype_is_float(kiln_dtype dt)
     return dt == KILN_F32 || dt == KILN_F64;
 }
 
+/* Bytes per element. */
+static inline size_t ir_dtype_size(kiln_dtype dt)
+{
+    return dt == KILN_F64 || dt == KILN_I64 ? 8 : dt == KILN_BOOL ? 1 : 4;
+}
+
 /* How much an operand's dtype counts in promotion, as in PyTorch: tensors
  * with dimensions first, then 0-d tensors, then scalars (the *_scalar forms). */
 typedef enum { IR_SCALAR, IR_ZERO_DIM, IR_DIMS } ir_rank_class;

@@ -13,7 +13,9 @@
 
 #include "ir/ir.h"
 
-enum { KX_MAX_DIMS = KILN_MAX_DIMS, KX_MAX_BUFFERS = 64 };
+/* A kernel storing at least KX_STREAM_BYTES writes around the caches: its
+ * output would push everything else out of them before anything reads it. */
+enum { KX_MAX_DIMS = KILN_MAX_DIMS, KX_MAX_BUFFERS = 64, KX_STREAM_BYTES = 32 << 20 };
 
 typedef enum {
     KX_LOAD,   /* an element of a view */
@@ -80,6 +82,9 @@ typedef struct kx_kernel {
     kx_row_store *row_stores;
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
+    /* Its stores are contiguous and KX_STREAM_BYTES or more: the CPU backend
+     * makes them non-temporal where their buffers are aligned. */
+    bool streams;
     /* An input buffer the output overwrites, or -1: the kernel then reads
      * that input through the output's buffer, which holds its values. */
     int in_place;

@@ -439,6 +439,18 @@ static bool transcendental(const kx_kernel *k)
     return false;
 }
 
+static bool streams(const kx_kernel *k)
+{
+    int64_t bytes = 0;
+    for (int s = 0; s < k->n_stores; s++) {
+        const kx_view *v = &k->views[k->stores[s].view];
+        if (v->inner_stride != 1)
+            return false;
+        bytes += k->rows * k->cols * (int64_t)ir_dtype_size(v->dtype);
+    }
+    return bytes >= KX_STREAM_BYTES;
+}
+
 /* The kernel computing root; NULL with b->failed set when a node must be
  * materialized first, or b->nomem. */
 static kx_kernel *build_kernel(builder *b, ir_ref root)
@@ -496,6 +508,7 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
     k->transcendental = transcendental(k);
     split_long_rows(k);
     stage_store(k);
+    k->streams = streams(k);
     return k;
 }
 
@@ -644,6 +657,8 @@ char *kx_to_text(const kx_kernel *k)
         strbuf_put(&t, " in_place=b%d", k->in_place);
     if (k->matmul_product >= 0)
         strbuf_put(&t, " matmul_product=b%d", k->matmul_product);
+    if (k->streams)
+        strbuf_put(&t, " streams");
     strbuf_put(&t, "\n");
     for (int i = 0; i < k->n_views; i++) {
         const kx_view *v = &k->views[i];

@@ -1,0 +1,133 @@
+/* Kernels of the kernel IR built by hand and compiled by src/codegen_llvm:
+ * a streaming kernel's non-temporal stores, and its fallback when the
+ * outputs are not aligned for them. */
+#include "test_common.h"
+
+#include <stdint.h>
+
+#include "codegen_llvm/llvm.h"
+
+/* out = in * 3 over rows x cols f32, both contiguous. */
+static kx_kernel *triple_kernel(int64_t rows, int64_t cols, bool streams)
+{
+    kx_kernel *k = calloc(1, sizeof *k);
+    k->n_outer = 1;
+    k->outer[0] = k->rows = rows;
+    k->cols = cols;
+    k->n_buffers = 2;
+    k->exprs = calloc(3, sizeof *k->exprs);
+    k->exprs[0] = (kx_expr){.kind = KX_LOAD, .dtype = KILN_F32, .view = 0};
+    k->exprs[1] = (kx_expr){.kind = KX_CONST, .dtype = KILN_F32, .value = 3};
+    k->exprs[2] = (kx_expr){.kind = KX_OP, .dtype = KILN_F32, .op = OP_MUL, .args = {0, 1}};
+    k->n_exprs = k->exprs_cap = 3;
+    k->views = calloc(2, sizeof *k->views);
+    for (int v = 0; v < 2; v++)
+        k->views[v] = (kx_view){.buffer = v, .dtype = KILN_F32, .outer_strides = {cols}, .inner_stride = 1};
+    k->n_views = k->views_cap = 2;
+    k->stores = calloc(1, sizeof *k->stores);
+    k->stores[0] = (kx_store){.view = 1, .expr = 2};
+    k->n_stores = k->stores_cap = 1;
+    k->in_place = k->matmul_product = -1;
+    k->streams = streams;
+    return k;
+}
+
+typedef struct {
+    llvm_code *code;
+    kx_kernel_fn fn;
+    char *ir_after;
+} compiled;
+
+static compiled compile(const kx_kernel *k)
+{
+    char err[512] = "";
+    const llvm_target *host = llvm_target_get("host", err, sizeof err);
+    ck_assert_msg(host != NULL, "%s", err);
+    compiled c = {0};
+    llvm_options opt = {.opt_level = 3, .ir_after = &c.ir_after};
+    void *object = NULL;
+    size_t size = 0;
+    ck_assert_msg(llvm_compile_object(k, "triple", host, &opt, &object, &size, err, sizeof err) == 0, "%s", err);
+    c.code = llvm_load(object, size, "triple", &c.fn, err, sizeof err);
+    ck_assert_msg(c.code != NULL, "%s", err);
+    free(object);
+    return c;
+}
+
+static void compiled_free(compiled *c)
+{
+    llvm_code_free(c->code);
+    free(c->ir_after);
+}
+
+/* Runs c over rows x cols with the output shifted by shift floats from a
+ * 64-byte boundary, in two calls as two threads would split the rows, and
+ * checks every element. */
+static void check_run(const compiled *c, int64_t rows, int64_t cols, int shift)
+{
+    size_t n = (size_t)(rows * cols);
+    float *in = aligned_alloc(64, (n * sizeof(float) + 127) / 64 * 64);
+    float *space = aligned_alloc(64, (n * sizeof(float) + 127) / 64 * 64), *out = space + shift;
+    for (size_t i = 0; i < n; i++)
+        in[i] = (float)i * 0.25f - 100.0f;
+    void *buffers[2] = {in, out};
+    c->fn(buffers, 0, rows / 2);
+    c->fn(buffers, rows / 2, rows);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(out[i] == in[i] * 3.0f, "shift %d: element %zu is %g, not %g", shift, i, out[i], in[i] * 3.0f);
+    free(in);
+    free(space);
+}
+
+START_TEST(test_streaming_kernel_stores_non_temporal)
+{
+    kx_kernel *k = triple_kernel(6, 1024, true);
+    compiled c = compile(k);
+    ck_assert_msg(strstr(c.ir_after, "!nontemporal"), "no non-temporal store:\n%s", c.ir_after);
+    ck_assert_ptr_nonnull(strstr(c.ir_after, "fence seq_cst"));
+    check_run(&c, 6, 1024, 0);
+    compiled_free(&c);
+    kx_kernel_free(k);
+}
+END_TEST
+
+/* Unaligned outputs take the plain body: the same values, no fault. */
+START_TEST(test_streaming_kernel_runs_on_unaligned_outputs)
+{
+    static const int64_t cols[] = {1024, 1000, 17, 1};
+    for (int i = 0; i < (int)(sizeof cols / sizeof *cols); i++) {
+        kx_kernel *k = triple_kernel(5, cols[i], true);
+        compiled c = compile(k);
+        for (int shift = 0; shift < 16; shift += 5)
+            check_run(&c, 5, cols[i], shift);
+        compiled_free(&c);
+        kx_kernel_free(k);
+    }
+}
+END_TEST
+
+START_TEST(test_other_kernels_store_normally)
+{
+    kx_kernel *k = triple_kernel(6, 1024, false);
+    compiled c = compile(k);
+    ck_assert_msg(!strstr(c.ir_after, "!nontemporal"), "a non-temporal store:\n%s", c.ir_after);
+    ck_assert_msg(!strstr(c.ir_after, "streaming"), "a streaming body:\n%s", c.ir_after);
+    check_run(&c, 6, 1024, 0);
+    compiled_free(&c);
+    kx_kernel_free(k);
+}
+END_TEST
+
+static Suite *llvm_codegen_suite(void)
+{
+    Suite *s = suite_create("llvm_codegen");
+    TCase *tc = tcase_create("streaming");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_streaming_kernel_stores_non_temporal);
+    tcase_add_test(tc, test_streaming_kernel_runs_on_unaligned_outputs);
+    tcase_add_test(tc, test_other_kernels_store_normally);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KILN_TEST_MAIN(llvm_codegen_suite)
