@@ -4,7 +4,7 @@
  *
  * A workload's limit is the larger of its memory floor (the bytes it must move
  * over the copy bandwidth) and its compute floor (its matrix products timed
- * alone with cblas_sgemm in the same run).
+ * alone with cblas_sgemm, one such run after each traced run).
  *
  * --device cuda: the workloads' inputs and weights move to the GPU after
  * setup, at GPU sizes, and matmul 8192^3 joins them. The copy probe is a
@@ -249,42 +249,6 @@ static double probe_sgemm_gflops(bool quick, int reps)
     return 2.0 * n * (double)n * n / (median(samples, reps) * 1e6);
 }
 
-/* The median time of a workload's matrix products done by cblas_sgemm alone
- * on buffers made once: what its compute needs on this machine. */
-static double time_gemms(const workload_state *state, int reps)
-{
-    if (state->n_gemms == 0)
-        return 0;
-    float *buf[WORKLOAD_MAX_GEMMS][3];
-    for (int g = 0; g < state->n_gemms; g++) {
-        const workload_gemm *p = &state->gemms[g];
-        size_t sizes[3] = {(size_t)(p->m * p->k), (size_t)(p->k * p->n), (size_t)(p->m * p->n)};
-        for (int i = 0; i < 3; i++) {
-            buf[g][i] = calloc(sizes[i], sizeof(float));
-            if (!buf[g][i]) {
-                fprintf(stderr, "kiln-bench: out of memory for the sgemm reference\n");
-                exit(1);
-            }
-        }
-    }
-    double samples[MAX_REPS];
-    for (int r = -WARMUPS; r < reps; r++) {
-        double start = now_ms();
-        for (int g = 0; g < state->n_gemms; g++) {
-            const workload_gemm *p = &state->gemms[g];
-            for (int64_t c = 0; c < p->count; c++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p->m, (int)p->n, (int)p->k, 1,
-                            buf[g][0], (int)p->k, buf[g][1], (int)p->n, 0, buf[g][2], (int)p->n);
-        }
-        if (r >= 0)
-            samples[r] = now_ms() - start;
-    }
-    for (int g = 0; g < state->n_gemms; g++)
-        for (int i = 0; i < 3; i++)
-            free(buf[g][i]);
-    return median(samples, reps);
-}
-
 /* -- The GPU's limits ------------------------------------------------------- */
 
 /* host on CUDA, host released: a new reference. */
@@ -324,37 +288,103 @@ static double probe_cuda_copy_gbps(bool quick, int reps)
     return 2.0 * 4.0 * (double)n / (median(samples, reps) * 1e6);
 }
 
-/* The median time of gemms done alone by kiln_matmul on CUDA tensors made
- * once (a product of count > 1 as one batched product, as the workloads do). */
-static double time_cuda_gemms(const workload_gemm *gemms, int n_gemms, int reps)
-{
-    if (n_gemms == 0)
-        return 0;
+/* -- Products alone -------------------------------------------------------- */
+
+/* A workload's matrix products alone, on operands made once: its compute
+ * floor. On the CPU cblas_sgemm; on CUDA kiln_matmul (a product of count > 1
+ * as one batched product, as the workloads do). */
+typedef struct {
+    const workload_gemm *gemms;
+    int n;
+    float *host[WORKLOAD_MAX_GEMMS][3];
     kiln_tensor *a[WORKLOAD_MAX_GEMMS], *b[WORKLOAD_MAX_GEMMS];
-    for (int g = 0; g < n_gemms; g++) {
+} gemm_reference;
+
+static void reference_make(gemm_reference *r, const workload_gemm *gemms, int n)
+{
+    *r = (gemm_reference){.gemms = gemms, .n = n};
+    for (int g = 0; g < n; g++) {
         const workload_gemm *p = &gemms[g];
-        int64_t a_shape[3] = {p->count, p->m, p->k}, b_shape[3] = {p->count, p->k, p->n};
-        int single = p->count == 1; /* then [m,k] @ [k,n], without the batch axis */
-        a[g] = cuda_normal(3 - single, a_shape + single);
-        b[g] = cuda_normal(3 - single, b_shape + single);
+        if (device == KILN_CUDA) {
+            int64_t a_shape[3] = {p->count, p->m, p->k}, b_shape[3] = {p->count, p->k, p->n};
+            int single = p->count == 1; /* then [m,k] @ [k,n], without the batch axis */
+            r->a[g] = cuda_normal(3 - single, a_shape + single);
+            r->b[g] = cuda_normal(3 - single, b_shape + single);
+            continue;
+        }
+        size_t sizes[3] = {(size_t)(p->m * p->k), (size_t)(p->k * p->n), (size_t)(p->m * p->n)};
+        for (int i = 0; i < 3; i++) {
+            r->host[g][i] = calloc(sizes[i], sizeof(float));
+            if (!r->host[g][i]) {
+                fprintf(stderr, "kiln-bench: out of memory for the sgemm reference\n");
+                exit(1);
+            }
+        }
     }
-    double samples[MAX_REPS];
-    for (int r = -WARMUPS; r < reps; r++) {
-        double start = now_ms();
+}
+
+static void reference_run(const gemm_reference *r)
+{
+    if (device == KILN_CUDA) {
         kiln_scope_begin();
-        for (int g = 0; g < n_gemms; g++)
-            if (!kiln_matmul(a[g], b[g]))
+        for (int g = 0; g < r->n; g++)
+            if (!kiln_matmul(r->a[g], r->b[g]))
                 die("kiln_matmul reference");
         kiln_scope_end();
         wait_for_device("kiln_matmul reference");
-        if (r >= 0)
-            samples[r] = now_ms() - start;
+        return;
     }
-    for (int g = 0; g < n_gemms; g++) {
-        kiln_release(a[g]);
-        kiln_release(b[g]);
+    for (int g = 0; g < r->n; g++) {
+        const workload_gemm *p = &r->gemms[g];
+        float *const *buf = r->host[g];
+        for (int64_t c = 0; c < p->count; c++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p->m, (int)p->n, (int)p->k, 1, buf[0],
+                        (int)p->k, buf[1], (int)p->n, 0, buf[2], (int)p->n);
+    }
+}
+
+static void reference_free(gemm_reference *r)
+{
+    for (int g = 0; g < r->n; g++) {
+        kiln_release(r->a[g]);
+        kiln_release(r->b[g]);
+        for (int i = 0; i < 3; i++)
+            free(r->host[g][i]);
+    }
+}
+
+/* Median milliseconds of the products alone. */
+static double time_reference(const gemm_reference *r, int reps)
+{
+    double samples[MAX_REPS];
+    for (int i = -WARMUPS; i < reps; i++) {
+        double start = now_ms();
+        reference_run(r);
+        if (i >= 0)
+            samples[i] = now_ms() - start;
     }
     return median(samples, reps);
+}
+
+/* Median milliseconds of one run through f and of the products alone, each
+ * run followed by the products: the ratio of the two is then not a drift of
+ * this shared machine's load between two separate measurements. */
+static void time_runs_and_reference(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state,
+                                    const gemm_reference *r, int reps, double *runs_ms, double *reference_ms)
+{
+    double runs[MAX_REPS], alone[MAX_REPS];
+    for (int i = -WARMUPS; i < reps; i++) {
+        double start = now_ms();
+        run_once(w, f, in, state);
+        double middle = now_ms();
+        reference_run(r);
+        if (i >= 0) {
+            runs[i] = middle - start;
+            alone[i] = now_ms() - middle;
+        }
+    }
+    *runs_ms = median(runs, reps);
+    *reference_ms = median(alone, reps);
 }
 
 /* kiln_matmul of two f32 CUDA matrices, 4096^3 (quick 256^3), in GFLOP/s. */
@@ -362,7 +392,11 @@ static double probe_cuda_matmul_gflops(bool quick, int reps)
 {
     int64_t n = quick ? 256 : 4096;
     workload_gemm square = {1, n, n, n};
-    return 2.0 * (double)(n * n * n) / (time_cuda_gemms(&square, 1, reps) * 1e6);
+    gemm_reference r;
+    reference_make(&r, &square, 1);
+    double ms = time_reference(&r, reps);
+    reference_free(&r);
+    return 2.0 * (double)(n * n * n) / (ms * 1e6);
 }
 
 /* -- One workload ---------------------------------------------------------- */
@@ -573,7 +607,14 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     time_fresh_processes(w, opt, res);
     progress("%s %s: traced", w->name, state.size);
     kiln_fn *f = mark(w, &state);
-    res->traced_ms = time_runs(w, f, in, &state, opt->reps);
+    gemm_reference reference;
+    reference_make(&reference, state.gemms, state.n_gemms);
+    double compute_ms = 0;
+    if (state.n_gemms)
+        time_runs_and_reference(w, f, in, &state, &reference, opt->reps, &res->traced_ms, &compute_ms);
+    else
+        res->traced_ms = time_runs(w, f, in, &state, opt->reps);
+    reference_free(&reference);
     kiln_fn_stats_t stats;
     kiln_fn_stats(f, &stats);
     res->kernels = stats.kernels;
@@ -591,8 +632,6 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     kiln_scope_end();
 
     double memory_ms = state.bytes / (probes->copy_gbps * 1e6);
-    double compute_ms = device == KILN_CUDA ? time_cuda_gemms(state.gemms, state.n_gemms, opt->reps)
-                                            : time_gemms(&state, opt->reps);
     res->gemms_ms = state.n_gemms ? compute_ms : NAN;
     res->limit_ms = memory_ms > compute_ms ? memory_ms : compute_ms;
     res->limit_kind = state.bytes == 0 && state.n_gemms == 0 ? NULL
