@@ -528,6 +528,73 @@ START_TEST(test_softmax_computes_exp_once)
 }
 END_TEST
 
+/* -- Products in blocks ---------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int a_ndim, b_ndim;
+    int64_t a_shape[3], b_shape[3];
+    bool a_transposed; /* a is made [.., k, m] and transposed */
+    bool late_input;   /* the epilogue also reads a mean computed after the product */
+    int in_blocks;     /* products_in_blocks expected with 64 KiB blocks */
+} product_case;
+
+static const product_case PRODUCT_CASES[] = {
+    {"matrix", 2, 2, {600, 20}, {20, 130}, false, false, 1},
+    {"rows not a block multiple", 2, 2, {555, 7}, {7, 301}, false, false, 1},
+    {"batch folded into rows", 3, 2, {3, 200, 20}, {20, 130}, false, false, 1},
+    {"batch of products", 3, 3, {3, 200, 20}, {3, 20, 130}, false, false, 1},
+    {"transposed a", 2, 2, {600, 20}, {20, 130}, true, false, 1},
+    {"epilogue reads a later value", 2, 2, {600, 20}, {20, 130}, false, true, 0},
+    {"inner dimension too long for blocks", 2, 2, {600, 40}, {40, 130}, false, false, 0},
+};
+
+static int linear_gelu(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const product_case *c = user;
+    kiln_tensor *a = c->a_transposed ? kiln_transpose(in[0], -1, -2) : in[0];
+    kiln_tensor *y = kiln_add(kiln_matmul(a, in[1]), in[2]);
+    if (c->late_input)
+        y = kiln_sub(y, kiln_mean(kiln_mul(in[0], in[0]), -1, true));
+    out[0] = kiln_gelu(y);
+    return out[0] ? 0 : -1;
+}
+
+/* With 64 KiB blocks (KILN_PRODUCT_BLOCK_BYTES), products of 256 KiB or
+ * more whose blocks have at least four times their inner dimension in rows
+ * run their bias-and-gelu kernel block by block, and give what eager gives;
+ * with the default blocks (8 MiB) none of these small ones does. */
+START_TEST(test_products_in_blocks_match_eager)
+{
+    const product_case *c = &PRODUCT_CASES[_i];
+    for (int small_blocks = 1; small_blocks >= 0; small_blocks--) {
+        int64_t a_shape[3];
+        memcpy(a_shape, c->a_shape, sizeof a_shape);
+        if (c->a_transposed) {
+            a_shape[c->a_ndim - 1] = c->a_shape[c->a_ndim - 2];
+            a_shape[c->a_ndim - 2] = c->a_shape[c->a_ndim - 1];
+        }
+        int64_t n = c->b_shape[c->b_ndim - 1];
+        kiln_tensor *in[3] = {kiln_randn(c->a_ndim, a_shape, 1), kiln_mul_scalar(kiln_randn(c->b_ndim, c->b_shape, 2), 0.3),
+                              kiln_randn(1, &n, 3)};
+        kiln_tensor *want = NULL, *got = NULL;
+        ck_assert_int_eq(linear_gelu(in, &want, (void *)c), 0);
+        if (small_blocks)
+            setenv("KILN_PRODUCT_BLOCK_BYTES", "65536", 1);
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit(c->name, linear_gelu, 3, 1, (void *)c, &o);
+        ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", c->name, kiln_last_error());
+        unsetenv("KILN_PRODUCT_BLOCK_BYTES");
+        kiln_fn_stats_t s;
+        ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+        ck_assert_msg(s.products_in_blocks == (small_blocks ? c->in_blocks : 0), "%s: %d products in blocks",
+                      c->name, s.products_in_blocks);
+        assert_close(got, want, 2e-6, 2e-6, c->name);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
 static int half_plus_one(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -573,6 +640,8 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
     tcase_add_test(ops, test_large_outputs_stream);
+    tcase_add_loop_test(ops, test_products_in_blocks_match_eager, 0,
+                        (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
     suite_add_tcase(s, ops);
     TCase *wl = tcase_create("workloads");
     tcase_add_checked_fixture(wl, setup_unscoped, teardown_unscoped);

@@ -313,6 +313,8 @@ typedef struct {
     int64_t kernels_shared;    /* already loaded in this process, by f or another function */
     int64_t eager_peak_bytes;  /* the same body run eagerly, estimated from its graph: every
                                   value it makes held until it returns, as in kiln_call's scope */
+    int products_in_blocks;    /* CPU matrix products of the last specialization computed a block of
+                                  rows at a time, their epilogue kernel run on each block in cache */
 } kiln_fn_stats_t;
 
 typedef struct {

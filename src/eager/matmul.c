@@ -3,7 +3,8 @@
  * Operands keep their layout when BLAS can read it (row-major or transposed,
  * any leading dimension); anything else is copied once. When b has no batch
  * axes and a's batch is contiguous, the whole batch is one GEMM with M
- * multiplied by the batch size. */
+ * multiplied by the batch size. A traced epilogue may ask for the product in
+ * blocks of rows, each GEMM followed by the epilogue on its block. */
 #include <limits.h>
 #include <string.h>
 
@@ -108,12 +109,20 @@ static bool blas_layout(const matrix_operand *op, bool *trans, int64_t *ld)
     return false;
 }
 
+/* Blocks of rows and what runs on each (after NULL: the whole product at once). */
+typedef struct {
+    int64_t rows;
+    eager_rows_fn after;
+    void *ctx;
+} row_blocks;
+
 typedef struct {
     matrix_operand a, b;
     matmul_shape s;
     bool ta, tb;
     int64_t lda, ldb;
     char *out;
+    row_blocks blocks;
 } gemm_job;
 
 static void gemm_one(const gemm_job *j, int64_t m, const char *a, const char *b, char *c)
@@ -148,19 +157,32 @@ static bool batch_folds_into_rows(const gemm_job *j)
     return true;
 }
 
+/* rows x n of the product from a's row first_row (of the output's rows
+ * seen as [batches * m, n]), by block as j asks. */
+static void gemm_rows(const gemm_job *j, int64_t rows, int64_t first_row, const char *a, const char *b)
+{
+    int64_t size = (int64_t)eager_dtype_size(j->a.t->dtype);
+    int64_t block = j->blocks.after ? j->blocks.rows : rows, a_row = j->ta ? 1 : j->lda;
+    for (int64_t r = 0; r < rows; r += block) {
+        int64_t count = rows - r < block ? rows - r : block;
+        gemm_one(j, count, a + r * a_row * size, b, j->out + (first_row + r) * j->s.n * size);
+        if (j->blocks.after)
+            j->blocks.after(j->blocks.ctx, j->out, first_row + r, first_row + r + count);
+    }
+}
+
 static void gemm_batches(gemm_job *j)
 {
     size_t size = eager_dtype_size(j->a.t->dtype);
     char *a_base = j->a.t->storage->data, *b_base = j->b.t->storage->data;
     if (batch_folds_into_rows(j)) {
-        gemm_one(j, j->s.batches * j->s.m, a_base + j->a.t->offset * (int64_t)size,
-                 b_base + j->b.t->offset * (int64_t)size, j->out);
+        gemm_rows(j, j->s.batches * j->s.m, 0, a_base + j->a.t->offset * (int64_t)size,
+                  b_base + j->b.t->offset * (int64_t)size);
         return;
     }
     for (int64_t i = 0; i < j->s.batches; i++)
-        gemm_one(j, j->s.m, a_base + batch_offset(&j->a, &j->s, i) * (int64_t)size,
-                 b_base + batch_offset(&j->b, &j->s, i) * (int64_t)size,
-                 j->out + i * j->s.m * j->s.n * (int64_t)size);
+        gemm_rows(j, j->s.m, i * j->s.m, a_base + batch_offset(&j->a, &j->s, i) * (int64_t)size,
+                  b_base + batch_offset(&j->b, &j->s, i) * (int64_t)size);
 }
 
 /* -- Integers, exactly ----------------------------------------------------- */
@@ -218,9 +240,9 @@ static kiln_tensor *prepared(const char *fn, kiln_tensor *t, kiln_dtype dt, bool
 }
 
 static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matmul_shape *shape,
-                      kiln_tensor *out)
+                      const row_blocks *blocks, kiln_tensor *out)
 {
-    gemm_job j = {.s = *shape, .out = out->storage->data};
+    gemm_job j = {.s = *shape, .out = out->storage->data, .blocks = *blocks};
     matrix_dims(a, true, &j.a);
     matrix_dims(b, false, &j.b);
     batch_strides(&j.a, &j.s);
@@ -229,6 +251,8 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
         return 0;
     if (j.s.k == 0) {
         memset(j.out, 0, (size_t)out->numel * eager_dtype_size(out->dtype));
+        if (blocks->after)
+            blocks->after(blocks->ctx, j.out, 0, j.s.batches * j.s.m);
         return 0;
     }
     switch (out->dtype) {
@@ -280,9 +304,10 @@ int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b
     return 0;
 }
 
-kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
+/* a @ b, in blocks of rows if blocks->after (CPU floats only); fn names the
+ * caller in errors. */
+static kiln_tensor *matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const row_blocks *blocks)
 {
-    const char *fn = "kiln_matmul";
     kiln_tensor *operands[2] = {a, b};
     if (check_operands(fn, 2, operands, (const char *const[]){"operand a", "operand b"}) < 0)
         return NULL;
@@ -314,13 +339,31 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
     if (cuda_operands_device(fn, 2, (const kiln_tensor *const *)operands, &device) < 0)
         return NULL;
     bool cuda = device == KILN_CUDA;
+    if (blocks->after && (cuda || !ir_dtype_is_float(dt))) {
+        core_fail(cuda ? CORE_DEVICE : CORE_DTYPE, fn, "products in blocks are for CPU floats, not %s %s",
+                  cuda ? "CUDA" : "CPU", kiln_dtype_name(dt));
+        return NULL;
+    }
     kiln_tensor *pa = cuda && a->dtype == dt ? kiln_retain(a) : prepared(fn, a, dt, true);
     kiln_tensor *pb = cuda && b->dtype == dt ? kiln_retain(b) : prepared(fn, b, dt, false);
     kiln_tensor *out = pa && pb ? tensor_new_on(fn, device, dt, ndim, shape) : NULL;
     nvrtc_matmul_args args = cuda && out ? cuda_args(pa, pb, &s) : (nvrtc_matmul_args){0};
-    if (out && (cuda ? cuda_matmul(fn, &args, dt, pa, pb, out) : run_matmul(fn, pa, pb, &s, out)) < 0)
+    if (out && (cuda ? cuda_matmul(fn, &args, dt, pa, pb, out) : run_matmul(fn, pa, pb, &s, blocks, out)) < 0)
         out = tensor_drop(out);
     kiln_release(pa);
     kiln_release(pb);
     return tensor_own(out);
+}
+
+kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
+{
+    return matmul("kiln_matmul", a, b, &(row_blocks){0});
+}
+
+kiln_tensor *eager_matmul_blocks(const char *fn, kiln_tensor *a, kiln_tensor *b, int64_t block_rows,
+                                 eager_rows_fn after, void *ctx)
+{
+    kiln_tensor *t = matmul(fn, a, b, &(row_blocks){block_rows > 0 ? block_rows : 1, after, ctx});
+    eager_disown(t);
+    return t;
 }

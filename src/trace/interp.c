@@ -3,6 +3,11 @@
  * through the fused kernels the LLVM backend compiled, with the ops it leaves
  * to eager (matmul through OpenBLAS, concat, ...) in between.
  *
+ * On the CPU, a matmul's product that only an in-place elementwise kernel
+ * reads (bias, activation), and that outgrows the caches, is computed a block
+ * of rows at a time, the kernel running on each block while it is still in
+ * cache.
+ *
  * Each value is released after its last use, so memory follows the graph's
  * liveness. Outputs that share storage with an input, a capture or a constant
  * are copied before writebacks run, so outputs are fresh and hold the values
@@ -34,6 +39,12 @@ struct interp_plan {
     void **fns;            /* per step: the compiled kernel, NULL for eager steps */
     int *in_place;         /* per step: the input buffer its output may overwrite, or -1 */
     int *fused_matmul;     /* per step (CUDA): the matmul node it computes as its matmul_product, or -1 */
+    /* Per step (CPU): the step it runs with block by block (a product's
+     * epilogue kernel, or that kernel's product), or -1; and for a product,
+     * the rows of a block. */
+    int *blocked_with;
+    int64_t *block_rows;
+    int products_in_blocks;
     struct cache_kernel **loaded; /* the kernels, shared through the cache */
     int n_loaded;
     plan_counts counts;
@@ -139,6 +150,13 @@ static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t
     return *batch > 0;
 }
 
+/* The inner dimension of matmul node n: its left operand's columns. */
+static int64_t inner_dim(const ir_graph *g, const ir_node *n)
+{
+    const ir_node *a = &g->nodes[ir_operands(g, n)[0]];
+    return a->shape[a->ndim - 1];
+}
+
 /* How many nodes read value r when the plan runs. */
 static int readers(const interp_plan *p, ir_ref r)
 {
@@ -182,6 +200,72 @@ static void plan_matmul_epilogues(interp_plan *p)
             live_until(p, ir_operands(g, n)[0], s->node);
             live_until(p, ir_operands(g, n)[1], s->node);
         }
+    }
+}
+
+/* A block of a product in blocks: about this many bytes (what stays in
+ * cache), and the product at least four blocks. */
+static int64_t product_block_bytes(void)
+{
+    return core_env_int("KILN_PRODUCT_BLOCK_BYTES", KX_STREAM_BYTES / 4);
+}
+
+static int64_t gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Rows of an f32 product [batch, m, n] of inner dimension inner per block,
+ * each block's end a row end of kernel k (which runs over the same elements
+ * in place); 0 when blocks would not pay. Each block's GEMM packs b again,
+ * inner x n, which costs about what keeping inner rows of the product in
+ * cache saves: a block needs several times inner rows. */
+static int64_t rows_per_block(const kx_kernel *k, int64_t m, int64_t n, int64_t inner, int64_t batch)
+{
+    int64_t block_bytes = product_block_bytes(), step = k->cols / gcd(n, k->cols);
+    if (block_bytes <= 0 || batch * m * n * (int64_t)sizeof(float) < 4 * block_bytes ||
+        (batch > 1 && m * n % k->cols != 0))
+        return 0;
+    int64_t rows = block_bytes / (n * (int64_t)sizeof(float)) / step * step;
+    return rows >= 4 * inner && rows > 0 ? rows : 0;
+}
+
+/* Whether kernel step s's inputs other than buffer b are there before node
+ * r runs: computed earlier, or the function's inputs, captures, constants. */
+static bool inputs_ready_before(const interp_plan *p, const lower_step *s, int b, ir_ref r)
+{
+    for (int i = 0; i < s->n_inputs; i++) {
+        ir_op op = p->graph->nodes[s->buffers[i]].op;
+        if (i != b && s->buffers[i] > r && op != OP_INPUT && op != OP_CAPTURE && op != OP_CONST)
+            return false;
+    }
+    return true;
+}
+
+/* CPU: pairs each large f32 product with the elementwise kernel that alone
+ * reads it and writes over it (see the top of this file). */
+static void plan_product_blocks(interp_plan *p)
+{
+    const ir_graph *g = p->graph;
+    for (int i = 0; i < p->low.n_steps; i++) {
+        const lower_step *s = &p->low.steps[i];
+        int b = p->in_place[i];
+        ir_ref r = b >= 0 ? s->buffers[b] : IR_NONE;
+        const ir_node *n = r != IR_NONE ? &g->nodes[r] : NULL;
+        int64_t m, cols, batch, rows;
+        if (!n || n->op != OP_MATMUL || p->step_of[r] < 0 || p->low.steps[p->step_of[r]].kernel ||
+            readers(p, r) != 1 || !matmul_dims(g, n, &m, &cols, &batch) || !inputs_ready_before(p, s, b, r) ||
+            (rows = rows_per_block(s->kernel, m, cols, inner_dim(g, n), batch)) == 0)
+            continue;
+        p->blocked_with[i] = p->step_of[r];
+        p->blocked_with[p->step_of[r]] = i;
+        p->block_rows[p->step_of[r]] = rows;
+        p->products_in_blocks++;
     }
 }
 
@@ -309,7 +393,9 @@ static int lower_plan(interp_plan *p, const plan_options *o, const char *target,
     p->fns = calloc((size_t)n + 1, sizeof *p->fns);
     p->in_place = malloc(((size_t)n + 1) * sizeof *p->in_place);
     p->fused_matmul = malloc(((size_t)n + 1) * sizeof *p->fused_matmul);
-    if (!p->step_of || !p->fns || !p->in_place || !p->fused_matmul) {
+    p->blocked_with = malloc(((size_t)n + 1) * sizeof *p->blocked_with);
+    p->block_rows = calloc((size_t)n + 1, sizeof *p->block_rows);
+    if (!p->step_of || !p->fns || !p->in_place || !p->fused_matmul || !p->blocked_with || !p->block_rows) {
         snprintf(why, size, "out of memory lowering the graph");
         return -1;
     }
@@ -318,13 +404,15 @@ static int lower_plan(interp_plan *p, const plan_options *o, const char *target,
     for (int i = 0; i < n; i++)
         p->step_of[p->low.steps[i].node] = i;
     for (int i = 0; i < n; i++)
-        p->fused_matmul[i] = -1;
+        p->fused_matmul[i] = p->blocked_with[i] = -1;
     /* Fusing a product keeps its operands alive longer, which in-place
      * writes must know. */
     plan_liveness(p);
     if (!strncmp(target, "cuda:", 5))
         plan_matmul_epilogues(p);
     plan_in_place(p);
+    if (strncmp(target, "cuda:", 5))
+        plan_product_blocks(p);
     return 0;
 }
 
@@ -338,7 +426,11 @@ static void unlower_plan(interp_plan *p)
     free(p->loaded);
     free(p->in_place);
     free(p->fused_matmul);
-    p->fused_matmul = NULL;
+    free(p->blocked_with);
+    free(p->block_rows);
+    p->fused_matmul = p->blocked_with = NULL;
+    p->block_rows = NULL;
+    p->products_in_blocks = 0;
     p->step_of = NULL;
     p->fns = NULL;
     p->loaded = NULL;
@@ -520,6 +612,11 @@ int interp_kernels(const interp_plan *p)
     return p->kernels;
 }
 
+int interp_products_in_blocks(const interp_plan *p)
+{
+    return p->products_in_blocks;
+}
+
 int64_t interp_peak_bytes(const interp_plan *p)
 {
     return p->peak_bytes;
@@ -557,16 +654,26 @@ static kiln_tensor *run_node(const interp_plan *p, ir_ref r, kiln_tensor *const 
 typedef struct {
     void *fn;
     void **buffers;
+    int64_t first_row;
 } kernel_call;
 
 static void run_rows(void *ctx, int64_t begin, int64_t end)
 {
     const kernel_call *c = ctx;
 #ifdef KILN_HAVE_LLVM
-    ((kx_kernel_fn)c->fn)(c->buffers, begin, end);
+    ((kx_kernel_fn)c->fn)(c->buffers, c->first_row + begin, c->first_row + end);
 #else
     (void)c, (void)begin, (void)end;
 #endif
+}
+
+/* Rows [begin, end) of a CPU kernel across the pool. */
+static void run_rows_parallel(const kx_kernel *k, void *fn, void **buffers, int64_t begin, int64_t end)
+{
+    kernel_call call = {fn, buffers, begin};
+    int64_t work = k->transcendental ? 4096 : 32768;
+    int64_t grain = k->cols > 0 ? work / k->cols : work;
+    core_parallel_for(end - begin, grain, run_rows, &call);
 }
 
 /* The output of node n for a kernel that writes over value t (NULL: one
@@ -613,30 +720,42 @@ static kiln_tensor *operand_moved(const interp_plan *p, const kiln_tensor *t)
     return NULL;
 }
 
-/* Runs a compiled kernel over its input buffers into its output tensor. */
-static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_tensor **values)
+/* buffers[i] for kernel step s's inputs but skip, whose values are operands
+ * (indexed by buffer), copied into staged[i] where the kernel cannot read
+ * them as they are. false with the error set. */
+static bool stage_inputs(const interp_plan *p, const lower_step *s, int skip, kiln_tensor *const *operands,
+                         void **buffers, kiln_tensor **staged)
 {
-    const lower_step *s = &p->low.steps[step];
-    const ir_node *n = &p->graph->nodes[s->node];
-    void *buffers[KX_MAX_BUFFERS];
-    kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
-    kiln_tensor *out = output_for(p, n, p->in_place[step] >= 0 ? values[s->buffers[p->in_place[step]]] : NULL);
-    bool ok = out != NULL;
-    for (int i = 0; ok && i < s->n_inputs; i++) {
-        if (i == s->kernel->matmul_product) {
-            buffers[i] = NULL; /* computed inside the kernel */
+    for (int i = 0; i < s->n_inputs; i++) {
+        if (i == skip) {
+            buffers[i] = NULL;
             continue;
         }
-        kiln_tensor *t = values[s->buffers[i]];
+        kiln_tensor *t = operands[i];
         /* Kernels address buffers as row-major; CUDA's read 16 bytes at a
          * time, and a CPU 0-d value goes along as eager ops take it. */
         if (t->device != p->device)
             t = staged[i] = operand_moved(p, t);
         else if (!eager_is_contiguous(t) || (p->device == KILN_CUDA && (uintptr_t)eager_data(t) % 16))
             t = staged[i] = eager_copy("kiln_call", t);
-        ok = t != NULL;
-        buffers[i] = ok ? eager_data(t) : NULL;
+        if (!t)
+            return false;
+        buffers[i] = eager_data(t);
     }
+    return true;
+}
+
+/* Runs a compiled kernel over its input buffers into its output tensor. */
+static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_tensor **values)
+{
+    const lower_step *s = &p->low.steps[step];
+    const ir_node *n = &p->graph->nodes[s->node];
+    void *buffers[KX_MAX_BUFFERS];
+    kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL}, *operands[KX_MAX_BUFFERS];
+    kiln_tensor *out = output_for(p, n, p->in_place[step] >= 0 ? values[s->buffers[p->in_place[step]]] : NULL);
+    for (int i = 0; i < s->n_inputs; i++)
+        operands[i] = i == s->kernel->matmul_product ? NULL : values[s->buffers[i]];
+    bool ok = out != NULL && stage_inputs(p, s, s->kernel->matmul_product, operands, buffers, staged);
     int product = p->device == KILN_CUDA ? p->fused_matmul[step] : -1;
     if (ok && product >= 0) {
         buffers[s->n_inputs] = eager_data(out);
@@ -649,16 +768,82 @@ static kiln_tensor *run_kernel(const interp_plan *p, int step, void *fn, kiln_te
         ok = eager_cuda_kernel("kiln_call", fn, s->kernel, buffers) == 0;
     } else if (ok) {
         buffers[s->n_inputs] = eager_data(out);
-        kernel_call call = {fn, buffers};
-        int64_t work = s->kernel->transcendental ? 4096 : 32768;
-        int64_t grain = s->kernel->cols > 0 ? work / s->kernel->cols : work;
-        core_parallel_for(s->kernel->rows, grain, run_rows, &call);
+        run_rows_parallel(s->kernel, fn, buffers, 0, s->kernel->rows);
     }
     for (int i = 0; i < s->n_inputs; i++)
         kiln_release(staged[i]);
     if (!ok)
         out = (kiln_release(out), NULL);
     return out;
+}
+
+/* A product's epilogue kernel, run on each block of the product. */
+typedef struct {
+    const lower_step *step;
+    void *fn;
+    void **buffers;
+    int product;  /* the kernel's buffer the product is */
+    int64_t cols; /* the product's */
+} block_epilogue;
+
+static void epilogue_on_block(void *ctx, void *data, int64_t begin, int64_t end)
+{
+    const block_epilogue *e = ctx;
+    const kx_kernel *k = e->step->kernel;
+    e->buffers[e->product] = e->buffers[e->step->n_inputs] = data;
+    run_rows_parallel(k, e->fn, e->buffers, begin * e->cols / k->cols, end * e->cols / k->cols);
+}
+
+/* Node r's value before its turn in the run: computed already, or a source. */
+static kiln_tensor *value_early(const interp_plan *p, ir_ref r, kiln_tensor *const *in, kiln_tensor **values)
+{
+    const ir_node *n = &p->graph->nodes[r];
+    switch (n->op) {
+    case OP_INPUT: return in[n->params.index];
+    case OP_CAPTURE: return p->captures[n->params.index];
+    case OP_CONST: return p->consts[r];
+    default: return values[r];
+    }
+}
+
+/* Matmul node r, a block of rows at a time, with its epilogue kernel run on
+ * each block (its value is then the epilogue's, in place). */
+static kiln_tensor *run_product_in_blocks(const interp_plan *p, ir_ref r, kiln_tensor *const *in,
+                                          kiln_tensor **values)
+{
+    int product_step = p->step_of[r], step = p->blocked_with[product_step];
+    const lower_step *s = &p->low.steps[step];
+    const ir_node *n = &p->graph->nodes[r];
+    void *buffers[KX_MAX_BUFFERS];
+    kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL}, *operands[KX_MAX_BUFFERS];
+    for (int i = 0; i < s->n_inputs; i++)
+        operands[i] = i == p->in_place[step] ? NULL : value_early(p, s->buffers[i], in, values);
+    kiln_tensor *out = NULL;
+    if (stage_inputs(p, s, p->in_place[step], operands, buffers, staged)) {
+        block_epilogue e = {s, p->fns[step], buffers, p->in_place[step], n->shape[n->ndim - 1]};
+        const ir_ref *ops = ir_operands(p->graph, n);
+        out = eager_matmul_blocks("kiln_call", values[ops[0]], values[ops[1]], p->block_rows[product_step],
+                                  epilogue_on_block, &e);
+    }
+    for (int i = 0; i < s->n_inputs; i++)
+        kiln_release(staged[i]);
+    return out;
+}
+
+/* Node r's value: run by the eager ops, by its compiled kernel, or, for a
+ * product in blocks and its epilogue, as run_product_in_blocks leaves it. */
+static kiln_tensor *run_step(const interp_plan *p, ir_ref r, kiln_tensor *const *in, kiln_tensor **values)
+{
+    int step = native(p) ? p->step_of[r] : -1;
+    void *fn = step >= 0 ? p->fns[step] : NULL;
+    if (step < 0 || (!fn && p->blocked_with[step] < 0))
+        return run_node(p, r, in, values);
+    if (p->blocked_with[step] < 0)
+        return run_kernel(p, step, fn, values);
+    if (!fn)
+        return run_product_in_blocks(p, r, in, values);
+    const lower_step *s = &p->low.steps[step];
+    return output_for(p, &p->graph->nodes[r], values[s->buffers[p->in_place[step]]]);
 }
 
 static void release_if_dead(const interp_plan *p, ir_ref o, ir_ref r, kiln_tensor **values)
@@ -768,9 +953,7 @@ int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out)
     int status = 0;
     for (uint32_t i = 0; i < p->n_visit && status == 0; i++) {
         ir_ref r = p->visit[i];
-        bool kernel = native(p) && p->step_of[r] >= 0 && p->fns[p->step_of[r]];
-        values[r] = kernel ? run_kernel(p, p->step_of[r], p->fns[p->step_of[r]], values)
-                           : run_node(p, r, in, values);
+        values[r] = run_step(p, r, in, values);
         if (!values[r])
             status = -CORE_NOMEM; /* the op has set the message */
         else

@@ -373,6 +373,7 @@ static int specialize(kiln_fn *f, const kiln_spec *sig)
     count_plan(f, plan);
     f->stats.kernels = interp_kernels(plan);
     f->stats.peak_bytes = interp_peak_bytes(plan);
+    f->stats.products_in_blocks = interp_products_in_blocks(plan);
     f->stats.eager_peak_bytes = eager_peak;
     double ms = core_now_ms() - start;
     f->stats.compile_ms += ms;

@@ -71,6 +71,9 @@ plan_counts interp_counts(const interp_plan *p);
 const ir_graph *interp_graph(const interp_plan *p);
 int interp_kernels(const interp_plan *p);
 int64_t interp_peak_bytes(const interp_plan *p);
+/* CPU matrix products computed block by block, each block's epilogue kernel
+ * run on it while it is in cache. */
+int interp_products_in_blocks(const interp_plan *p);
 
 /* Constant folding's evaluator: the eager ops on 0-d tensors. */
 int interp_eval_const(const ir_node *node, const double *values, const kiln_dtype *dtypes,
