@@ -629,6 +629,29 @@ START_TEST(test_large_outputs_stream)
 }
 END_TEST
 
+static int softmax_rows(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_softmax(in[0], -1);
+    return out[0] ? 0 : -1;
+}
+
+/* Softmax's store pass rewrites rows its sum's pass left in cache: at 32 MiB
+ * it stays staged and does not stream. Compiled only, never run. */
+START_TEST(test_staged_stores_do_not_stream)
+{
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, "softmax_rows", softmax_rows, 1, NULL);
+    kiln_spec spec = {KILN_F32, 2, {2048, 4096}, KILN_CPU};
+    ck_assert_msg(kiln_fn_precompile(f, &spec, "host") == 0, "%s", kiln_last_error());
+    kiln_fn_free(f);
+    char *kernel = take_dumped(dir, "kernel-0.txt");
+    ck_assert_msg(strstr(kernel, "staged") && !strstr(kernel, " streams"), "%s", kernel);
+    free(kernel);
+}
+END_TEST
+
 static Suite *llvm_suite(void)
 {
     Suite *s = suite_create("llvm");
@@ -640,6 +663,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
     tcase_add_test(ops, test_large_outputs_stream);
+    tcase_add_test(ops, test_staged_stores_do_not_stream);
     tcase_add_loop_test(ops, test_products_in_blocks_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
     suite_add_tcase(s, ops);

@@ -82,8 +82,9 @@ typedef struct kx_kernel {
     kx_row_store *row_stores;
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
-    /* Its stores are contiguous and KX_STREAM_BYTES or more: the CPU backend
-     * makes them non-temporal where their buffers are aligned. */
+    /* Its stores are contiguous, not staged, and KX_STREAM_BYTES or more:
+     * the CPU backend makes them non-temporal where their buffers are
+     * aligned. */
     bool streams;
     /* An input buffer the output overwrites, or -1: the kernel then reads
      * that input through the output's buffer, which holds its values. */
