@@ -6,7 +6,9 @@
  * batch of medium blocks, so kiln maps blocks of 64 KiB and more itself and
  * keeps freed ones (up to KILN_CPU_CACHE_BYTES, default 1 GiB) to hand out
  * again for the same rounded size, as PyTorch's CUDA caching allocator does
- * for device memory. With KILN_CPU_CACHE_BYTES=0, and in AddressSanitizer
+ * for device memory. A full cache unmaps its least recently freed blocks to
+ * keep a new one: blocks of sizes a program no longer uses must not crowd
+ * out the ones it does. With KILN_CPU_CACHE_BYTES=0, and in AddressSanitizer
  * builds, every block comes from malloc, so that memory checkers see them. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,7 +29,7 @@ enum {
 static struct {
     pthread_once_t once;
     pthread_mutex_t lock;
-    void *ptr[CACHE_SLOTS];
+    void *ptr[CACHE_SLOTS];  /* oldest first */
     size_t size[CACHE_SLOTS];
     int count;
     size_t bytes;
@@ -69,37 +71,51 @@ static size_t large_size(size_t bytes)
     return (bytes + grain - 1) / grain * grain;
 }
 
+/* Takes entry i out of the cache, under the lock, keeping the order. */
+static void *cache_remove(int i)
+{
+    void *p = cache.ptr[i];
+    cache.bytes -= cache.size[i];
+    cache.count--;
+    memmove(&cache.ptr[i], &cache.ptr[i + 1], (size_t)(cache.count - i) * sizeof *cache.ptr);
+    memmove(&cache.size[i], &cache.size[i + 1], (size_t)(cache.count - i) * sizeof *cache.size);
+    return p;
+}
+
+/* The most recently freed block of size, or NULL. */
 static void *cache_take(size_t size)
 {
     void *p = NULL;
     pthread_mutex_lock(&cache.lock);
-    for (int i = cache.count - 1; i >= 0; i--) {
-        if (cache.size[i] != size)
-            continue;
-        p = cache.ptr[i];
-        cache.bytes -= size;
-        cache.count--;
-        cache.ptr[i] = cache.ptr[cache.count];
-        cache.size[i] = cache.size[cache.count];
-        break;
-    }
+    for (int i = cache.count - 1; i >= 0 && !p; i--)
+        if (cache.size[i] == size)
+            p = cache_remove(i);
     pthread_mutex_unlock(&cache.lock);
     return p;
 }
 
+/* Keeps p, unmapping the oldest blocks it needs the room of; false when p
+ * alone is larger than the cache. */
 static bool cache_put(void *p, size_t size)
 {
-    bool kept = false;
+    if ((int64_t)size > cache.limit)
+        return false;
+    void *evicted[CACHE_SLOTS];
+    size_t evicted_size[CACHE_SLOTS];
+    int n_evicted = 0;
     pthread_mutex_lock(&cache.lock);
-    if (cache.count < CACHE_SLOTS && (int64_t)(cache.bytes + size) <= cache.limit) {
-        cache.ptr[cache.count] = p;
-        cache.size[cache.count] = size;
-        cache.count++;
-        cache.bytes += size;
-        kept = true;
+    while (cache.count == CACHE_SLOTS || (int64_t)(cache.bytes + size) > cache.limit) {
+        evicted_size[n_evicted] = cache.size[0];
+        evicted[n_evicted++] = cache_remove(0);
     }
+    cache.ptr[cache.count] = p;
+    cache.size[cache.count] = size;
+    cache.count++;
+    cache.bytes += size;
     pthread_mutex_unlock(&cache.lock);
-    return kept;
+    for (int i = 0; i < n_evicted; i++)
+        munmap(evicted[i], evicted_size[i]);
+    return true;
 }
 
 void *core_alloc(size_t bytes)
@@ -123,6 +139,20 @@ void *core_alloc(size_t bytes)
     if (size >= HUGE_PAGE)
         madvise(p, size, MADV_HUGEPAGE);
     return p;
+}
+
+int64_t core_alloc_cache_limit(void)
+{
+    pthread_once(&cache.once, cache_configure);
+    return cache.enabled ? cache.limit : 0;
+}
+
+int64_t core_alloc_cached_bytes(void)
+{
+    pthread_mutex_lock(&cache.lock);
+    int64_t bytes = (int64_t)cache.bytes;
+    pthread_mutex_unlock(&cache.lock);
+    return bytes;
 }
 
 void core_free(void *p, size_t bytes)

@@ -49,6 +49,10 @@ char *core_shape_str(char buf[CORE_SHAPE_STR_MAX], int ndim, const int64_t *shap
 void *core_alloc(size_t bytes);
 /* Frees a block from core_alloc; bytes must be the size it was allocated with. */
 void core_free(void *p, size_t bytes);
+/* The cache's bound in bytes (0 when freed blocks are not kept), and the
+ * bytes it holds now. */
+int64_t core_alloc_cache_limit(void);
+int64_t core_alloc_cached_bytes(void);
 /* Fault injection for tests: after n more successful allocations every
  * allocation fails; n < 0 turns it off. */
 void core_alloc_fail_after(int64_t n);
