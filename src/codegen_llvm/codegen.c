@@ -10,8 +10,10 @@
  * nothing else is.
  *
  * A kernel that streams (kx_kernel.streams) has a second body, for when its
- * outputs are 64-byte aligned: not inlined, so that its pointer parameters
- * keep their alignment and LLVM gives the widened stores that alignment too.
+ * outputs are 64-byte aligned (as kiln allocates them; the first body, left
+ * unoptimised then, is the fallback): not inlined, so that its pointer
+ * parameters keep their alignment and LLVM gives the widened stores that
+ * alignment too.
  * The loop vectorizer will not widen a store marked non-temporal whose scalar
  * alignment is less than a vector's, so the output stores carry a TBAA tag
  * instead, which the vectorizer copies to its wide stores and no other access
@@ -536,6 +538,10 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, c
         snprintf(body_name, sizeof body_name, "%s.body", name);
         snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
         LLVMValueRef body = emit_body(&g, body_name, false);
+        if (k->streams) { /* only unaligned outputs take it, which kiln never allocates: not worth optimising */
+            add_attribute(&g, body, LLVMAttributeFunctionIndex, "noinline", 0);
+            add_attribute(&g, body, LLVMAttributeFunctionIndex, "optnone", 0);
+        }
         emit_entry(&g, body, k->streams ? emit_body(&g, streaming_name, true) : NULL, name);
         status = 0;
     } else {
