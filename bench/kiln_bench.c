@@ -4,7 +4,8 @@
  *
  * A workload's limit is the larger of its memory floor (the bytes it must move
  * over the copy bandwidth) and its compute floor (its matrix products timed
- * alone with cblas_sgemm, one such run after each traced run).
+ * alone with cblas_sgemm). Eager runs, traced runs and the products alone
+ * are timed in turn, rep by rep, so that their ratios hold on a noisy machine.
  *
  * --device cuda: the workloads' inputs and weights move to the GPU after
  * setup, at GPU sizes, and matmul 8192^3 joins them. The copy probe is a
@@ -17,8 +18,9 @@
  * keeps them, so eager runs do not time cuMemAlloc and cuMemFree.
  *
  * Timing: a monotonic clock around the call only, 2 warm-ups, medians of
- * --reps runs. Each timed run includes releasing what it made, eager and
- * traced alike, and on CUDA waiting for the device (kiln_cuda_synchronize).
+ * --reps runs of each. Each timed run includes releasing what it made, eager
+ * and traced alike, and on CUDA waiting for the device
+ * (kiln_cuda_synchronize).
  * The JSON schema is docs/bench-json.md. */
 #include <kiln/kiln.h>
 
@@ -137,19 +139,14 @@ static void set_up(const workload *w, workload_size size, kiln_tensor **in, work
         die(w->name);
 }
 
-/* Median milliseconds of one run; tiny runs in batches, reported per run. */
-static double time_runs(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state, int reps)
+/* Milliseconds of one run; tiny runs in a batch, the time per run. */
+static double time_run(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state)
 {
     int batch = strcmp(w->name, "tiny") ? 1 : TINY_BATCH;
-    double samples[MAX_REPS];
-    for (int r = -WARMUPS; r < reps; r++) {
-        double start = now_ms();
-        for (int i = 0; i < batch; i++)
-            run_once(w, f, in, state);
-        if (r >= 0)
-            samples[r] = (now_ms() - start) / batch;
-    }
-    return median(samples, reps);
+    double start = now_ms();
+    for (int i = 0; i < batch; i++)
+        run_once(w, f, in, state);
+    return (now_ms() - start) / batch;
 }
 
 /* -- This machine's limits ------------------------------------------------- */
@@ -366,25 +363,26 @@ static double time_reference(const gemm_reference *r, int reps)
     return median(samples, reps);
 }
 
-/* Median milliseconds of one run through f and of the products alone, each
- * run followed by the products: the ratio of the two is then not a drift of
- * this shared machine's load between two separate measurements. */
-static void time_runs_and_reference(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state,
-                                    const gemm_reference *r, int reps, double *runs_ms, double *reference_ms)
+/* Median milliseconds of an eager run, a run through f and the products
+ * alone (when r has any), timed in turn: their ratios are then not the drift
+ * of this shared machine's load between separate measurements. */
+static void time_in_turn(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *state,
+                         const gemm_reference *r, int reps, bench_result *res, double *reference_ms)
 {
-    double runs[MAX_REPS], alone[MAX_REPS];
+    double eager[MAX_REPS], traced[MAX_REPS], alone[MAX_REPS];
     for (int i = -WARMUPS; i < reps; i++) {
-        double start = now_ms();
-        run_once(w, f, in, state);
-        double middle = now_ms();
-        reference_run(r);
+        double e = time_run(w, NULL, in, state), t = time_run(w, f, in, state), start = now_ms();
+        if (r->n)
+            reference_run(r);
         if (i >= 0) {
-            runs[i] = middle - start;
-            alone[i] = now_ms() - middle;
+            eager[i] = e;
+            traced[i] = t;
+            alone[i] = now_ms() - start;
         }
     }
-    *runs_ms = median(runs, reps);
-    *reference_ms = median(alone, reps);
+    res->eager_ms = median(eager, reps);
+    res->traced_ms = median(traced, reps);
+    *reference_ms = r->n ? median(alone, reps) : 0;
 }
 
 /* kiln_matmul of two f32 CUDA matrices, 4096^3 (quick 256^3), in GFLOP/s. */
@@ -600,20 +598,15 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     res->gemm_gflop = state.n_gemms ? gemm_gflop(&state) : NAN;
     res->peak_eager_bytes = res->peak_traced_bytes = -1;
 
-    progress("%s %s: eager", w->name, state.size);
-    res->eager_ms = time_runs(w, NULL, in, &state, opt->reps);
     progress("%s %s: first calls", w->name, state.size);
     res->first_call_ms = time_first_call(w, in, &state, opt->compiles);
     time_fresh_processes(w, opt, res);
-    progress("%s %s: traced", w->name, state.size);
+    progress("%s %s: eager, traced and the products alone, in turn", w->name, state.size);
     kiln_fn *f = mark(w, &state);
     gemm_reference reference;
     reference_make(&reference, state.gemms, state.n_gemms);
-    double compute_ms = 0;
-    if (state.n_gemms)
-        time_runs_and_reference(w, f, in, &state, &reference, opt->reps, &res->traced_ms, &compute_ms);
-    else
-        res->traced_ms = time_runs(w, f, in, &state, opt->reps);
+    double compute_ms;
+    time_in_turn(w, f, in, &state, &reference, opt->reps, res, &compute_ms);
     reference_free(&reference);
     kiln_fn_stats_t stats;
     kiln_fn_stats(f, &stats);
