@@ -311,11 +311,15 @@ static void reference_make(gemm_reference *r, const workload_gemm *gemms, int n)
         }
         size_t sizes[3] = {(size_t)(p->m * p->k), (size_t)(p->k * p->n), (size_t)(p->m * p->n)};
         for (int i = 0; i < 3; i++) {
-            r->host[g][i] = calloc(sizes[i], sizeof(float));
+            r->host[g][i] = malloc(sizes[i] * sizeof(float));
             if (!r->host[g][i]) {
                 fprintf(stderr, "kiln-bench: out of memory for the sgemm reference\n");
                 exit(1);
             }
+            /* Values in every page: untouched pages all map the one zero
+             * page, which would read from cache. */
+            for (size_t e = 0; e < sizes[i]; e++)
+                r->host[g][i][e] = (float)(e % 17) * 0.125f - 1.0f;
         }
     }
 }

@@ -595,6 +595,25 @@ START_TEST(test_products_in_blocks_match_eager)
 }
 END_TEST
 
+/* A product of 32 MiB in blocks: its epilogue rewrites lines the GEMM has
+ * just left in cache, so it does not stream, though it writes 32 MiB.
+ * Compiled only, never run. */
+START_TEST(test_epilogues_in_blocks_do_not_stream)
+{
+    static const product_case c = {"large", 2, 2, {8192, 16}, {16, 1024}, false, false, 1};
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, "large_linear_gelu", linear_gelu, 3, (void *)&c);
+    kiln_spec specs[3] = {{KILN_F32, 2, {8192, 16}, KILN_CPU}, {KILN_F32, 2, {16, 1024}, KILN_CPU},
+                          {KILN_F32, 1, {1024}, KILN_CPU}};
+    ck_assert_msg(kiln_fn_precompile(f, specs, "host") == 0, "%s", kiln_last_error());
+    kiln_fn_free(f);
+    char *kernel = take_dumped(dir, "kernel-0.txt");
+    ck_assert_msg(strstr(kernel, "in_place") && !strstr(kernel, " streams"), "%s", kernel);
+    free(kernel);
+}
+END_TEST
+
 static int half_plus_one(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -664,6 +683,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
     tcase_add_test(ops, test_large_outputs_stream);
     tcase_add_test(ops, test_staged_stores_do_not_stream);
+    tcase_add_test(ops, test_epilogues_in_blocks_do_not_stream);
     tcase_add_loop_test(ops, test_products_in_blocks_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
     suite_add_tcase(s, ops);

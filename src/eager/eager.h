@@ -107,8 +107,8 @@ int eager_cuda_matmul_kernel(const char *fn, const void *module, const struct kx
  * [batches * m, n] over data: what an epilogue applies itself to. */
 typedef void (*eager_rows_fn)(void *ctx, void *data, int64_t begin, int64_t end);
 /* kiln_matmul of CPU floats that computes the product block_rows rows at a
- * time (within each matrix of a batch) and calls after on each block while
- * it is still in cache. A new unowned tensor, or NULL with fn's error. Not
+ * time (within each matrix of a batch, or across the batch where it is one
+ * GEMM) and calls after on each block while it is still in cache. A new unowned tensor, or NULL with fn's error. Not
  * while recording. */
 kiln_tensor *eager_matmul_blocks(const char *fn, kiln_tensor *a, kiln_tensor *b, int64_t block_rows,
                                  eager_rows_fn after, void *ctx);

@@ -82,9 +82,10 @@ typedef struct kx_kernel {
     kx_row_store *row_stores;
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
-    /* Its stores are contiguous, not staged, and KX_STREAM_BYTES or more:
-     * the CPU backend makes them non-temporal where their buffers are
-     * aligned. */
+    /* Its stores run along rows (inner stride 1), are not staged, and are
+     * KX_STREAM_BYTES or more: the CPU backend makes them non-temporal
+     * where their buffers are aligned. Not for an epilogue run on a product
+     * block by block, which rewrites lines still in cache. */
     bool streams;
     /* An input buffer the output overwrites, or -1: the kernel then reads
      * that input through the output's buffer, which holds its values. */

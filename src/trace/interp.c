@@ -262,6 +262,7 @@ static void plan_product_blocks(interp_plan *p)
             readers(p, r) != 1 || !matmul_dims(g, n, &m, &cols, &batch) || !inputs_ready_before(p, s, b, r) ||
             (rows = rows_per_block(s->kernel, m, cols, inner_dim(g, n), batch)) == 0)
             continue;
+        s->kernel->streams = false; /* its block is in cache: see kx_kernel.streams */
         p->blocked_with[i] = p->step_of[r];
         p->blocked_with[p->step_of[r]] = i;
         p->block_rows[p->step_of[r]] = rows;
