@@ -10,6 +10,17 @@
 
 #include <kiln/kiln.h>
 
+/* Whether the test runs under valgrind (which makes large work slow). */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define UNDER_VALGRIND() RUNNING_ON_VALGRIND
+#endif
+#endif
+#ifndef UNDER_VALGRIND
+#define UNDER_VALGRIND() 0
+#endif
+
 /* Runs suite s; the number of its tests that failed. */
 static inline int test_run_suite(Suite *s)
 {

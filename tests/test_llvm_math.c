@@ -19,16 +19,6 @@
 
 #include "codegen_llvm/math.h"
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#define UNDER_VALGRIND() RUNNING_ON_VALGRIND
-#endif
-#endif
-#ifndef UNDER_VALGRIND
-#define UNDER_VALGRIND() 0
-#endif
-
 #define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* The sweep takes every SWEEP_STRIDE-th float bit pattern (an odd stride, so
