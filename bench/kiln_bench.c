@@ -186,6 +186,23 @@ static void *copy_part_run(void *p)
     return NULL;
 }
 
+/* Milliseconds of one copy of n floats from src to dst, split over threads. */
+static double time_copy(float *dst, float *src, size_t n, int threads, bool streaming)
+{
+    pthread_t ids[64];
+    copy_part parts[64];
+    int t_count = threads < 64 ? threads : 64;
+    double start = now_ms();
+    for (int t = 0; t < t_count; t++) {
+        size_t lo = n * (size_t)t / (size_t)t_count, hi = n * (size_t)(t + 1) / (size_t)t_count;
+        parts[t] = (copy_part){src + lo, dst + lo, hi - lo, streaming};
+        pthread_create(&ids[t], NULL, copy_part_run, &parts[t]);
+    }
+    for (int t = 0; t < t_count; t++)
+        pthread_join(ids[t], NULL);
+    return now_ms() - start;
+}
+
 /* A STREAM-like copy on every thread, with memcpy and with non-temporal
  * stores: the faster's bytes read plus written per second. */
 static double probe_copy_gbps(bool quick, int threads, int reps)
@@ -199,23 +216,12 @@ static double probe_copy_gbps(bool quick, int threads, int reps)
     memset(src, 1, n * sizeof *src);
     memset(dst, 0, n * sizeof *dst);
     double samples[2][MAX_REPS];
-    for (int r = -WARMUPS; r < reps; r++) {
+    for (int r = -WARMUPS; r < reps; r++)
         for (int streaming = 0; streaming < 2; streaming++) {
-            pthread_t ids[64];
-            copy_part parts[64];
-            int t_count = threads < 64 ? threads : 64;
-            double start = now_ms();
-            for (int t = 0; t < t_count; t++) {
-                size_t lo = n * (size_t)t / (size_t)t_count, hi = n * (size_t)(t + 1) / (size_t)t_count;
-                parts[t] = (copy_part){src + lo, dst + lo, hi - lo, streaming};
-                pthread_create(&ids[t], NULL, copy_part_run, &parts[t]);
-            }
-            for (int t = 0; t < t_count; t++)
-                pthread_join(ids[t], NULL);
+            double ms = time_copy(dst, src, n, threads, streaming);
             if (r >= 0)
-                samples[streaming][r] = now_ms() - start;
+                samples[streaming][r] = ms;
         }
-    }
     free(src);
     free(dst);
     double fastest = fmin(median(samples[0], reps), median(samples[1], reps));

@@ -492,6 +492,18 @@ static char *take_dumped(const char *dir, const char *suffix)
     return text;
 }
 
+/* The first kernel's text when body is compiled for specs on the host,
+ * never run; the caller frees it. */
+static char *precompiled_kernel(const char *name, kiln_body body, int n_in, void *user, const kiln_spec *specs)
+{
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, name, body, n_in, user);
+    ck_assert_msg(kiln_fn_precompile(f, specs, "host") == 0, "%s", kiln_last_error());
+    kiln_fn_free(f);
+    return take_dumped(dir, "kernel-0.txt");
+}
+
 /* What compiling workload name dumps into the file ending in suffix. */
 static char *dumped_by(const char *name, const char *suffix)
 {
@@ -601,14 +613,9 @@ END_TEST
 START_TEST(test_epilogues_in_blocks_do_not_stream)
 {
     static const product_case c = {"large", 2, 2, {8192, 16}, {16, 1024}, false, false, 1};
-    char dir[] = "/tmp/kiln-llvm-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    kiln_fn *f = jit_dumping(dir, "large_linear_gelu", linear_gelu, 3, (void *)&c);
     kiln_spec specs[3] = {{KILN_F32, 2, {8192, 16}, KILN_CPU}, {KILN_F32, 2, {16, 1024}, KILN_CPU},
                           {KILN_F32, 1, {1024}, KILN_CPU}};
-    ck_assert_msg(kiln_fn_precompile(f, specs, "host") == 0, "%s", kiln_last_error());
-    kiln_fn_free(f);
-    char *kernel = take_dumped(dir, "kernel-0.txt");
+    char *kernel = precompiled_kernel("large_linear_gelu", linear_gelu, 3, (void *)&c, specs);
     ck_assert_msg(strstr(kernel, "in_place") && !strstr(kernel, " streams"), "%s", kernel);
     free(kernel);
 }
@@ -671,13 +678,8 @@ static int softmax_rows(kiln_tensor *const *in, kiln_tensor **out, void *user)
  * it stays staged and does not stream. Compiled only, never run. */
 START_TEST(test_staged_stores_do_not_stream)
 {
-    char dir[] = "/tmp/kiln-llvm-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    kiln_fn *f = jit_dumping(dir, "softmax_rows", softmax_rows, 1, NULL);
     kiln_spec spec = {KILN_F32, 2, {2048, 4096}, KILN_CPU};
-    ck_assert_msg(kiln_fn_precompile(f, &spec, "host") == 0, "%s", kiln_last_error());
-    kiln_fn_free(f);
-    char *kernel = take_dumped(dir, "kernel-0.txt");
+    char *kernel = precompiled_kernel("softmax_rows", softmax_rows, 1, NULL, &spec);
     ck_assert_msg(strstr(kernel, "staged") && !strstr(kernel, " streams"), "%s", kernel);
     free(kernel);
 }

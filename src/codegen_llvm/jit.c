@@ -304,7 +304,6 @@ static int optimise(LLVMModuleRef m, LLVMTargetMachineRef tm, int level, char *e
         take_error(e, "optimising", err, size);
         return -1;
     }
-    codegen_stream_stores(m);
     return 0;
 }
 
@@ -368,6 +367,8 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
     if (m && opt->ir_before)
         *opt->ir_before = module_text(m);
     if (m && optimise(m, tm, opt->opt_level, err, err_size) == 0) {
+        if (k->streams)
+            codegen_stream_stores(m);
         if (opt->ir_after)
             *opt->ir_after = module_text(m);
         status = emit_object(m, tm, object, size, err, err_size);

@@ -44,7 +44,6 @@ struct interp_plan {
      * the rows of a block. */
     int *blocked_with;
     int64_t *block_rows;
-    int products_in_blocks;
     struct cache_kernel **loaded; /* the kernels, shared through the cache */
     int n_loaded;
     plan_counts counts;
@@ -266,7 +265,6 @@ static void plan_product_blocks(interp_plan *p)
         p->blocked_with[i] = p->step_of[r];
         p->blocked_with[p->step_of[r]] = i;
         p->block_rows[p->step_of[r]] = rows;
-        p->products_in_blocks++;
     }
 }
 
@@ -409,10 +407,11 @@ static int lower_plan(interp_plan *p, const plan_options *o, const char *target,
     /* Fusing a product keeps its operands alive longer, which in-place
      * writes must know. */
     plan_liveness(p);
-    if (!strncmp(target, "cuda:", 5))
+    bool cuda = !strncmp(target, "cuda:", 5);
+    if (cuda)
         plan_matmul_epilogues(p);
     plan_in_place(p);
-    if (strncmp(target, "cuda:", 5))
+    if (!cuda)
         plan_product_blocks(p);
     return 0;
 }
@@ -431,7 +430,6 @@ static void unlower_plan(interp_plan *p)
     free(p->block_rows);
     p->fused_matmul = p->blocked_with = NULL;
     p->block_rows = NULL;
-    p->products_in_blocks = 0;
     p->step_of = NULL;
     p->fns = NULL;
     p->loaded = NULL;
@@ -615,7 +613,10 @@ int interp_kernels(const interp_plan *p)
 
 int interp_products_in_blocks(const interp_plan *p)
 {
-    return p->products_in_blocks;
+    int count = 0;
+    for (int i = 0; native(p) && i < p->low.n_steps; i++)
+        count += p->blocked_with[i] >= 0 && !p->low.steps[i].kernel;
+    return count;
 }
 
 int64_t interp_peak_bytes(const interp_plan *p)
