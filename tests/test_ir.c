@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
-#include "trace/trace.h"
+#include "eager/eager.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
 /* Arguments for a shape: SHAPE(4, 8) is "2, (int64_t[]){4, 8}"; SCALAR is 0-d. */
@@ -865,7 +865,7 @@ static int run_pass(pass p, ir_graph **g)
     switch (p) {
     case SIMPLIFY: return ir_pass_simplify(g, false);
     case SIMPLIFY_FAST: return ir_pass_simplify(g, true);
-    case FOLD: return ir_pass_fold(g, interp_eval_const);
+    case FOLD: return ir_pass_fold(g, eager_eval_const);
     case DCE: return ir_pass_dce(g);
     }
     return -1;
@@ -1234,7 +1234,7 @@ END_TEST
 
 static ir_pass_options options(bool fast_math)
 {
-    return (ir_pass_options){.eval = interp_eval_const, .fast_math = fast_math, .verify = true};
+    return (ir_pass_options){.eval = eager_eval_const, .fast_math = fast_math, .verify = true};
 }
 
 START_TEST(test_optimize_runs_every_pass_to_the_end)

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "codegen_nvrtc/internal.h"
-#include "ir/strbuf.h"
+#include "core/core.h"
 
 /* -- Views and expressions ------------------------------------------------ */
 

@@ -3,7 +3,7 @@
 #define KILN_CODEGEN_NVRTC_INTERNAL_H
 
 #include "codegen_nvrtc/nvrtc.h"
-#include "ir/strbuf.h"
+#include "core/core.h"
 
 /* k as a CUDA C translation unit whose kernel is the extern "C" name,
  * malloc'd; NULL with the reason in err. */

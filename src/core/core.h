@@ -25,6 +25,8 @@ typedef enum {
 #undef STATUS
 } core_status;
 
+/* What status means, from status.def. */
+const char *core_status_text(core_status status);
 /* Sets this thread's error to "fn: <printf of fmt>" and returns -status. */
 int core_fail(core_status status, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -33,6 +35,19 @@ int core_fail(core_status status, const char *fn, const char *fmt, ...)
 int core_fail_null(const char *fn, const char *what);
 /* True while an error is pending (set and not cleared by kiln_clear_error). */
 bool core_error_pending(void);
+/* The pending error's status as a negative int, or -CORE_STATE when none
+ * is pending (a caller that got a failure but finds no error). */
+int core_error_status(void);
+/* An internal invariant failed: in debug builds an assertion stops at once
+ * (file and line); release builds set fn's error, CORE_INTERNAL, saying what
+ * broke, and return -CORE_INTERNAL. Never for user input. */
+#ifdef NDEBUG
+#define core_internal(fn, ...) core_fail(CORE_INTERNAL, fn, "internal error: " __VA_ARGS__)
+#else
+#define core_internal(fn, ...) (core_internal_report(__FILE__, __LINE__, fn, __VA_ARGS__), -CORE_INTERNAL)
+#endif
+_Noreturn void core_internal_report(const char *file, int line, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Reports a NULL argument that is not a tensor operand (a shape, a buffer):
  * no earlier error can explain it. Returns -CORE_NULL_ARG. */
 int core_fail_null_arg(const char *fn, const char *what);
@@ -72,6 +87,20 @@ int core_threads(void);
 
 /* Milliseconds on a monotonic clock. */
 double core_now_ms(void);
+
+/* -- Strings -------------------------------------------------------------- */
+
+/* A growing string for printers and generated code. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool failed; /* out of memory: later puts do nothing */
+} strbuf;
+
+/* Appends printf-style text. */
+void strbuf_put(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The text (malloc'd, the caller frees it), or NULL if memory ran out. */
+char *strbuf_finish(strbuf *b);
 
 /* -- Environment ----------------------------------------------------------- */
 

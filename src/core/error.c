@@ -6,6 +6,18 @@
 
 static _Thread_local char message[1024];
 static _Thread_local bool pending;
+static _Thread_local core_status pending_status;
+
+static const char *const status_texts[] = {
+#define STATUS(name, text) text,
+#include "core/status.def"
+#undef STATUS
+};
+
+const char *core_status_text(core_status status)
+{
+    return (unsigned)status < sizeof status_texts / sizeof *status_texts ? status_texts[status] : "unknown status";
+}
 
 int core_fail(core_status status, const char *fn, const char *fmt, ...)
 {
@@ -15,6 +27,7 @@ int core_fail(core_status status, const char *fn, const char *fmt, ...)
     vsnprintf(message + used, sizeof message - (size_t)used, fmt, ap);
     va_end(ap);
     pending = true;
+    pending_status = status;
     return -(int)status;
 }
 
@@ -28,6 +41,11 @@ int core_fail_null(const char *fn, const char *what)
 bool core_error_pending(void)
 {
     return pending;
+}
+
+int core_error_status(void)
+{
+    return pending ? -(int)pending_status : -(int)CORE_STATE;
 }
 
 int core_fail_null_arg(const char *fn, const char *what)
@@ -49,6 +67,17 @@ char *core_shape_str(char buf[CORE_SHAPE_STR_MAX], int ndim, const int64_t *shap
 _Noreturn void core_assert_failed(const char *file, int line, const char *cond)
 {
     fprintf(stderr, "kiln: internal error at %s:%d: %s\n", file, line, cond);
+    abort();
+}
+
+_Noreturn void core_internal_report(const char *file, int line, const char *fn, const char *fmt, ...)
+{
+    fprintf(stderr, "kiln: internal error at %s:%d in %s: ", file, line, fn);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
     abort();
 }
 

@@ -69,3 +69,29 @@ kiln_tensor *eager_dispatch(const ir_node *node, kiln_tensor *const *operands)
     eager_disown(t);
     return t;
 }
+
+/* -- Constant folding ------------------------------------------------------ */
+
+int eager_eval_const(const ir_node *node, const double *values, const kiln_dtype *dtypes, double *out)
+{
+    kiln_tensor *operands[3] = {NULL, NULL, NULL};
+    int status = -1;
+    kiln_scope_begin();
+    for (uint32_t i = 0; i < node->n_operands; i++)
+        if (!(operands[i] = kiln_full(dtypes[i], 0, NULL, values[i])))
+            goto done;
+    kiln_tensor *t = eager_dispatch(node, operands);
+    if (!t)
+        goto done;
+    int64_t exact;
+    *out = kiln_item(t);
+    /* An i64 beyond 2^53 may have no exact double: leave such a node unfolded. */
+    bool inexact = node->dtype == KILN_I64 && (kiln_copy_to_host(t, &exact, sizeof exact) < 0 ||
+                                               exact > (INT64_C(1) << 53) || exact < -(INT64_C(1) << 53));
+    status = inexact ? -1 : 0;
+    kiln_release(t);
+done:
+    kiln_scope_end();
+    kiln_clear_error();
+    return status;
+}

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "ir/kernel.h"
-#include "ir/strbuf.h"
 
 /* node index[j] = bias[j] + coef[j] * kernel index[src[j]] (src -1: bias only). */
 typedef struct {

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "ir/ir.h"
-#include "ir/strbuf.h"
 
 /* -- Printing -------------------------------------------------------------- */
 

@@ -279,7 +279,7 @@ static int optimise(const kiln_fn *f, ir_graph **g)
     if (f->opts.opt_level == 0)
         return 0;
     char err[512] = "";
-    ir_pass_options opt = {.eval = interp_eval_const, .fast_math = f->opts.fast_math};
+    ir_pass_options opt = {.eval = eager_eval_const, .fast_math = f->opts.fast_math};
 #ifndef NDEBUG
     opt.verify = true;
 #endif

@@ -75,8 +75,4 @@ int64_t interp_peak_bytes(const interp_plan *p);
  * run on it while it is in cache. */
 int interp_products_in_blocks(const interp_plan *p);
 
-/* Constant folding's evaluator: the eager ops on 0-d tensors. */
-int interp_eval_const(const ir_node *node, const double *values, const kiln_dtype *dtypes,
-                      double *out);
-
 #endif

@@ -1,9 +1,9 @@
-/* A growing string for the printers of src/ir. */
+/* A growing string: the printers of graphs and kernels, generated CUDA C. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ir/strbuf.h"
+#include "core/core.h"
 
 void strbuf_put(strbuf *b, const char *fmt, ...)
 {
