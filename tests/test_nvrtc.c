@@ -10,6 +10,7 @@
 #include "../bench/workloads.h"
 #include "cache/cache.h"
 #include "codegen_nvrtc/nvrtc.h"
+#include "device/device.h"
 #include "progen.h"
 #include "test_common.h"
 
@@ -229,7 +230,7 @@ START_TEST(test_errors_name_the_problem)
                                           "sm_90", &object, &size, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "NVRTC failed to compile") && strstr(err, "undeclared"), "%s", err);
     /* Without a driver, kiln says so; with one, nothing to check here. */
-    if (!nvrtc_driver_available(err, sizeof err))
+    if (device_start(err, sizeof err) < 0)
         ck_assert_msg(!strncmp(err, "no CUDA driver: ", 16), "%s", err);
     kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){4});
     kiln_fn *f = kiln_jit("f", halve, 1, 1, NULL, NULL);

@@ -160,7 +160,7 @@ enum { CACHE_COMPILE_FAILED = -1, CACHE_REQUIRED_MISSING = -2 };
 
 /* Makes kernels[0..n) ready for r->target. For the host (or this process's
  * GPU), handles[i] is a new reference to a loaded kernel and fns[i] its entry
- * point (its cuda_module); other targets are
+ * point (its device_module); other targets are
  * compiled and stored on disk only (handles and fns may be NULL). 0, or
  * CACHE_COMPILE_FAILED or CACHE_REQUIRED_MISSING with the reason in err;
  * nothing is held then. */
@@ -175,7 +175,7 @@ void cache_kernel_release(cache_kernel *k);
  * GPU: from this process's table, the disk cache, or compiled by NVRTC and
  * stored. It stays loaded (eager kernels: one per op and dtypes). 0, or
  * CACHE_COMPILE_FAILED or CACHE_REQUIRED_MISSING with the reason in err. */
-typedef struct cuda_module cuda_module;
-int cache_cuda_source(const char *source, const char *symbol, cuda_module **module, char *err, size_t err_size);
+typedef struct device_module device_module;
+int cache_cuda_source(const char *source, const char *symbol, device_module **module, char *err, size_t err_size);
 
 #endif

@@ -19,13 +19,14 @@
 #include "codegen_llvm/llvm.h"
 #include "codegen_nvrtc/nvrtc.h"
 #include "core/core.h"
+#include "device/device.h"
 #include "ir/kernel.h"
 
 struct cache_kernel {
     cache_key key;
     llvm_code *code;
     llvm_kernel_fn fn;
-    cuda_module *module;  /* a GPU kernel instead */
+    device_module *module;  /* a GPU kernel instead */
     int refs;
     cache_kernel *next;
 };
@@ -35,7 +36,7 @@ enum { COMPONENTS = 7, REPORTED_MAX = 64 };
 /* An eager CUDA kernel, loaded for good: there is one per op and dtypes. */
 typedef struct cuda_source {
     cache_key key;
-    cuda_module *module;
+    device_module *module;
     struct cuda_source *next;
 } cuda_source;
 
@@ -103,7 +104,7 @@ static int resolve_target(const char *name, target *t, char *err, size_t err_siz
         t->codegen = nvrtc_codegen_version();
         t->toolchain = nvrtc_toolchain(err, err_size);
         char ignored[256];
-        t->device = cuda_start(ignored, sizeof ignored) == 0 && !strcmp(cuda_arch(), t->arch);
+        t->device = device_start(ignored, sizeof ignored) == 0 && !strcmp(device_arch(), t->arch);
         return 0;
     }
     t->backend = "llvm";
@@ -128,7 +129,7 @@ typedef struct {
     char symbol[96];
     llvm_code *code;
     llvm_kernel_fn fn;
-    cuda_module *module;  /* loaded for this process's GPU */
+    device_module *module;  /* loaded for this process's GPU */
     bool load;            /* load code that runs here (else only check or store it) */
 } lookup;
 
@@ -204,7 +205,7 @@ static bool load(lookup *l, const void *object, size_t size, char *err, size_t e
     if (!l->load)
         return true;
     if (l->target->device)
-        return (l->module = cuda_load(object, size, l->symbol, err, err_size)) != NULL;
+        return (l->module = nvrtc_load(object, size, l->symbol, err, err_size)) != NULL;
     if (l->target->host)
         return (l->code = llvm_load(object, size, l->symbol, &l->fn, err, err_size)) != NULL;
     return true;
@@ -370,7 +371,7 @@ static int one_kernel(lookup *l, cache_kernel **handle, cache_counts *counts, ch
         return 0;
     if (!(k = calloc(1, sizeof *k))) {
         llvm_code_free(l->code);
-        cuda_unload(l->module);
+        device_unload(l->module);
         snprintf(err, err_size, "out of memory");
         return CACHE_COMPILE_FAILED;
     }
@@ -435,7 +436,7 @@ void cache_kernel_release(cache_kernel *k)
                 break;
             }
         llvm_code_free(k->code);
-        cuda_unload(k->module);
+        device_unload(k->module);
         free(k);
     }
     pthread_mutex_unlock(&table.lock);
@@ -446,9 +447,9 @@ static int device_target(target *t, char *err, size_t err_size)
 {
     *t = (target){.backend = "nvrtc", .device = true};
     char name[32];
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return -1;
-    snprintf(name, sizeof name, "cuda:%s", cuda_arch());
+    snprintf(name, sizeof name, "cuda:%s", device_arch());
     if (nvrtc_target(name, t->arch, sizeof t->arch, err, err_size) < 0)
         return -1;
     t->id = t->arch;
@@ -457,7 +458,7 @@ static int device_target(target *t, char *err, size_t err_size)
     return t->toolchain ? 0 : -1;
 }
 
-int cache_cuda_source(const char *source, const char *symbol, cuda_module **module, char *err, size_t err_size)
+int cache_cuda_source(const char *source, const char *symbol, device_module **module, char *err, size_t err_size)
 {
     *module = NULL;
     target t;
@@ -482,7 +483,7 @@ int cache_cuda_source(const char *source, const char *symbol, cuda_module **modu
             *found = (cuda_source){l.key, l.module, table.sources};
             table.sources = found;
         } else {
-            cuda_unload(l.module);
+            device_unload(l.module);
             snprintf(err, err_size, "out of memory");
             status = CACHE_COMPILE_FAILED;
         }

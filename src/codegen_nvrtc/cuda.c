@@ -69,7 +69,7 @@ void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
         kiln_dtype operand = g->k->exprs[e->args[e->op == OP_WHERE ? 1 : 0]].dtype;
         if (!nvrtc_op(g->s, e->op, operand, a[0], a[1], a[2]))
             snprintf(g->err, sizeof g->err, "%s on %s is not in the CUDA backend", ir_ops[e->op].name,
-                     kiln_dtype_name(operand));
+                     ir_dtype_names[operand]);
         break;
     }
     }

@@ -396,11 +396,11 @@ char *nvrtc_matmul_source(const nvrtc_eager_kernel *k, const char *name, char *e
     kiln_dtype dt = k->compute;
     if (dt != KILN_F32 && dt != KILN_F64 && dt != KILN_I32 && dt != KILN_I64) {
         snprintf(err, err_size, "no CUDA matmul of %s (f32, f64, i32 and i64; bool is computed as another dtype)",
-                 kiln_dtype_name(dt));
+                 ir_dtype_names[dt]);
         return NULL;
     }
     if (k->in[0] != dt || k->in[1] != dt || k->out != dt) {
-        snprintf(err, err_size, "a CUDA matmul reads and writes its compute dtype %s", kiln_dtype_name(dt));
+        snprintf(err, err_size, "a CUDA matmul reads and writes its compute dtype %s", ir_dtype_names[dt]);
         return NULL;
     }
     const char *t = nvrtc_ctype(dt);

@@ -125,50 +125,11 @@ bool nvrtc_matmul_epilogue_fits(const kx_kernel *epilogue, int product_buffer, i
  * threads a block, for the launch. */
 void nvrtc_matmul_tile(kiln_dtype dt, int *tile_m, int *tile_n, int *threads);
 
-/* Whether the CUDA driver can be opened and its device 0 started; why not
- * in err ("no CUDA driver: ..." or "no CUDA device: ..."). */
-bool nvrtc_driver_available(char *err, size_t err_size);
-
-/* -- The device (driver.c) --------------------------------------------------- *
- * Device 0 through its primary context and one stream, into which every
- * launch and copy goes in call order. Device memory is a void * holding the
- * device address. Each call returns 0, or -1 with the driver's reason in err;
- * each starts the driver on first use. */
-
-int cuda_start(char *err, size_t err_size);
-/* The started device's "sm_XX", name and multiprocessor count. */
-const char *cuda_arch(void);
-const char *cuda_device_name(void);
-int cuda_multiprocessors(void);
-/* Copies to the device return once src may be reused; copies to the host
- * once dst holds the data (after all work queued before). */
-int cuda_copy_to_device(void *dst, const void *src, size_t bytes, char *err, size_t err_size);
-int cuda_copy_to_host(void *dst, const void *src, size_t bytes, char *err, size_t err_size);
-int cuda_copy_on_device(void *dst, const void *src, size_t bytes, char *err, size_t err_size);
-int cuda_memset(void *dst, int byte, size_t bytes, char *err, size_t err_size);
-/* Waits for all queued work; reports an error a kernel raised. */
-int cuda_synchronize(char *err, size_t err_size);
-
-/* A loaded kernel: the object of nvrtc_compile_object or _source. */
-typedef struct cuda_module cuda_module;
-cuda_module *cuda_load(const void *object, size_t size, const char *symbol, char *err, size_t err_size);
-void cuda_unload(cuda_module *m);
-/* Queues m on grid (x, y, z) of block threads; params as cuLaunchKernel's. */
-int cuda_launch(const cuda_module *m, const unsigned grid[3], unsigned block, void **params, char *err,
-                size_t err_size);
-
-/* The driver's own cuMemAlloc and cuMemFree, for the allocator. */
-int cuda_device_alloc(void **p, size_t bytes, bool *out_of_memory, char *err, size_t err_size);
-void cuda_device_free(void *p);
-
-/* -- Device memory (allocator.c): a caching allocator ------------------------ */
-
-/* At least bytes of device memory; *granted is the block's size, to pass
- * back to cuda_free. NULL with the reason in err. */
-void *cuda_alloc(size_t bytes, size_t *granted, char *err, size_t err_size);
-void cuda_free(void *at, size_t granted);
-/* Returns every cached block to the driver. */
-void cuda_empty_cache(void);
-kiln_cuda_memory cuda_memory(void);
+/* Loads an object of nvrtc_compile_object or _source for the device: its
+ * CUBIN when the device runs it, else its PTX, which the driver compiles.
+ * NULL with the reason in err. */
+struct device_module;
+struct device_module *nvrtc_load(const void *object, size_t size, const char *symbol, char *err,
+                                 size_t err_size);
 
 #endif

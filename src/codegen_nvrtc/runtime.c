@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codegen_nvrtc/internal.h"
+#include "device/device.h"
 #include "codegen_nvrtc/codegen_version.h"
 
 typedef int nvrtc_result;
@@ -201,6 +202,20 @@ static int take_object(nvrtc_program p, void **object, size_t *size, char *err, 
     *object = out;
     *size = 8 + cubin + ptx;
     return 0;
+}
+
+struct device_module *nvrtc_load(const void *object, size_t size, const char *symbol, char *err, size_t err_size)
+{
+    const unsigned char *bytes = object;
+    uint64_t cubin = 0;
+    for (int i = 0; i < 8 && size >= 8; i++)
+        cubin |= (uint64_t)bytes[i] << (8 * i);
+    if (size < 8 || cubin >= size - 8 || bytes[size - 1] != '\0') {
+        snprintf(err, err_size, "kernel %s: the object is not a CUBIN and PTX pair", symbol);
+        return NULL;
+    }
+    const void *images[2] = {bytes + 8, bytes + 8 + cubin};
+    return device_load(images, 2, symbol, err, err_size);
 }
 
 int nvrtc_compile_source(const char *source, const char *symbol, const char *arch, void **object, size_t *size,

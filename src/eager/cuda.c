@@ -25,7 +25,7 @@ enum { KERNEL_SLOTS = 1024, GRID_PER_SM = 32, GRID_Z_MAX = 65535 }; /* GRID_Z_MA
 static struct {
     pthread_mutex_t lock;
     nvrtc_eager_kernel request[KERNEL_SLOTS];
-    cuda_module *module[KERNEL_SLOTS];
+    device_module *module[KERNEL_SLOTS];
 } kernels = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint32_t request_hash(const nvrtc_eager_kernel *k)
@@ -39,9 +39,9 @@ static uint32_t request_hash(const nvrtc_eager_kernel *k)
 
 /* The kernel of source through the cache; a build without the cache (it
  * comes with LLVM) compiles it each process. */
-static cuda_module *load_source(const char *source, const char *name, char *err, size_t err_size)
+static device_module *load_source(const char *source, const char *name, char *err, size_t err_size)
 {
-    cuda_module *module = NULL;
+    device_module *module = NULL;
 #ifdef KILN_HAVE_LLVM
     if (cache_cuda_source(source, name, &module, err, err_size) < 0)
         return NULL;
@@ -49,20 +49,20 @@ static cuda_module *load_source(const char *source, const char *name, char *err,
     char target[32], arch[16];
     void *object = NULL;
     size_t size = 0;
-    if (cuda_start(err, err_size) == 0 && snprintf(target, sizeof target, "cuda:%s", cuda_arch()) > 0 &&
+    if (device_start(err, err_size) == 0 && snprintf(target, sizeof target, "cuda:%s", device_arch()) > 0 &&
         nvrtc_target(target, arch, sizeof arch, err, err_size) == 0 &&
         nvrtc_compile_source(source, name, arch, &object, &size, err, err_size) == 0)
-        module = cuda_load(object, size, name, err, err_size);
+        module = nvrtc_load(object, size, name, err, err_size);
     free(object);
 #endif
     return module;
 }
 
-static cuda_module *compile_request(const char *fn, const nvrtc_eager_kernel *k)
+static device_module *compile_request(const char *fn, const nvrtc_eager_kernel *k)
 {
     char name[128], err[4096];
     char *source = nvrtc_eager_source(k, name, sizeof name, err, sizeof err);
-    cuda_module *module = source ? load_source(source, name, err, sizeof err) : NULL;
+    device_module *module = source ? load_source(source, name, err, sizeof err) : NULL;
     free(source);
     if (!module)
         core_fail(CORE_DEVICE, fn, "no CUDA kernel for %s on %s: %s", ir_ops[k->op].name, kiln_dtype_name(k->compute),
@@ -81,7 +81,7 @@ static nvrtc_eager_kernel request(nvrtc_eager_kind kind, ir_op op, int n_in)
     return k;
 }
 
-static cuda_module *kernel_for_request(const char *fn, const nvrtc_eager_kernel *k)
+static device_module *kernel_for_request(const char *fn, const nvrtc_eager_kernel *k)
 {
     uint32_t at = request_hash(k) % KERNEL_SLOTS;
     pthread_mutex_lock(&kernels.lock);
@@ -89,12 +89,12 @@ static cuda_module *kernel_for_request(const char *fn, const nvrtc_eager_kernel 
         if (!kernels.module[at])
             break;
         if (!memcmp(&kernels.request[at], k, sizeof *k)) {
-            cuda_module *found = kernels.module[at];
+            device_module *found = kernels.module[at];
             pthread_mutex_unlock(&kernels.lock);
             return found;
         }
     }
-    cuda_module *module = compile_request(fn, k);
+    device_module *module = compile_request(fn, k);
     if (module && !kernels.module[at]) {
         kernels.request[at] = *k;
         kernels.module[at] = module;
@@ -103,17 +103,17 @@ static cuda_module *kernel_for_request(const char *fn, const nvrtc_eager_kernel 
     return module;
 }
 
-static int launch(const char *fn, const cuda_module *m, const unsigned grid[3], unsigned block, void **params)
+static int launch(const char *fn, const device_module *m, const unsigned grid[3], unsigned block, void **params)
 {
     char err[512];
-    if (cuda_launch(m, grid, block, params, err, sizeof err) < 0)
+    if (device_launch(m, grid, block, params, err, sizeof err) < 0)
         return core_fail(CORE_DEVICE, fn, "%s", err);
     return 0;
 }
 
 static unsigned grid_for(int64_t items)
 {
-    int64_t cap = (int64_t)cuda_multiprocessors() * GRID_PER_SM;
+    int64_t cap = (int64_t)device_multiprocessors() * GRID_PER_SM;
     int64_t blocks = (items + NVRTC_EAGER_BLOCK - 1) / NVRTC_EAGER_BLOCK;
     if (blocks > cap)
         blocks = cap;
@@ -224,7 +224,7 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
         k.in[i] = in[i]->dtype;
     k.compute = op == OP_CAST ? out->dtype : in_dt[n_in - 1];
     k.out = out->dtype;
-    cuda_module *m = kernel_for_request(fn, &k);
+    device_module *m = kernel_for_request(fn, &k);
     if (!m)
         return -CORE_DEVICE;
     nvrtc_ew_args args;
@@ -256,7 +256,7 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
     k.acc = op == OP_ARGMAX ? KILN_I64 : op == OP_MAX || op == OP_MIN ? compute
                                         : compute == KILN_I64 ? KILN_I64 : KILN_F64;
     k.out = out->dtype;
-    cuda_module *m = kernel_for_request(fn, &k);
+    device_module *m = kernel_for_request(fn, &k);
     int status = -CORE_DEVICE;
     if (m) {
         nvrtc_reduce_args args = {outer, n, inner};
@@ -291,7 +291,7 @@ int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, co
         return 0;
     nvrtc_eager_kernel k = request(NVRTC_EAGER_MATMUL, OP_MATMUL, 2);
     k.in[0] = k.in[1] = k.compute = k.acc = k.out = dt;
-    cuda_module *m = kernel_for_request(fn, &k);
+    device_module *m = kernel_for_request(fn, &k);
     if (!m)
         return -CORE_DEVICE;
     nvrtc_matmul_args copy = *args;
@@ -317,8 +317,8 @@ static kiln_tensor *moved(const char *fn, const kiln_tensor *t, kiln_device devi
     size_t bytes = (size_t)t->numel * eager_dtype_size(t->dtype);
     char err[512];
     int status = !out ? -1
-                 : device == KILN_CPU ? cuda_copy_to_host(out->storage->data, eager_data(t), bytes, err, sizeof err)
-                                      : cuda_copy_to_device(eager_data(out), eager_data(t), bytes, err, sizeof err);
+                 : device == KILN_CPU ? device_download(out->storage->data, eager_data(t), bytes, err, sizeof err)
+                                      : device_upload(eager_data(out), eager_data(t), bytes, err, sizeof err);
     if (out && status < 0) {
         core_fail(CORE_DEVICE, fn, "%s", err);
         out = tensor_drop(out);
@@ -342,7 +342,7 @@ kiln_tensor *cuda_from_host(const char *fn, const kiln_tensor *t)
 int kiln_cuda_available(void)
 {
     char why[512];
-    if (cuda_start(why, sizeof why) == 0)
+    if (device_start(why, sizeof why) == 0)
         return 1;
     core_fail(CORE_DEVICE, "kiln_cuda_available", "%s", why);
     return 0;
@@ -353,28 +353,28 @@ int kiln_cuda_memory_stats(kiln_cuda_memory *out)
     if (!out)
         return core_fail_null_arg("kiln_cuda_memory_stats", "out");
     char why[512];
-    if (cuda_start(why, sizeof why) < 0)
+    if (device_start(why, sizeof why) < 0)
         return core_fail(CORE_DEVICE, "kiln_cuda_memory_stats", "%s", why);
-    *out = cuda_memory();
+    *out = device_memory();
     return 0;
 }
 
 void kiln_cuda_empty_cache(void)
 {
-    cuda_empty_cache();
+    device_empty_cache();
 }
 
 int kiln_cuda_synchronize(void)
 {
     char why[512];
-    if (cuda_synchronize(why, sizeof why) < 0)
+    if (device_synchronize(why, sizeof why) < 0)
         return core_fail(CORE_DEVICE, "kiln_cuda_synchronize", "%s", why);
     return 0;
 }
 
 const char *kiln_cuda_device_name(void)
 {
-    return kiln_cuda_available() ? cuda_device_name() : NULL;
+    return kiln_cuda_available() ? device_name() : NULL;
 }
 
 /* -- Fused kernels of traced graphs ----------------------------------------- */

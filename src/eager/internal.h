@@ -3,6 +3,7 @@
 #define KILN_EAGER_INTERNAL_H
 
 #include "codegen_nvrtc/nvrtc.h"
+#include "device/device.h"
 #include "eager/eager.h"
 
 /* -- tensor.c: lifetime, scopes, checks ------------------------------------ */

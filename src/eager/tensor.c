@@ -49,7 +49,7 @@ static eager_storage *storage_new_cuda(size_t nbytes, char *why, size_t why_size
         snprintf(why, why_size, "out of memory");
         return NULL;
     }
-    if (!(s->data = cuda_alloc(nbytes, &s->device_bytes, why, why_size))) {
+    if (!(s->data = device_alloc(nbytes, &s->device_bytes, why, why_size))) {
         core_free(s, sizeof *s);
         return NULL;
     }
@@ -64,7 +64,7 @@ static void storage_release(eager_storage *s)
     if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (s->device == KILN_CUDA) {
-        cuda_free(s->data, s->device_bytes);
+        device_free(s->data, s->device_bytes);
         core_free(s, sizeof *s);
         return;
     }

@@ -21,6 +21,7 @@
 #ifdef KILN_HAVE_LLVM
 #include "cache/cache.h"
 #include "codegen_nvrtc/nvrtc.h"
+#include "device/device.h"
 #endif
 
 struct interp_plan {
@@ -489,10 +490,10 @@ static int plan_native(interp_plan *p, const plan_options *o, char *why, size_t 
     return 0;
 #else
     char target[32] = "host";
-    if (o->device == KILN_CUDA && cuda_start(why, size) < 0)
+    if (o->device == KILN_CUDA && device_start(why, size) < 0)
         return 0;
     if (o->device == KILN_CUDA)
-        snprintf(target, sizeof target, "cuda:%s", cuda_arch());
+        snprintf(target, sizeof target, "cuda:%s", device_arch());
     int status = lower_plan(p, o, target, why, size) < 0 ? CACHE_COMPILE_FAILED
                                                          : compile_kernels(p, o, target, true, why, size);
     if (status == 0)
@@ -699,7 +700,7 @@ static kiln_tensor *output_for(const interp_plan *p, const ir_node *n, kiln_tens
     return out;
 }
 
-static const char *device_name(kiln_device d)
+static const char *where(kiln_device d)
 {
     return d == KILN_CUDA ? "CUDA" : "the CPU";
 }
@@ -717,8 +718,8 @@ static kiln_tensor *operand_moved(const interp_plan *p, const kiln_tensor *t)
     }
     core_shape_str(d, t->ndim, t->shape);
     core_fail(CORE_DEVICE, "kiln_call", "operands are on different devices: a captured %s %s is on %s, the "
-              "inputs on %s (move it with kiln_to_device)", d, kiln_dtype_name(t->dtype), device_name(t->device),
-              device_name(p->device));
+              "inputs on %s (move it with kiln_to_device)", d, kiln_dtype_name(t->dtype), where(t->device),
+              where(p->device));
     return NULL;
 }
 

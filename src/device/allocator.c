@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "codegen_nvrtc/internal.h"
 #include "core/core.h"
+#include "device/internal.h"
 
 enum { SMALL = 1 << 20, SMALL_ROUND = 512, LARGE_ROUND = 1 << 20 };
 #define DEFAULT_MAX_CACHED (4LL << 30)
@@ -62,11 +62,11 @@ static void release_cached(void)
 {
     char ignored[512];
     if (pool.cached)
-        cuda_synchronize(ignored, sizeof ignored);
+        device_synchronize(ignored, sizeof ignored);
     while (pool.cached) {
         block *b = pool.cached;
         pool.cached = b->next;
-        cuda_device_free(b->at);
+        driver_free(b->at);
         pool.stats.cached_bytes -= (int64_t)b->bytes;
         pool.stats.device_frees++;
         free(b);
@@ -80,9 +80,9 @@ static void count_in_use(int64_t bytes)
         pool.stats.peak_in_use_bytes = pool.stats.in_use_bytes;
 }
 
-void *cuda_alloc(size_t bytes, size_t *granted, char *err, size_t err_size)
+void *device_alloc(size_t bytes, size_t *granted, char *err, size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return NULL;
     size_t size = rounded(bytes);
     void *at = NULL;
@@ -96,10 +96,10 @@ void *cuda_alloc(size_t bytes, size_t *granted, char *err, size_t err_size)
         free(b);
     } else {
         bool out_of_memory = false;
-        int status = cuda_device_alloc(&at, size, &out_of_memory, err, err_size);
+        int status = driver_alloc(&at, size, &out_of_memory, err, err_size);
         if (status < 0 && out_of_memory && pool.cached) {
             release_cached();
-            status = cuda_device_alloc(&at, size, &out_of_memory, err, err_size);
+            status = driver_alloc(&at, size, &out_of_memory, err, err_size);
         }
         if (status == 0)
             pool.stats.device_allocs++;
@@ -120,7 +120,7 @@ static int64_t max_cached(void)
     return pool.max_cached;
 }
 
-void cuda_free(void *at, size_t granted)
+void device_free(void *at, size_t granted)
 {
     if (!at)
         return;
@@ -130,7 +130,7 @@ void cuda_free(void *at, size_t granted)
     if (pool.stats.cached_bytes + (int64_t)granted <= max_cached())
         b = malloc(sizeof *b);
     if (!b) {
-        cuda_device_free(at);
+        driver_free(at);
         pool.stats.device_frees++;
         pthread_mutex_unlock(&pool.lock);
         return;
@@ -145,14 +145,14 @@ void cuda_free(void *at, size_t granted)
     pthread_mutex_unlock(&pool.lock);
 }
 
-void cuda_empty_cache(void)
+void device_empty_cache(void)
 {
     pthread_mutex_lock(&pool.lock);
     release_cached();
     pthread_mutex_unlock(&pool.lock);
 }
 
-kiln_cuda_memory cuda_memory(void)
+kiln_cuda_memory device_memory(void)
 {
     pthread_mutex_lock(&pool.lock);
     kiln_cuda_memory stats = pool.stats;

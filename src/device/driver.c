@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen_nvrtc/internal.h"
+#include "device/internal.h"
 
 typedef int cu_result;
 typedef int cu_device;
@@ -163,7 +163,7 @@ static void start(void)
     open_device();
 }
 
-int cuda_start(char *err, size_t err_size)
+int device_start(char *err, size_t err_size)
 {
     pthread_once(&cu.once, start);
     if (cu.failure[0]) {
@@ -178,27 +178,22 @@ int cuda_start(char *err, size_t err_size)
     return 0;
 }
 
-bool nvrtc_driver_available(char *err, size_t err_size)
-{
-    return cuda_start(err, err_size) == 0;
-}
-
-const char *cuda_arch(void)
+const char *device_arch(void)
 {
     return cu.arch;
 }
 
-const char *cuda_device_name(void)
+const char *device_name(void)
 {
     return cu.name;
 }
 
-int cuda_multiprocessors(void)
+int device_multiprocessors(void)
 {
     return cu.multiprocessors;
 }
 
-int cuda_device_alloc(void **p, size_t bytes, bool *out_of_memory, char *err, size_t err_size)
+int driver_alloc(void **p, size_t bytes, bool *out_of_memory, char *err, size_t err_size)
 {
     cu_ptr at = 0;
     cu_result r = cu.mem_alloc(&at, bytes);
@@ -207,80 +202,70 @@ int cuda_device_alloc(void **p, size_t bytes, bool *out_of_memory, char *err, si
     return check(r, "cuMemAlloc", err, err_size);
 }
 
-void cuda_device_free(void *p)
+void driver_free(void *p)
 {
     char ignored[512];
-    if (cuda_start(ignored, sizeof ignored) == 0) /* the context current on this thread too */
+    if (device_start(ignored, sizeof ignored) == 0) /* the context current on this thread too */
         cu.mem_free((cu_ptr)(uintptr_t)p);
 }
 
-int cuda_copy_to_device(void *dst, const void *src, size_t bytes, char *err, size_t err_size)
+int device_upload(void *dst, const void *src, size_t bytes, char *err, size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return -1;
     /* From pageable memory the copy is staged before the call returns, so the
      * caller may reuse src at once. */
     return check(cu.memcpy_htod((cu_ptr)(uintptr_t)dst, src, bytes, cu.stream), "cuMemcpyHtoDAsync", err, err_size);
 }
 
-int cuda_copy_to_host(void *dst, const void *src, size_t bytes, char *err, size_t err_size)
+int device_download(void *dst, const void *src, size_t bytes, char *err, size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0 ||
+    if (device_start(err, err_size) < 0 ||
         check(cu.memcpy_dtoh(dst, (cu_ptr)(uintptr_t)src, bytes, cu.stream), "cuMemcpyDtoHAsync", err, err_size) < 0)
         return -1;
     return check(cu.stream_synchronize(cu.stream), "cuStreamSynchronize", err, err_size);
 }
 
-int cuda_copy_on_device(void *dst, const void *src, size_t bytes, char *err, size_t err_size)
+int device_copy(void *dst, const void *src, size_t bytes, char *err, size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return -1;
     return check(cu.memcpy_dtod((cu_ptr)(uintptr_t)dst, (cu_ptr)(uintptr_t)src, bytes, cu.stream),
                  "cuMemcpyDtoDAsync", err, err_size);
 }
 
-int cuda_memset(void *dst, int byte, size_t bytes, char *err, size_t err_size)
+int device_memset(void *dst, int byte, size_t bytes, char *err, size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return -1;
     return check(cu.memset_d8((cu_ptr)(uintptr_t)dst, (unsigned char)byte, bytes, cu.stream), "cuMemsetD8Async", err,
                  err_size);
 }
 
-int cuda_synchronize(char *err, size_t err_size)
+int device_synchronize(char *err, size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return -1;
     return check(cu.stream_synchronize(cu.stream), "cuStreamSynchronize", err, err_size);
 }
 
-struct cuda_module {
+struct device_module {
     cu_module module;
     cu_function function;
 };
 
-/* The object is a CUBIN then PTX (nvrtc_compile_object): the CUBIN when the
- * device runs it, else the PTX, which the driver compiles for the device. */
-cuda_module *cuda_load(const void *object, size_t size, const char *symbol, char *err, size_t err_size)
+device_module *device_load(const void *const *images, int n, const char *symbol, char *err, size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return NULL;
-    const unsigned char *bytes = object;
-    uint64_t cubin = 0;
-    for (int i = 0; i < 8 && size >= 8; i++)
-        cubin |= (uint64_t)bytes[i] << (8 * i);
-    if (size < 8 || cubin >= size - 8 || bytes[size - 1] != '\0') {
-        snprintf(err, err_size, "kernel %s: the object is not a CUBIN and PTX pair", symbol);
-        return NULL;
-    }
-    cuda_module *m = calloc(1, sizeof *m);
+    device_module *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, err_size, "out of memory");
         return NULL;
     }
-    cu_result r = cu.module_load_data(&m->module, bytes + 8);
-    if (r == CU_ERROR_NO_BINARY_FOR_GPU || r == CU_ERROR_INVALID_IMAGE)
-        r = cu.module_load_data(&m->module, bytes + 8 + cubin);
+    cu_result r = CU_ERROR_NO_BINARY_FOR_GPU;
+    for (int i = 0; i < n && (r == CU_ERROR_NO_BINARY_FOR_GPU || r == CU_ERROR_INVALID_IMAGE); i++)
+        r = cu.module_load_data(&m->module, images[i]);
     if (check(r, "cuModuleLoadData", err, err_size) < 0) {
         free(m);
         return NULL;
@@ -293,20 +278,20 @@ cuda_module *cuda_load(const void *object, size_t size, const char *symbol, char
     return m;
 }
 
-void cuda_unload(cuda_module *m)
+void device_unload(device_module *m)
 {
     if (!m)
         return;
     char ignored[512];
-    if (cuda_start(ignored, sizeof ignored) == 0)
+    if (device_start(ignored, sizeof ignored) == 0)
         cu.module_unload(m->module);
     free(m);
 }
 
-int cuda_launch(const cuda_module *m, const unsigned grid[3], unsigned block, void **params, char *err,
+int device_launch(const device_module *m, const unsigned grid[3], unsigned block, void **params, char *err,
                 size_t err_size)
 {
-    if (cuda_start(err, err_size) < 0)
+    if (device_start(err, err_size) < 0)
         return -1;
     return check(cu.launch(m->function, grid[0], grid[1], grid[2], block, 1, 1, 0, cu.stream, params, NULL),
                  "cuLaunchKernel", err, err_size);
