@@ -11,18 +11,10 @@
  *  - KILN_TEST_CUDA=none, with no driver: the clear "no CUDA driver" error.
  * Running kernels is tests/test_cuda_gpu.c's, where a GPU is. */
 #include <stdint.h>
+#include <unistd.h>
 
 #include "progen.h"
 #include "test_common.h"
-
-/* "nvrtc"; a build without LLVM (no kernel cache, so no kiln_host_target)
- * interprets traced CUDA graphs with the eager CUDA ops. */
-static const char *traced_backend(void)
-{
-    const char *host = kiln_host_target();
-    kiln_clear_error();
-    return host ? "nvrtc" : "interp";
-}
 
 static bool mode_is(const char *name)
 {
@@ -316,7 +308,7 @@ static void launch_program(uint64_t seed, bool traced)
     ck_assert_msg(status == 0, "seed %llu: %s\n%s", (unsigned long long)seed, kiln_last_error(),
                   listing ? listing : "");
     if (traced)
-        ck_assert_str_eq(kiln_fn_backend(f), traced_backend());
+        ck_assert_str_eq(kiln_fn_backend(f), "nvrtc");
     for (int i = 0; i < n_out; i++)
         assert_same_type(got[i], want[i], traced ? "traced" : "eager");
     kiln_fn_free(f);
@@ -356,7 +348,7 @@ START_TEST(test_fused_products_launch)
     kiln_fn *f = kiln_jit("mlp", mlp_body, 1, 2, w, &o);
     kiln_tensor *out[2];
     ck_assert_msg(kiln_call(f, &x, out) == 0, "%s", kiln_last_error());
-    ck_assert_str_eq(kiln_fn_backend(f), traced_backend());
+    ck_assert_str_eq(kiln_fn_backend(f), "nvrtc");
     ck_assert_int_eq(kiln_shape(out[0])[1], 24);
     ck_assert_int_eq(kiln_shape(out[1])[1], 40);
     kiln_fn_stats_t stats;
@@ -372,6 +364,71 @@ START_TEST(test_fused_products_launch)
 }
 END_TEST
 
+/* -- The disk cache of CUDA kernels, in any build ------------------------------ */
+
+/* A child process (this program run again): an eager op and a marked
+ * function on CUDA tensors, with the disk cache in root; prints the marked
+ * function's compiled kernels. */
+static int cache_child(const char *root)
+{
+    setenv("KILN_CACHE", "on", 1);
+    setenv("KILN_CACHE_DIR", root, 1);
+    kiln_tensor *w = kiln_to_device(kiln_randn(2, (int64_t[]){40, 24}, 1), KILN_CUDA);
+    kiln_tensor *x = kiln_to_device(kiln_randn(2, (int64_t[]){33, 40}, 2), KILN_CUDA);
+    kiln_tensor *y = kiln_exp(x), *out[2] = {NULL, NULL};
+    kiln_fn *f = kiln_jit("mlp", mlp_body, 1, 2, w, NULL);
+    kiln_fn_stats_t stats;
+    if (!y || kiln_call(f, &x, out) < 0 || kiln_fn_stats(f, &stats) < 0) {
+        fprintf(stderr, "%s\n", kiln_last_error());
+        return 1;
+    }
+    printf("compiled %lld\n", (long long)stats.kernels_compiled);
+    kiln_release(out[0]);
+    kiln_release(out[1]);
+    kiln_fn_free(f);
+    kiln_release(y);
+    kiln_release(x);
+    kiln_release(w);
+    return 0;
+}
+
+/* The marked function's kernels a child compiled, and the cache's misses
+ * (compiles of any kernel, eager ones included) after it ran. */
+static void run_cache_child(const char *root, long long *compiled, long long *misses)
+{
+    char cmd[1200], line[128] = "", path[1100];
+    snprintf(cmd, sizeof cmd, "/proc/%d/exe --cache-child %s", (int)getpid(), root);
+    FILE *child = popen(cmd, "r");
+    ck_assert_ptr_nonnull(child);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, child));
+    ck_assert_int_eq(pclose(child), 0);
+    ck_assert_int_eq(sscanf(line, "compiled %lld", compiled), 1);
+    snprintf(path, sizeof path, "%s/1/stats", root);
+    FILE *stats = fopen(path, "r");
+    long long hits = 0;
+    ck_assert_ptr_nonnull(stats);
+    ck_assert_int_eq(fscanf(stats, "hits %lld\nmisses %lld", &hits, misses), 2);
+    fclose(stats);
+}
+
+/* A second process finds every CUDA kernel, fused or eager, on disk: it
+ * compiles none. So in a build without LLVM too. */
+START_TEST(test_second_process_compiles_no_cuda_kernel)
+{
+    char root[] = "/tmp/kiln-cuda-cache-XXXXXX", cmd[64];
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    long long compiled, misses, again, misses_again;
+    run_cache_child(root, &compiled, &misses);
+    ck_assert_int_gt(compiled, 0);
+    ck_assert_int_gt(misses, compiled); /* the eager kernels too */
+    run_cache_child(root, &again, &misses_again);
+    ck_assert_int_eq(again, 0);
+    ck_assert_int_eq(misses_again, misses);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *cuda_suite(void)
 {
     Suite *s = suite_create("cuda");
@@ -382,6 +439,7 @@ static Suite *cuda_suite(void)
         tcase_add_test(tc, test_eager_programs_launch_on_device_memory);
         tcase_add_test(tc, test_traced_programs_launch_on_device_memory);
         tcase_add_test(tc, test_fused_products_launch);
+        tcase_add_test(tc, test_second_process_compiles_no_cuda_kernel);
     } else if (mode_is("fake")) {
         tcase_add_test(tc, test_round_trip_every_dtype);
         tcase_add_test(tc, test_views_move_by_their_own_elements);
@@ -399,8 +457,10 @@ static Suite *cuda_suite(void)
     return s;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "--cache-child"))
+        return cache_child(argv[2]);
     const char *mode = getenv("KILN_TEST_CUDA");
     if (!mode) {
         fprintf(stderr, "set KILN_TEST_CUDA to fake or launch (with tests/fakecuda on LD_LIBRARY_PATH) or none\n");

@@ -14,15 +14,6 @@
 #include "progen.h"
 #include "test_common.h"
 
-/* "nvrtc"; a build without LLVM (no kernel cache, so no kiln_host_target)
- * interprets traced CUDA graphs with the eager CUDA ops. */
-static const char *traced_backend(void)
-{
-    const char *host = kiln_host_target();
-    kiln_clear_error();
-    return host ? "nvrtc" : "interp";
-}
-
 extern char **environ;
 
 static char cache_root[] = "/tmp/kiln-cuda-gpu-XXXXXX";
@@ -41,8 +32,9 @@ static void assert_close_to_cpu(kiln_tensor *got, kiln_tensor *want, const char 
     assert_close(got, want, 1e-4, 1e-4, what);
 }
 
-/* Runs program seed eagerly on the CPU and, eagerly or traced, on CUDA. */
-static void check_program(uint64_t seed, bool traced)
+/* Runs program seed eagerly on the CPU and, eagerly or traced with backend,
+ * on CUDA. */
+static void check_program(uint64_t seed, bool traced, kiln_backend backend)
 {
     kiln_scope_begin();
     progen_options opt = device_programs();
@@ -60,6 +52,7 @@ static void check_program(uint64_t seed, bool traced)
     int status;
     if (traced) {
         kiln_jit_options o = kiln_jit_defaults();
+        o.backend = backend;
         f = kiln_jit("random", progen_body, n_in, n_out, p, &o);
         status = kiln_call(f, dev, got);
     } else {
@@ -69,7 +62,7 @@ static void check_program(uint64_t seed, bool traced)
     ck_assert_msg(status == 0, "seed %llu: %s %s\n%s", (unsigned long long)seed, kiln_last_error(),
                   progen_last_error(), listing ? listing : "");
     if (traced)
-        ck_assert_str_eq(kiln_fn_backend(f), traced_backend());
+        ck_assert_str_eq(kiln_fn_backend(f), "nvrtc");
     for (int i = 0; i < n_out; i++) {
         char what[64];
         snprintf(what, sizeof what, "seed %llu out[%d]%s", (unsigned long long)seed, i, traced ? " traced" : "");
@@ -84,14 +77,22 @@ START_TEST(test_every_op_eagerly)
 {
     /* 200 programs use every op progen knows at least once. */
     for (uint64_t s = 1; s <= 200; s++)
-        check_program(s, false);
+        check_program(s, false, KILN_BACKEND_AUTO);
 }
 END_TEST
 
 START_TEST(test_random_programs_traced)
 {
     for (uint64_t s = 1; s <= 150; s++)
-        check_program(s, true);
+        check_program(s, true, KILN_BACKEND_AUTO);
+}
+END_TEST
+
+/* KILN_BACKEND_NVRTC asks for what AUTO gives CUDA inputs: fused kernels. */
+START_TEST(test_nvrtc_backend_runs_fused_kernels)
+{
+    for (uint64_t s = 1; s <= 20; s++)
+        check_program(s, true, KILN_BACKEND_NVRTC);
 }
 END_TEST
 
@@ -221,6 +222,7 @@ static Suite *gpu_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_every_op_eagerly);
     tcase_add_test(tc, test_random_programs_traced);
+    tcase_add_test(tc, test_nvrtc_backend_runs_fused_kernels);
     tcase_add_test(tc, test_i64_scalar_operand_exact);
     tcase_add_test(tc, test_workload_traced_and_allocator_steady);
     tcase_add_test(tc, test_second_process_loads_cubins_from_disk);

@@ -8,13 +8,11 @@
 #include "codegen_llvm/llvm.h"
 
 /* out = in * 3 over rows x cols f32, both contiguous. */
-static kx_kernel *triple_kernel(int64_t rows, int64_t cols, bool streams)
+static kx_kernel *triple_kernel(int64_t rows, int64_t cols)
 {
-    kx_kernel *k = calloc(1, sizeof *k);
-    k->n_outer = 1;
-    k->outer[0] = k->rows = rows;
-    k->cols = cols;
+    kx_kernel *k = kx_kernel_new(2, (int64_t[]){rows, cols});
     k->n_buffers = 2;
+    k->buffer_dtypes[0] = k->buffer_dtypes[1] = KILN_F32;
     k->exprs = calloc(3, sizeof *k->exprs);
     k->exprs[0] = (kx_expr){.kind = KX_LOAD, .dtype = KILN_F32, .view = 0};
     k->exprs[1] = (kx_expr){.kind = KX_CONST, .dtype = KILN_F32, .value = 3};
@@ -27,8 +25,6 @@ static kx_kernel *triple_kernel(int64_t rows, int64_t cols, bool streams)
     k->stores = calloc(1, sizeof *k->stores);
     k->stores[0] = (kx_store){.view = 1, .expr = 2};
     k->n_stores = k->stores_cap = 1;
-    k->in_place = k->matmul_product = -1;
-    k->streams = streams;
     return k;
 }
 
@@ -38,13 +34,13 @@ typedef struct {
     char *ir_after;
 } compiled;
 
-static compiled compile(const kx_kernel *k)
+static compiled compile(const kx_kernel *k, bool stream_stores)
 {
     char err[512] = "";
     const llvm_target *host = llvm_target_get("host", err, sizeof err);
     ck_assert_msg(host != NULL, "%s", err);
     compiled c = {0};
-    llvm_options opt = {.opt_level = 3, .ir_after = &c.ir_after};
+    llvm_options opt = {.opt_level = 3, .stream_stores = stream_stores, .ir_after = &c.ir_after};
     void *object = NULL;
     size_t size = 0;
     ck_assert_msg(llvm_compile_object(k, "triple", host, &opt, &object, &size, err, sizeof err) == 0, "%s", err);
@@ -81,8 +77,8 @@ static void check_run(const compiled *c, int64_t rows, int64_t cols, int shift)
 
 START_TEST(test_streaming_kernel_stores_non_temporal)
 {
-    kx_kernel *k = triple_kernel(6, 1024, true);
-    compiled c = compile(k);
+    kx_kernel *k = triple_kernel(6, 1024);
+    compiled c = compile(k, true);
     ck_assert_msg(strstr(c.ir_after, "!nontemporal"), "no non-temporal store:\n%s", c.ir_after);
     ck_assert_ptr_nonnull(strstr(c.ir_after, "fence seq_cst"));
     check_run(&c, 6, 1024, 0);
@@ -96,8 +92,8 @@ START_TEST(test_streaming_kernel_runs_on_unaligned_outputs)
 {
     static const int64_t cols[] = {1024, 1000, 17, 1};
     for (int i = 0; i < (int)(sizeof cols / sizeof *cols); i++) {
-        kx_kernel *k = triple_kernel(5, cols[i], true);
-        compiled c = compile(k);
+        kx_kernel *k = triple_kernel(5, cols[i]);
+        compiled c = compile(k, true);
         for (int shift = 0; shift < 16; shift += 5)
             check_run(&c, 5, cols[i], shift);
         compiled_free(&c);
@@ -108,8 +104,8 @@ END_TEST
 
 START_TEST(test_other_kernels_store_normally)
 {
-    kx_kernel *k = triple_kernel(6, 1024, false);
-    compiled c = compile(k);
+    kx_kernel *k = triple_kernel(6, 1024);
+    compiled c = compile(k, false);
     ck_assert_msg(!strstr(c.ir_after, "!nontemporal"), "a non-temporal store:\n%s", c.ir_after);
     ck_assert_msg(!strstr(c.ir_after, "streaming"), "a streaming body:\n%s", c.ir_after);
     check_run(&c, 6, 1024, 0);

@@ -15,20 +15,20 @@
 enum { MAX_KERNELS = 1024, NAME_MAX_LEN = 160, WORKERS = 2 };
 
 typedef struct {
-    nvrtc_eager_kernel k[MAX_KERNELS];
+    kg_kernel k[MAX_KERNELS];
     int n;
 } kernel_set;
 
-static bool same_kernel(const nvrtc_eager_kernel *a, const nvrtc_eager_kernel *b)
+static bool same_kernel(const kg_kernel *a, const kg_kernel *b)
 {
     return a->kind == b->kind && a->op == b->op && a->n_in == b->n_in && a->compute == b->compute &&
            a->acc == b->acc && a->out == b->out && !memcmp(a->in, b->in, sizeof a->in);
 }
 
 /* Adds k once; unused inputs zeroed so that equal requests compare equal. */
-static void add_kernel(kernel_set *set, nvrtc_eager_kernel k)
+static void add_kernel(kernel_set *set, kg_kernel k)
 {
-    for (int i = k.n_in; i < NVRTC_EW_INPUTS; i++)
+    for (int i = k.n_in; i < KG_EW_INPUTS; i++)
         k.in[i] = KILN_F32;
     for (int i = 0; i < set->n; i++)
         if (same_kernel(&set->k[i], &k))
@@ -37,20 +37,20 @@ static void add_kernel(kernel_set *set, nvrtc_eager_kernel k)
     set->k[set->n++] = k;
 }
 
-static nvrtc_eager_kernel ew(ir_op op, int n_in, const kiln_dtype *in, kiln_dtype compute, kiln_dtype out)
+static kg_kernel ew(ir_op op, int n_in, const kiln_dtype *in, kiln_dtype compute, kiln_dtype out)
 {
-    nvrtc_eager_kernel k = {NVRTC_EAGER_ELEMENTWISE, op, n_in, {KILN_F32, KILN_F32, KILN_F32}, compute, compute, out};
+    kg_kernel k = {KG_ELEMENTWISE, op, n_in, {KILN_F32, KILN_F32, KILN_F32}, compute, compute, out};
     memcpy(k.in, in, (size_t)n_in * sizeof *in);
     return k;
 }
 
-static nvrtc_eager_kernel reduction(ir_op op, kiln_dtype in)
+static kg_kernel reduction(ir_op op, kiln_dtype in)
 {
     kiln_dtype compute = ir_dtype_is_float(in) ? in : KILN_I64;
     kiln_dtype acc = op == OP_ARGMAX ? KILN_I64
                    : op == OP_SUM || op == OP_MEAN ? (compute == KILN_I64 ? KILN_I64 : KILN_F64)
                    : compute;
-    return (nvrtc_eager_kernel){NVRTC_EAGER_REDUCE, op, 1, {in}, compute, acc,
+    return (kg_kernel){KG_REDUCE, op, 1, {in}, compute, acc,
                                 (kiln_dtype)ir_result_dtype(ir_ops[op].rule, in)};
 }
 
@@ -129,7 +129,7 @@ static void all_kernels(kernel_set *set)
 }
 
 /* The dtype input i is converted to in k. */
-static kiln_dtype operand_of(const nvrtc_eager_kernel *k, int i)
+static kiln_dtype operand_of(const kg_kernel *k, int i)
 {
     return k->op == OP_WHERE && i == 0 ? KILN_BOOL : k->op == OP_CAST ? k->out : k->compute;
 }
@@ -148,11 +148,11 @@ static void covering_kernels(const kernel_set *all, kernel_set *some)
             rule_seen[ir_ops[op].rule] = representative[op] = true;
     some->n = 0;
     for (int i = 0; i < all->n; i++) {
-        const nvrtc_eager_kernel *k = &all->k[i];
+        const kg_kernel *k = &all->k[i];
         bool same = true;
         for (int j = 0; j < k->n_in; j++)
             same = same && k->in[j] == operand_of(k, j);
-        if (k->kind != NVRTC_EAGER_ELEMENTWISE || k->n_in != 2 || representative[k->op] || same)
+        if (k->kind != KG_ELEMENTWISE || k->n_in != 2 || representative[k->op] || same)
             add_kernel(some, *k);
     }
 }
@@ -165,13 +165,13 @@ static bool covers(const kernel_set *some, const kernel_set *all)
     memset(op_seen, 0, sizeof op_seen);
     memset(input_seen, 0, sizeof input_seen);
     for (int i = 0; i < some->n; i++) {
-        const nvrtc_eager_kernel *k = &some->k[i];
+        const kg_kernel *k = &some->k[i];
         op_seen[k->kind][k->op][k->compute][k->out] = true;
         for (int j = 0; j < k->n_in; j++)
             input_seen[k->kind][j][k->in[j]][operand_of(k, j)] = true;
     }
     for (int i = 0; i < all->n; i++) {
-        const nvrtc_eager_kernel *k = &all->k[i];
+        const kg_kernel *k = &all->k[i];
         if (!op_seen[k->kind][k->op][k->compute][k->out])
             return false;
         for (int j = 0; j < k->n_in; j++)
@@ -184,7 +184,7 @@ static bool covers(const kernel_set *some, const kernel_set *all)
 /* -- Compiling, two threads at a time --------------------------------------- */
 
 typedef struct {
-    const nvrtc_eager_kernel *k;
+    const kg_kernel *k;
     const char *arch;
     char name[NAME_MAX_LEN];
     char *source;
@@ -280,7 +280,7 @@ START_TEST(test_every_eager_kernel_compiles_for_sm_90)
     all_kernels(&all);
     bool ew_op[OP__COUNT] = {false}, reduce_op[OP__COUNT] = {false};
     for (int i = 0; i < all.n; i++)
-        (all.k[i].kind == NVRTC_EAGER_REDUCE ? reduce_op : ew_op)[all.k[i].op] = true;
+        (all.k[i].kind == KG_REDUCE ? reduce_op : ew_op)[all.k[i].op] = true;
     for (int op = 0; op < OP__COUNT; op++) {
         ck_assert_msg(ew_op[op] == (ir_ops[op].kind == KIND_ELEMENTWISE), "%s", ir_ops[op].name);
         ck_assert_msg(reduce_op[op] == (ir_ops[op].kind == KIND_REDUCTION), "%s", ir_ops[op].name);
@@ -300,8 +300,8 @@ START_TEST(test_a_kernel_of_each_op_compiles_for_sm_80)
     some.n = 0;
     bool seen[OP__COUNT] = {false};
     for (int i = 0; i < all.n; i++) {
-        const nvrtc_eager_kernel *k = &all.k[i];
-        bool reduced = k->kind == NVRTC_EAGER_REDUCE && (k->in[0] == KILN_F32 || k->in[0] == KILN_I32);
+        const kg_kernel *k = &all.k[i];
+        bool reduced = k->kind == KG_REDUCE && (k->in[0] == KILN_F32 || k->in[0] == KILN_I32);
         if (reduced || !seen[k->op])
             add_kernel(&some, *k);
         seen[k->op] = true;
@@ -313,7 +313,7 @@ END_TEST
 
 /* -- The source's contract -------------------------------------------------- */
 
-static char *source_of(nvrtc_eager_kernel k, char *name)
+static char *source_of(kg_kernel k, char *name)
 {
     char err[256];
     char *text = nvrtc_eager_source(&k, name, NAME_MAX_LEN, err, sizeof err);
@@ -324,11 +324,11 @@ static char *source_of(nvrtc_eager_kernel k, char *name)
 START_TEST(test_sources_follow_the_abi)
 {
     char name[NAME_MAX_LEN], again[NAME_MAX_LEN];
-    nvrtc_eager_kernel add = ew(OP_ADD, 2, (kiln_dtype[]){KILN_I32, KILN_F32}, KILN_F32, KILN_F32);
+    kg_kernel add = ew(OP_ADD, 2, (kiln_dtype[]){KILN_I32, KILN_F32}, KILN_F32, KILN_F32);
     char *text = source_of(add, name);
     ck_assert_str_eq(name, "kiln_eager_ew_add_in_i32_f32_compute_f32_acc_f32_out_f32");
-    ck_assert_ptr_nonnull(strstr(text, "struct nvrtc_ew_args {"));
-    ck_assert_ptr_nonnull(strstr(text, "(nvrtc_ew_args args, float *__restrict__ out, const int *__restrict__ in0, "
+    ck_assert_ptr_nonnull(strstr(text, "struct kg_ew_args {"));
+    ck_assert_ptr_nonnull(strstr(text, "(kg_ew_args args, float *__restrict__ out, const int *__restrict__ in0, "
                                        "const float *__restrict__ in1, const void *__restrict__ in2)"));
     ck_assert_ptr_nonnull(strstr(text, "__launch_bounds__(256)"));
     /* The same request, the same kernel. */
@@ -338,7 +338,7 @@ START_TEST(test_sources_follow_the_abi)
     free(same);
     free(text);
     /* Only the inputs that exist count: unused slots do not change the kernel. */
-    nvrtc_eager_kernel neg = ew(OP_NEG, 1, (kiln_dtype[]){KILN_F64}, KILN_F64, KILN_F64);
+    kg_kernel neg = ew(OP_NEG, 1, (kiln_dtype[]){KILN_F64}, KILN_F64, KILN_F64);
     text = source_of(neg, name);
     neg.in[1] = KILN_BOOL;
     same = source_of(neg, again);
@@ -349,13 +349,13 @@ START_TEST(test_sources_follow_the_abi)
     /* Reductions: the args struct, the output then the input. */
     text = source_of(reduction(OP_ARGMAX, KILN_I32), name);
     ck_assert_str_eq(name, "kiln_eager_reduce_argmax_in_i32_compute_i64_acc_i64_out_i64");
-    ck_assert_ptr_nonnull(strstr(text, "struct nvrtc_reduce_args {"));
+    ck_assert_ptr_nonnull(strstr(text, "struct kg_reduce_args {"));
     ck_assert_ptr_nonnull(
-        strstr(text, "(nvrtc_reduce_args args, long long *__restrict__ out, const int *__restrict__ in0)"));
+        strstr(text, "(kg_reduce_args args, long long *__restrict__ out, const int *__restrict__ in0)"));
     ck_assert_ptr_nonnull(strstr(text, "__shfl_down_sync"));
     free(text);
     /* Matrix products are named here and written by matmul.c. */
-    nvrtc_eager_kernel mm = {NVRTC_EAGER_MATMUL, OP_MATMUL, 2, {KILN_F64, KILN_F64}, KILN_F64, KILN_F64, KILN_F64};
+    kg_kernel mm = {KG_MATMUL, OP_MATMUL, 2, {KILN_F64, KILN_F64}, KILN_F64, KILN_F64, KILN_F64};
     text = source_of(mm, name);
     ck_assert_str_eq(name, "kiln_eager_matmul_matmul_in_f64_f64_compute_f64_acc_f64_out_f64");
     ck_assert_ptr_nonnull(strstr(text, name));
@@ -365,7 +365,7 @@ END_TEST
 
 /* -- Refusals ----------------------------------------------------------------- */
 
-static void check_refused(nvrtc_eager_kernel k, size_t name_size, const char *a, const char *b)
+static void check_refused(kg_kernel k, size_t name_size, const char *a, const char *b)
 {
     char name[NAME_MAX_LEN], err[256] = "";
     ck_assert_ptr_null(nvrtc_eager_source(&k, name, name_size, err, sizeof err));
@@ -390,7 +390,7 @@ START_TEST(test_bad_requests_are_refused)
     check_refused(ew(OP_WHERE, 3, (kiln_dtype[]){KILN_F32, KILN_F32, KILN_F32}, KILN_F32, KILN_F32), NAME_MAX_LEN,
                   "where(f32, f32, f32)", "condition must be bool");
     /* Out of range: no aborts, no reads past the tables. */
-    nvrtc_eager_kernel k = ew(OP_ADD, 2, f32x2, KILN_F32, KILN_F32);
+    kg_kernel k = ew(OP_ADD, 2, f32x2, KILN_F32, KILN_F32);
     k.n_in = 0;
     check_refused(k, NAME_MAX_LEN, "add", "0 inputs");
     k.n_in = 4;
@@ -401,11 +401,11 @@ START_TEST(test_bad_requests_are_refused)
     k.op = (ir_op)OP__COUNT;
     check_refused(k, NAME_MAX_LEN, "unknown op", "");
     k = ew(OP_ADD, 2, f32x2, KILN_F32, KILN_F32);
-    k.kind = (nvrtc_eager_kind)7;
+    k.kind = (kg_kind)7;
     check_refused(k, NAME_MAX_LEN, "unknown kind 7", "");
     check_refused(ew(OP_ADD, 2, f32x2, KILN_F32, KILN_F32), 16, "name", "16 bytes");
     /* Reductions. */
-    nvrtc_eager_kernel r = reduction(OP_SUM, KILN_F32);
+    kg_kernel r = reduction(OP_SUM, KILN_F32);
     r.op = OP_ADD;
     check_refused(r, NAME_MAX_LEN, "add(f32)", "not sum, mean, max, min or argmax");
     r = reduction(OP_MAX, KILN_I32);

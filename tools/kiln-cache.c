@@ -131,7 +131,7 @@ static int cmd_prune(const char *dir, int argc, char **argv)
     long long max = argc == 2 && !strcmp(argv[0], "--max-bytes") ? strtoll(argv[1], &end, 10) : -1;
     if (!end || *end || max < 0)
         return usage("prune takes --max-bytes N");
-    printf("removed %d entries\n", cache_evict(dir, max));
+    printf("removed %d entries\n", cache_evict(dir, max, NULL));
     return 0;
 }
 

@@ -97,8 +97,9 @@ int cache_read(const char *dir, const cache_key *key, const cache_meta *expect, 
  * 0700 if needed. 0, or -1 with errno kept and the reason in why. */
 int cache_write(const char *dir, const cache_entry *e, char *why, size_t why_size);
 /* Removes least recently used entries until dir holds at most max_bytes, and
- * temporary files that writers left behind long ago. Entries removed. */
-int cache_evict(const char *dir, int64_t max_bytes);
+ * temporary files that writers left behind long ago. Entries removed; *kept
+ * (when not NULL) the bytes of entries left, -1 when dir cannot be listed. */
+int cache_evict(const char *dir, int64_t max_bytes, int64_t *kept);
 
 typedef struct {
     char name[CACHE_HEX_CHARS + 8];
@@ -129,53 +130,5 @@ void *cache_bundle_pack(const char *dir, const cache_key *keys, int n, size_t *s
  * nothing returned. */
 int cache_bundle_unpack(const void *bytes, size_t size, cache_entry **entries, int *n, char *why,
                         size_t why_size);
-
-/* -- kernels.c: compiled kernels by key, in this process and on disk ------- */
-
-typedef struct kx_kernel kx_kernel;
-typedef struct cache_kernel cache_kernel;
-
-typedef struct {
-    const char *target;     /* "host", "cpu:<LLVM CPU name>[:<features>]" or "cuda:sm_XX" */
-    int opt_level;
-    bool fast_math;
-    bool no_disk;           /* the function's no_cache option */
-    const char *function;   /* for messages, logs and entries' metadata */
-    const char *signature;
-    bool log;               /* KILN_LOG=1 */
-    /* Called, when not NULL, with each compiled kernel's LLVM IR before and
-     * after optimisation (stage "llvm-before", "llvm-after"), or its CUDA C
-     * (stage "cuda"). */
-    void (*dump)(void *ctx, int kernel, const char *stage, const char *text);
-    void *dump_ctx;
-} cache_request;
-
-typedef struct {
-    int compiled;   /* by the code generator */
-    int from_disk;  /* loaded from the disk cache */
-    int shared;     /* already loaded in this process */
-} cache_counts;
-
-enum { CACHE_COMPILE_FAILED = -1, CACHE_REQUIRED_MISSING = -2 };
-
-/* Makes kernels[0..n) ready for r->target. For the host (or this process's
- * GPU), handles[i] is a new reference to a loaded kernel and fns[i] its entry
- * point (its device_module); other targets are
- * compiled and stored on disk only (handles and fns may be NULL). 0, or
- * CACHE_COMPILE_FAILED or CACHE_REQUIRED_MISSING with the reason in err;
- * nothing is held then. */
-int cache_kernels(kx_kernel *const *kernels, int n, const cache_request *r, cache_kernel **handles, void **fns,
-                  cache_counts *counts, char *err, size_t err_size);
-/* This machine as a "cpu:<name>:<features>" target, or NULL. */
-const char *cache_host_target(void);
-/* Drops a reference; the last one unloads the kernel. */
-void cache_kernel_release(cache_kernel *k);
-
-/* The CUDA kernel of source (entry point symbol) loaded for this process's
- * GPU: from this process's table, the disk cache, or compiled by NVRTC and
- * stored. It stays loaded (eager kernels: one per op and dtypes). 0, or
- * CACHE_COMPILE_FAILED or CACHE_REQUIRED_MISSING with the reason in err. */
-typedef struct device_module device_module;
-int cache_cuda_source(const char *source, const char *symbol, device_module **module, char *err, size_t err_size);
 
 #endif

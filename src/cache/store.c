@@ -463,11 +463,13 @@ static void remove_stale_temps(const char *dir)
         closedir(d);
 }
 
-int cache_evict(const char *dir, int64_t max_bytes)
+int cache_evict(const char *dir, int64_t max_bytes, int64_t *kept)
 {
     remove_stale_temps(dir);
     cache_file *files;
     int n, removed = 0;
+    if (kept)
+        *kept = -1;
     if (cache_list(dir, &files, &n) < 0)
         return 0;
     int64_t total = 0;
@@ -482,6 +484,8 @@ int cache_evict(const char *dir, int64_t max_bytes)
         }
     }
     free(files);
+    if (kept)
+        *kept = total;
     return removed;
 }
 

@@ -9,11 +9,11 @@
  * calls the body. Sums may be reassociated (as eager's vectorized sums are);
  * nothing else is.
  *
- * A kernel that streams (kx_kernel.streams) has a second body, for when its
- * outputs are 64-byte aligned (as kiln allocates them; the first body, left
- * unoptimised then, is the fallback): not inlined, so that its pointer
- * parameters keep their alignment and LLVM gives the widened stores that
- * alignment too.
+ * A kernel compiled to stream its stores (kx_kernel_options.stream_stores)
+ * has a second body, for when its outputs are 64-byte aligned (as kiln
+ * allocates them; the first body, left unoptimised then, is the fallback):
+ * not inlined, so that its pointer parameters keep their alignment and LLVM
+ * gives the widened stores that alignment too.
  * The loop vectorizer will not widen a store marked non-temporal whose scalar
  * alignment is less than a vector's, so the output stores carry a TBAA tag
  * instead, which the vectorizer copies to its wide stores and no other access
@@ -28,6 +28,7 @@
 
 #include "codegen_llvm/internal.h"
 #include "codegen_llvm/math.h"
+#include "core/core.h"
 
 typedef struct {
     LLVMContextRef ctx;
@@ -42,6 +43,7 @@ typedef struct {
     LLVMValueRef i;          /* the current loop's element index */
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
+    char missing[128];       /* an op this backend lacks, met while building */
 } gen;
 
 /* -- Types and constants --------------------------------------------------- */
@@ -162,11 +164,61 @@ static LLVMValueRef float_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
     }
 }
 
+/* The module's kiln.ipow.<type>(base, e): base ** e by squaring, wrapping as
+ * eager's integers do; a negative e gives 1 / base ** -e truncated (0 unless
+ * base is 1 or -1). */
+static LLVMValueRef ipow_function(gen *g, LLVMTypeRef t)
+{
+    char name[32];
+    snprintf(name, sizeof name, "kiln.ipow.i%u", LLVMGetIntTypeWidth(t));
+    LLVMValueRef f = LLVMGetNamedFunction(g->module, name);
+    if (f)
+        return f;
+    LLVMTypeRef params[2] = {t, t};
+    f = LLVMAddFunction(g->module, name, LLVMFunctionType(t, params, 2, 0));
+    LLVMSetLinkage(f, LLVMInternalLinkage);
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(g->ctx);
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, f, "entry");
+    LLVMBasicBlockRef negative = LLVMAppendBasicBlockInContext(g->ctx, f, "negative");
+    LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(g->ctx, f, "loop");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, f, "done");
+    LLVMValueRef base = LLVMGetParam(f, 0), e = LLVMGetParam(f, 1);
+    LLVMValueRef zero = LLVMConstInt(t, 0, 0), one = LLVMConstInt(t, 1, 0), minus_one = LLVMConstInt(t, -1ULL, 1);
+    LLVMPositionBuilderAtEnd(b, entry);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, e, zero, ""), negative, loop);
+    LLVMPositionBuilderAtEnd(b, negative);
+    LLVMValueRef odd = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, e, one, ""), zero, "");
+    LLVMValueRef of_minus_one = LLVMBuildSelect(b, odd, minus_one, one, "");
+    LLVMValueRef result = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, base, minus_one, ""), of_minus_one, zero, "");
+    LLVMBuildRet(b, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, base, one, ""), one, result, ""));
+    LLVMPositionBuilderAtEnd(b, loop);
+    LLVMValueRef r = LLVMBuildPhi(b, t, "r"), x = LLVMBuildPhi(b, t, "x"), k = LLVMBuildPhi(b, t, "k");
+    LLVMValueRef taken = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, k, one, ""), zero, ""),
+                                         LLVMBuildMul(b, r, x, ""), r, "");
+    LLVMValueRef squared = LLVMBuildMul(b, x, x, ""), halved = LLVMBuildLShr(b, k, one, "");
+    LLVMValueRef r_in[2] = {one, taken}, x_in[2] = {base, squared}, k_in[2] = {e, halved};
+    LLVMBasicBlockRef from[2] = {entry, loop};
+    LLVMAddIncoming(r, r_in, from, 2);
+    LLVMAddIncoming(x, x_in, from, 2);
+    LLVMAddIncoming(k, k_in, from, 2);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntEQ, halved, zero, ""), done, loop);
+    LLVMPositionBuilderAtEnd(b, done);
+    LLVMBuildRet(b, taken);
+    LLVMDisposeBuilder(b);
+    return f;
+}
+
 static LLVMValueRef int_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
 {
     LLVMBuilderRef b = g->b;
     bool is_bool = dt == KILN_BOOL;
     switch (op) {
+    case OP_POW: {
+        if (is_bool)
+            return NULL;
+        LLVMValueRef f = ipow_function(g, type_of(g->ctx, dt));
+        return LLVMBuildCall2(b, LLVMGlobalGetValueType(f), f, a, 2, "");
+    }
     case OP_ADD: return is_bool ? LLVMBuildOr(b, a[0], a[1], "") : LLVMBuildAdd(b, a[0], a[1], "");
     case OP_SUB: return LLVMBuildSub(b, a[0], a[1], "");
     case OP_MUL: return is_bool ? LLVMBuildAnd(b, a[0], a[1], "") : LLVMBuildMul(b, a[0], a[1], "");
@@ -224,7 +276,13 @@ static LLVMValueRef compute(gen *g, const kx_expr *e)
         return LLVMBuildSelect(g->b, cond, a[1], a[2], "");
     }
     kiln_dtype operand = g->k->exprs[e->args[0]].dtype;
-    return ir_dtype_is_float(operand) ? float_op(g, e->op, operand, a) : int_op(g, e->op, operand, a);
+    LLVMValueRef v = ir_dtype_is_float(operand) ? float_op(g, e->op, operand, a) : int_op(g, e->op, operand, a);
+    if (v)
+        return v;
+    if (!g->missing[0])
+        snprintf(g->missing, sizeof g->missing, "%s on %s is not in the LLVM backend", ir_ops[e->op].name,
+                 ir_dtype_names[operand]);
+    return LLVMGetUndef(type_of(g->ctx, e->dtype));
 }
 
 static LLVMValueRef expr(gen *g, int e)
@@ -270,15 +328,6 @@ static void clear_memo(gen *g)
     memset(g->memo, 0, (size_t)g->k->n_exprs * sizeof *g->memo);
 }
 
-static double reduction_init(ir_op op, bool is_float)
-{
-    if (op == OP_SUM || op == OP_MEAN)
-        return 0;
-    if (is_float)
-        return op == OP_MAX ? -__builtin_inf() : __builtin_inf();
-    return op == OP_MAX ? -0x1p63 : 0x1p63 - 1024; /* i64 extremes as doubles */
-}
-
 static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLVMValueRef v)
 {
     bool is_float = ir_dtype_is_float(r->dtype);
@@ -296,36 +345,43 @@ static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLV
     return intrinsic(g, r->op == OP_MAX ? "llvm.smax" : "llvm.smin", t, args, 2);
 }
 
-static LLVMValueRef init_value(gen *g, const kx_reduction *r)
+static LLVMValueRef identity(gen *g, const kx_reduction *r)
 {
-    if (r->dtype == KILN_I64 && r->op != OP_SUM && r->op != OP_MEAN)
-        return LLVMConstInt(g->i64, r->op == OP_MAX ? (1ull << 63) : ~(1ull << 63), 0);
-    return constant(g, r->dtype, reduction_init(r->op, ir_dtype_is_float(r->dtype)));
+    if (ir_dtype_is_float(r->dtype))
+        return LLVMConstReal(type_of(g->ctx, r->dtype), r->identity.f);
+    return LLVMConstInt(type_of(g->ctx, r->dtype), (unsigned long long)r->identity.i, 1);
 }
 
-/* One reduction's loop over the row; its value (a mean's in f64). */
-static LLVMValueRef store_at(gen *g, const kx_view *v, LLVMValueRef *address)
+/* The address of element i of view v in the current row. */
+static LLVMValueRef address(gen *g, const kx_view *v)
 {
     LLVMValueRef index = LLVMBuildAdd(g->b, g->view_base[v - g->k->views],
                                       LLVMBuildMul(g->b, g->i, i64c(g, v->inner_stride), ""), "");
-    *address = LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->buffers[v->buffer], &index, 1, "");
-    return *address;
+    return LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->buffers[v->buffer], &index, 1, "");
 }
 
-/* A staged store's first half, in the last reduction's pass: the value. */
-static void stage(gen *g, const kx_reduction *r)
+/* The stores of pass (a reduction's, or KX_STORE_PASS) at element i. */
+static void emit_stores(gen *g, int pass)
 {
     const kx_kernel *k = g->k;
-    if (k->n_stores != 1 || !k->stores[0].staged || r != &k->reductions[k->n_reductions - 1])
-        return;
-    LLVMValueRef at;
-    store_at(g, &k->views[k->stores[0].view], &at);
-    LLVMBuildStore(g->b, expr(g, k->stores[0].stage_value), at);
+    for (int s = 0; s < k->n_stores; s++) {
+        const kx_store *st = &k->stores[s];
+        if (st->pass != pass)
+            continue;
+        const kx_view *v = &k->views[st->view];
+        LLVMValueRef value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
+        LLVMValueRef store = LLVMBuildStore(g->b, value, address(g, v));
+        if (g->stream_tag && pass == KX_STORE_PASS)
+            LLVMSetMetadata(store, LLVMGetMDKindIDInContext(g->ctx, "tbaa", 4), g->stream_tag);
+    }
 }
 
-static LLVMValueRef reduce_row(gen *g, const kx_reduction *r)
+/* Reduction n's loop over the row, with the stores of its pass; its value
+ * (a mean's in f64). */
+static LLVMValueRef reduce_row(gen *g, int n)
 {
-    LLVMValueRef init = init_value(g, r), count = i64c(g, g->k->cols);
+    const kx_reduction *r = &g->k->reductions[n];
+    LLVMValueRef init = identity(g, r), count = i64c(g, g->k->cols);
     LLVMValueRef acc_final = init;
     if (g->k->cols > 0) {
         LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
@@ -335,40 +391,29 @@ static LLVMValueRef reduce_row(gen *g, const kx_reduction *r)
         g->i = l.index;
         clear_memo(g);
         acc_final = combine(g, r, acc, expr(g, r->expr));
-        stage(g, r);
+        emit_stores(g, kx_reduction_pass(n));
         LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
         LLVMAddIncoming(acc, &acc_final, &latch, 1);
         loop_end(g, &l, count);
     }
     if (r->op != OP_MEAN)
         return acc_final;
-    LLVMValueRef sum = convert(g, acc_final, r->dtype, KILN_F64);
-    return LLVMBuildFDiv(g->b, sum, LLVMConstReal(LLVMDoubleTypeInContext(g->ctx), (double)g->k->cols), "");
+    LLVMValueRef sum = convert(g, acc_final, r->dtype, r->result);
+    return LLVMBuildFDiv(g->b, sum, LLVMConstReal(type_of(g->ctx, r->result), (double)g->k->cols), "");
 }
 
 static void store_row(gen *g)
 {
     const kx_kernel *k = g->k;
-    if (k->n_stores == 0 || k->cols == 0)
+    bool any = false;
+    for (int s = 0; s < k->n_stores; s++)
+        any |= k->stores[s].pass == KX_STORE_PASS;
+    if (!any || k->cols == 0)
         return;
     loop l = loop_begin(g, "store");
     g->i = l.index;
     clear_memo(g);
-    for (int s = 0; s < k->n_stores; s++) {
-        const kx_store *st = &k->stores[s];
-        const kx_view *v = &k->views[st->view];
-        LLVMValueRef at, value;
-        store_at(g, v, &at);
-        if (st->staged) { /* the value is in the row already: apply the rest */
-            LLVMValueRef args[2] = {LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), at, ""), expr(g, st->stage_row)};
-            value = float_op(g, st->stage_op, v->dtype, args);
-        } else {
-            value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
-        }
-        LLVMValueRef store = LLVMBuildStore(g->b, value, at);
-        if (g->stream_tag)
-            LLVMSetMetadata(store, LLVMGetMDKindIDInContext(g->ctx, "tbaa", 4), g->stream_tag);
-    }
+    emit_stores(g, KX_STORE_PASS);
     loop_end(g, &l, i64c(g, k->cols));
 }
 
@@ -401,22 +446,13 @@ static void emit_row(gen *g, LLVMValueRef row)
     const kx_kernel *k = g->k;
     view_bases(g, row);
     for (int r = 0; r < k->n_reductions; r++)
-        g->rows[r] = reduce_row(g, &k->reductions[r]);
+        g->rows[r] = reduce_row(g, r);
     store_row(g);
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
-        kiln_dtype from = k->reductions[rs->row].op == OP_MEAN ? KILN_F64 : k->reductions[rs->row].dtype;
         LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, rs->dtype), g->buffers[rs->buffer], &row, 1, "");
-        LLVMBuildStore(g->b, convert(g, g->rows[rs->row], from, rs->dtype), at);
+        LLVMBuildStore(g->b, convert(g, g->rows[rs->row], rs->from, rs->dtype), at);
     }
-}
-
-static bool is_stored(const kx_kernel *k, int buffer)
-{
-    for (int s = 0; s < k->n_stores; s++)
-        if (k->views[k->stores[s].view].buffer == buffer)
-            return true;
-    return false;
 }
 
 static void add_attribute(gen *g, LLVMValueRef fn, unsigned index, const char *name, uint64_t value)
@@ -443,14 +479,10 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
         add_attribute(g, g->fn, LLVMAttributeFunctionIndex, "noinline", 0);
     for (int i = 0; i < k->n_buffers; i++) {
         add_attribute(g, g->fn, 3 + (unsigned)i, "noalias", 0);
-        if (streaming && is_stored(k, i))
+        if (streaming && kx_writes(k, i))
             add_attribute(g, g->fn, 3 + (unsigned)i, "align", 64);
         g->buffers[i] = LLVMGetParam(g->fn, 2 + (unsigned)i);
     }
-    /* In place, the input is read through the output's pointer, which is
-     * then the only one that reaches that memory: noalias stays true. */
-    if (k->in_place >= 0)
-        g->buffers[k->in_place] = g->buffers[k->views[k->stores[0].view].buffer];
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "entry");
     LLVMBasicBlockRef rows = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
@@ -477,7 +509,7 @@ static LLVMValueRef outputs_aligned(gen *g, LLVMValueRef *pointers)
 {
     LLVMValueRef low_bits = i64c(g, 0);
     for (int i = 0; i < g->k->n_buffers; i++)
-        if (is_stored(g->k, i))
+        if (kx_writes(g->k, i))
             low_bits = LLVMBuildOr(g->b, low_bits, LLVMBuildPtrToInt(g->b, pointers[i], g->i64, ""), "");
     low_bits = LLVMBuildAnd(g->b, low_bits, i64c(g, 63), "");
     return LLVMBuildICmp(g->b, LLVMIntEQ, low_bits, i64c(g, 0), "");
@@ -518,12 +550,10 @@ static void emit_entry(gen *g, LLVMValueRef body, LLVMValueRef streaming_body, c
     call_body(g, body, args);
 }
 
-int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, char *err, size_t err_size)
+int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, bool stream_stores, char *err,
+                   size_t err_size)
 {
-    if (k->n_buffers > KX_MAX_BUFFERS) {
-        snprintf(err, err_size, "a kernel with %d buffers (at most %d)", k->n_buffers, KX_MAX_BUFFERS);
-        return -1;
-    }
+    KILN_ASSERT(k->n_buffers <= KX_MAX_BUFFERS && k->product < 0);
     LLVMContextRef ctx = LLVMGetModuleContext(module);
     gen g = {.ctx = ctx, .module = module, .b = LLVMCreateBuilderInContext(ctx), .k = k,
              .i64 = LLVMInt64TypeInContext(ctx)};
@@ -538,12 +568,14 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, c
         snprintf(body_name, sizeof body_name, "%s.body", name);
         snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
         LLVMValueRef body = emit_body(&g, body_name, false);
-        if (k->streams) { /* only unaligned outputs take it, which kiln never allocates: not worth optimising */
+        if (stream_stores) { /* only unaligned outputs take it, which kiln never allocates: not worth optimising */
             add_attribute(&g, body, LLVMAttributeFunctionIndex, "noinline", 0);
             add_attribute(&g, body, LLVMAttributeFunctionIndex, "optnone", 0);
         }
-        emit_entry(&g, body, k->streams ? emit_body(&g, streaming_name, true) : NULL, name);
-        status = 0;
+        emit_entry(&g, body, stream_stores ? emit_body(&g, streaming_name, true) : NULL, name);
+        status = g.missing[0] ? -1 : 0;
+        if (g.missing[0])
+            snprintf(err, err_size, "%s", g.missing);
     } else {
         snprintf(err, err_size, "out of memory generating a kernel");
     }

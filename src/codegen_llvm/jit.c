@@ -6,11 +6,14 @@
  * to the JIT under their own resource tracker, so that freeing the code
  * unloads it. One lock covers LLVM: its target machines are not safe to
  * share between threads. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <llvm-c/Analysis.h>
@@ -31,27 +34,25 @@ struct llvm_code {
 /* A CPU that code is generated for: the host, or one named for
  * cross-compiling. */
 struct llvm_target {
-    char name[4200];         /* as asked for: "cpu:<name>[:<features>]" */
+    kx_target base;          /* base.name: "cpu:<name>[:<features>]" as asked for, the host's in full */
+    char *name;
     char cpu[64];
-    bool host;
     LLVMTargetRef target;
     char triple[128];
-    char features[4096];
+    char *features;          /* sorted; "" for the CPU's own */
     LLVMTargetMachineRef tm; /* made by the first compile: a disk hit needs none */
-    char id[4400];           /* triple, CPU and the features that change code */
+    char *id;                /* triple, CPU and the features that change code */
+    struct llvm_target *next;
 };
-
-enum { MAX_TARGETS = 8 };
 
 static struct {
     pthread_once_t once;
     pthread_mutex_t lock;
     LLVMOrcLLJITRef jit;
-    llvm_target targets[MAX_TARGETS]; /* [0] is the host */
-    int n_targets;
-    char failure[512]; /* why the JIT could not start, or "" */
+    llvm_target host;
+    llvm_target *named;      /* named for cross-compiling, most recent first */
+    char failure[512];       /* why the JIT could not start, or "" */
     char toolchain[32];
-    char host_name[4200]; /* "cpu:<name>:<features>": the host, named */
 } state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Takes an LLVMErrorRef, writes its message after what into buf. */
@@ -99,43 +100,74 @@ static int sort_features(const char *list, char *out, size_t size, char *err, si
     return err[0] ? -1 : 0;
 }
 
-/* What LLVM says (to stderr) when it makes a target machine for cpu and
- * features: its C API has no other way to tell an unknown CPU or feature,
- * which it only warns about. The warning is caught in a temporary file.
- * Called under the lock, once per target. */
+/* Reads what a child wrote into fd until it closes it; said holds the first
+ * line. */
+static void read_line(int fd, char *said, size_t size)
+{
+    size_t used = 0;
+    char chunk[256];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        size_t take = (size_t)n < size - 1 - used ? (size_t)n : size - 1 - used;
+        memcpy(said + used, chunk, take);
+        used += take;
+    }
+    said[used] = '\0';
+    said[strcspn(said, "\n")] = '\0';
+}
+
+/* Whether LLVM knows cpu and features for triple. Its C API has no way to
+ * ask but making a target machine, which only warns about an unknown CPU or
+ * feature, on stderr: a child process makes it with its stderr going to a
+ * pipe, so that this process's descriptors stay as they are. The child
+ * touches only LLVM, whose lock the caller holds, so no other thread of this
+ * process is inside LLVM when it forks. said: LLVM's warning. */
 static bool llvm_accepts(LLVMTargetRef target, const char *triple, const char *cpu, const char *features,
                          char *said, size_t size)
 {
+    int fds[2];
     said[0] = '\0';
-    FILE *caught = tmpfile();
-    int saved = caught ? dup(STDERR_FILENO) : -1;
-    if (saved < 0) {
-        if (caught)
-            fclose(caught);
-        return true;
+    if (pipe(fds) < 0) {
+        snprintf(said, size, "cannot check it: pipe: %s", strerror(errno));
+        return false;
     }
-    fflush(stderr);
-    dup2(fileno(caught), STDERR_FILENO);
-    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelNone,
-                                                      LLVMRelocPIC, LLVMCodeModelDefault);
-    fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    rewind(caught);
-    size_t n = fread(said, 1, size - 1, caught);
-    said[n] = '\0';
-    said[strcspn(said, "\n")] = '\0';
-    fclose(caught);
-    if (tm)
-        LLVMDisposeTargetMachine(tm);
-    return tm && !strstr(said, "not a recognized");
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelNone,
+                                                          LLVMRelocPIC, LLVMCodeModelDefault);
+        _exit(tm ? 0 : 1);
+    }
+    close(fds[1]);
+    if (child < 0) {
+        close(fds[0]);
+        snprintf(said, size, "cannot check it: fork: %s", strerror(errno));
+        return false;
+    }
+    read_line(fds[0], said, size);
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+        ;
+    bool made = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!made && !said[0])
+        snprintf(said, size, "LLVM made no target machine");
+    return made && !strstr(said, "not a recognized");
 }
 
-/* Sets t up for cpu with features (NULL: the CPU's own); host marks the
- * machine kiln runs on. */
-static int make_target(llvm_target *t, const char *cpu, const char *features, bool host, char *err, size_t size)
+/* Sets t up for cpu with features (NULL: the CPU's own) under name; host
+ * marks the machine kiln runs on. */
+static int make_target(llvm_target *t, const char *name, const char *cpu, const char *features, bool host,
+                       char *err, size_t size)
 {
     char *triple = LLVMGetDefaultTargetTriple(), *message = NULL, said[256];
+    char sorted[4096] = "";
     LLVMTargetRef target;
     int status = -1;
     if (LLVMGetTargetFromTriple(triple, &target, &message)) {
@@ -143,20 +175,30 @@ static int make_target(llvm_target *t, const char *cpu, const char *features, bo
         LLVMDisposeMessage(message);
     } else if (strlen(cpu) >= sizeof t->cpu || strlen(triple) >= sizeof t->triple) {
         snprintf(err, size, "the CPU name is too long");
-    } else if (features && sort_features(features, t->features, sizeof t->features, err, size) < 0) {
+    } else if (features && sort_features(features, sorted, sizeof sorted, err, size) < 0) {
         status = -1; /* err says why */
-    } else if (!host && !llvm_accepts(target, triple, cpu, features ? t->features : "", said, sizeof said)) {
+    } else if (!host && !llvm_accepts(target, triple, cpu, sorted, said, sizeof said)) {
         snprintf(err, size, "%s does not accept this target for %s: %s", state.toolchain, triple, said);
     } else {
-        t->host = host;
         t->target = target;
         snprintf(t->cpu, sizeof t->cpu, "%s", cpu);
         snprintf(t->triple, sizeof t->triple, "%s", triple);
-        if (!features)
-            t->features[0] = '\0';
-        snprintf(t->id, sizeof t->id, "%s cpu=%s features=%s", triple, t->cpu,
-                 features ? t->features : "(the CPU's own)");
-        status = 0;
+        t->features = strdup(sorted);
+        size_t id_size = strlen(triple) + strlen(cpu) + strlen(sorted) + 64;
+        t->id = malloc(id_size);
+        size_t name_size = strlen(cpu) + strlen(sorted) + 8;
+        t->name = malloc(name_size > strlen(name) + 1 ? name_size : strlen(name) + 1);
+        if (t->features && t->id && t->name) {
+            snprintf(t->id, id_size, "%s cpu=%s features=%s", triple, t->cpu, features ? sorted : "(the CPU's own)");
+            if (host)
+                snprintf(t->name, name_size, "cpu:%s:%s", t->cpu, sorted);
+            else
+                strcpy(t->name, name);
+            t->base = (kx_target){&llvm_backend, t->name, t->id, host};
+            status = 0;
+        } else {
+            snprintf(err, size, "out of memory");
+        }
     }
     LLVMDisposeMessage(triple);
     return status;
@@ -170,14 +212,11 @@ static void start(void)
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
     char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
-    int made = make_target(&state.targets[0], cpu, features, true, state.failure, sizeof state.failure);
-    snprintf(state.host_name, sizeof state.host_name, "cpu:%s:%s", state.targets[0].cpu,
-             state.targets[0].features);
+    int made = make_target(&state.host, "host", cpu, features, true, state.failure, sizeof state.failure);
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(features);
     if (made < 0)
         return;
-    state.n_targets = 1;
     LLVMErrorRef e = LLVMOrcCreateLLJIT(&state.jit, NULL);
     if (e) {
         take_error(e, "starting LLJIT", state.failure, sizeof state.failure);
@@ -207,50 +246,44 @@ const llvm_target *llvm_target_get(const char *name, char *err, size_t size)
     if (!started(err, size))
         return NULL;
     if (!strcmp(name, "host"))
-        return &state.targets[0];
+        return &state.host;
     const char *cpu = name + 4, *colon = strchr(cpu, ':');
     size_t cpu_len = colon ? (size_t)(colon - cpu) : strlen(cpu);
-    if (strncmp(name, "cpu:", 4) != 0 || cpu_len == 0 || cpu_len >= sizeof state.targets[0].cpu) {
+    if (strncmp(name, "cpu:", 4) != 0 || cpu_len == 0 || cpu_len >= sizeof state.host.cpu) {
         snprintf(err, size, "\"%.200s\" is not a CPU target (\"host\", \"cpu:<LLVM CPU name>\" or "
                  "\"cpu:<name>:<LLVM feature list>\")", name);
         return NULL;
     }
-    char cpu_name[sizeof state.targets[0].cpu];
+    char cpu_name[sizeof state.host.cpu];
     snprintf(cpu_name, sizeof cpu_name, "%.*s", (int)cpu_len, cpu);
     pthread_mutex_lock(&state.lock);
-    llvm_target *found = NULL;
-    for (int i = 1; i < state.n_targets && !found; i++)
-        if (!strcmp(state.targets[i].name, name))
-            found = &state.targets[i];
-    llvm_target *next = &state.targets[state.n_targets];
-    if (!found && state.n_targets == MAX_TARGETS)
-        snprintf(err, size, "too many CPU targets in one process (%d)", MAX_TARGETS - 1);
-    else if (!found && strlen(name) >= sizeof next->name)
-        snprintf(err, size, "the target name is too long");
-    else if (!found && make_target(next, cpu_name, colon ? colon + 1 : NULL, false, err, size) == 0)
-        found = next;
-    if (found == next) {
-        snprintf(next->name, sizeof next->name, "%s", name);
-        state.n_targets++;
+    llvm_target *found = state.named;
+    while (found && strcmp(found->name, name))
+        found = found->next;
+    llvm_target *made = found ? NULL : calloc(1, sizeof *made);
+    if (!found && !made) {
+        snprintf(err, size, "out of memory");
+    } else if (!found && make_target(made, name, cpu_name, colon ? colon + 1 : NULL, false, err, size) == 0) {
+        made->next = state.named;
+        state.named = found = made;
+    } else if (!found) {
+        free(made->features);
+        free(made->id);
+        free(made->name);
+        free(made);
     }
     pthread_mutex_unlock(&state.lock);
     return found;
 }
 
-const char *llvm_host_target_name(void)
+const kx_target *llvm_target_of(const llvm_target *t)
 {
-    char ignored[sizeof state.failure];
-    return started(ignored, sizeof ignored) ? state.host_name : NULL;
+    return &t->base;
 }
 
-const char *llvm_target_id(const llvm_target *t)
+const llvm_target *llvm_target_from(const kx_target *t)
 {
-    return t->id;
-}
-
-bool llvm_target_is_host(const llvm_target *t)
-{
-    return t->host;
+    return (const llvm_target *)((const char *)t - offsetof(llvm_target, base));
 }
 
 const char *llvm_codegen_version(void)
@@ -267,8 +300,8 @@ const char *llvm_toolchain(void)
 
 /* -- Compiling ------------------------------------------------------------- */
 
-static LLVMModuleRef build_module(LLVMContextRef ctx, const kx_kernel *k, const char *symbol, LLVMTargetMachineRef tm,
-                                  char *err, size_t size)
+static LLVMModuleRef build_module(LLVMContextRef ctx, const kx_kernel *k, const char *symbol, bool stream_stores,
+                                  LLVMTargetMachineRef tm, char *err, size_t size)
 {
     LLVMModuleRef m = LLVMModuleCreateWithNameInContext("kiln", ctx);
     char *triple = LLVMGetTargetMachineTriple(tm);
@@ -277,7 +310,7 @@ static LLVMModuleRef build_module(LLVMContextRef ctx, const kx_kernel *k, const 
     LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(m, layout);
     LLVMDisposeTargetData(layout);
-    if (codegen_kernel(m, k, symbol, err, size) < 0) {
+    if (codegen_kernel(m, k, symbol, stream_stores, err, size) < 0) {
         LLVMDisposeModule(m);
         return NULL;
     }
@@ -351,10 +384,6 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
                         void **object, size_t *size, char *err, size_t err_size)
 {
     *object = NULL;
-    if (k->matmul_product >= 0) {
-        snprintf(err, err_size, "a matrix product fused with its epilogue is CUDA's alone");
-        return -1;
-    }
     pthread_mutex_lock(&state.lock);
     LLVMTargetMachineRef tm = machine(t, err, err_size);
     if (!tm) {
@@ -362,12 +391,12 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
         return -1;
     }
     LLVMContextRef ctx = LLVMContextCreate();
-    LLVMModuleRef m = build_module(ctx, k, symbol, tm, err, err_size);
+    LLVMModuleRef m = build_module(ctx, k, symbol, opt->stream_stores, tm, err, err_size);
     int status = -1;
     if (m && opt->ir_before)
         *opt->ir_before = module_text(m);
     if (m && optimise(m, tm, opt->opt_level, err, err_size) == 0) {
-        if (k->streams)
+        if (opt->stream_stores)
             codegen_stream_stores(m);
         if (opt->ir_after)
             *opt->ir_after = module_text(m);
@@ -380,7 +409,7 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
     return status;
 }
 
-llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_kernel_fn *fn, char *err,
+llvm_code *llvm_load(const void *object, size_t size, const char *symbol, kx_kernel_fn *fn, char *err,
                      size_t err_size)
 {
     if (!started(err, err_size))
@@ -404,7 +433,7 @@ llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_k
         llvm_code_free(code);
         return NULL;
     }
-    *fn = (llvm_kernel_fn)(uintptr_t)address;
+    *fn = (kx_kernel_fn)(uintptr_t)address;
     return code;
 }
 

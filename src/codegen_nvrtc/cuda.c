@@ -6,8 +6,9 @@
  * their partial values with warp shuffles and then across warps through
  * shared memory, and the block then stores the row. The semantics are the
  * LLVM backend's (src/codegen_llvm/codegen.c): conversions as kiln_cast,
- * NaN-propagating max and min, sums in the reduction's own dtype, a staged
- * store that keeps e in the output and divides it in place. Its writers of
+ * NaN-propagating max and min, sums in the reduction's own dtype. A store of
+ * a reduction's pass is made by the thread that later reads it back in the
+ * store pass: every loop over a row strides it alike. Its writers of
  * expressions, views and stores also write the epilogues matmul.c fuses. */
 #include <math.h>
 #include <stdio.h>
@@ -26,14 +27,6 @@ static void element(nvrtc_gen *g, int v)
         strbuf_put(g->s, "v%d + i * %lldLL", v, (long long)g->k->views[v].inner_stride);
     else
         strbuf_put(g->s, "v%d", v);
-}
-
-/* The buffer a load of view v reads: an input written over in place is read
- * through the output, which holds its values. */
-static int buffer_read(const kx_kernel *k, int v)
-{
-    int b = k->views[v].buffer;
-    return b == k->in_place ? k->views[k->stores[0].view].buffer : b;
 }
 
 void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
@@ -58,7 +51,7 @@ void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
             strbuf_put(g->s, "((const float *)&q%d)[lane]", e->view);
             break;
         }
-        strbuf_put(g->s, "b%d[", buffer_read(g->k, e->view));
+        strbuf_put(g->s, "b%d[", g->k->views[e->view].buffer);
         element(g, e->view);
         strbuf_put(g->s, "]");
         break;
@@ -86,24 +79,12 @@ bool *nvrtc_new_loop(nvrtc_gen *g)
     return done;
 }
 
-kiln_dtype nvrtc_buffer_dtype(const kx_kernel *k, int b)
-{
-    kiln_dtype dt = KILN_F32;
-    for (int v = 0; v < k->n_views; v++)
-        if (k->views[v].buffer == b)
-            dt = k->views[v].dtype;
-    for (int r = 0; r < k->n_row_stores; r++)
-        if (k->row_stores[r].buffer == b)
-            dt = k->row_stores[r].dtype;
-    return dt;
-}
-
 static void signature(nvrtc_gen *g, const char *name)
 {
     const kx_kernel *k = g->k;
     strbuf_put(g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", NVRTC_BLOCK, name);
     for (int b = 0; b < k->n_buffers; b++)
-        strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", nvrtc_ctype(nvrtc_buffer_dtype(k, b)), b);
+        strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", nvrtc_ctype(k->buffer_dtypes[b]), b);
     strbuf_put(g->s, ")\n{\n");
 }
 
@@ -184,7 +165,7 @@ static void elementwise_quads(nvrtc_gen *g)
         for (int e = 0; e < k->n_exprs && !loaded; e++)
             loaded = k->exprs[e].kind == KX_LOAD && k->exprs[e].view == v;
         if (loaded && k->views[v].inner_stride == 1)
-            strbuf_put(g->s, "        float4 q%d = *(const float4 *)&b%d[v%d + i0];\n", v, buffer_read(k, v), v);
+            strbuf_put(g->s, "        float4 q%d = *(const float4 *)&b%d[v%d + i0];\n", v, k->views[v].buffer, v);
     }
     for (int s = 0; s < k->n_stores; s++)
         strbuf_put(g->s, "        float4 w%d;\n", k->stores[s].view);
@@ -225,15 +206,23 @@ static void elementwise(nvrtc_gen *g)
     free(done);
 }
 
+/* The stores of pass (a reduction's, or KX_STORE_PASS) at element "i". */
+static void stores_of(nvrtc_gen *g, int pass, bool *done)
+{
+    for (int s = 0; done && s < g->k->n_stores; s++)
+        if (g->k->stores[s].pass == pass)
+            nvrtc_store_value(g, &g->k->stores[s], done);
+}
+
 /* One reduction over the row: the threads' partial values, then the block's. */
-static void reduce(nvrtc_gen *g, int n, bool staged_here)
+static void reduce(nvrtc_gen *g, int n)
 {
     const kx_kernel *k = g->k;
     const kx_reduction *r = &k->reductions[n];
     const char *t = nvrtc_ctype(r->dtype);
     bool *done = nvrtc_new_loop(g);
     strbuf_put(g->s, "        %s acc%d = ", t, n);
-    nvrtc_reduction_init(g->s, r->op, r->dtype);
+    nvrtc_value(g->s, r->dtype, r->identity);
     strbuf_put(g->s, ";\n        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
                (long long)k->cols);
     nvrtc_emit_expr(g, r->expr, done);
@@ -242,13 +231,7 @@ static void reduce(nvrtc_gen *g, int n, bool staged_here)
     snprintf(acc, sizeof acc, "acc%d", n);
     strbuf_put(g->s, "        ");
     nvrtc_fold(g->s, r->op, r->dtype, acc, value);
-    if (staged_here) {
-        const kx_store *st = &k->stores[0];
-        nvrtc_emit_expr(g, st->stage_value, done);
-        strbuf_put(g->s, "        b%d[", k->views[st->view].buffer);
-        element(g, st->view);
-        strbuf_put(g->s, "] = e%d;\n", st->stage_value);
-    }
+    stores_of(g, kx_reduction_pass(n), done);
     strbuf_put(g->s, "        }\n");
     /* Warps fold by shuffles, then warp 0 folds the warps' values. */
     strbuf_put(g->s, "        for (int d = 16; d > 0; d /= 2) { %s other = kiln_shfl(acc%d, d); ", t, n);
@@ -260,7 +243,7 @@ static void reduce(nvrtc_gen *g, int n, bool staged_here)
                      "        if (threadIdx.x < 32) {\n"
                      "            acc%d = threadIdx.x < blockDim.x / 32 ? part%d[threadIdx.x] : ",
                t, n, NVRTC_BLOCK / 32, n, n, n, n);
-    nvrtc_reduction_init(g->s, r->op, r->dtype);
+    nvrtc_value(g->s, r->dtype, r->identity);
     strbuf_put(g->s, ";\n            for (int d = 16; d > 0; d /= 2) { %s other = kiln_shfl(acc%d, d); ", t, n);
     nvrtc_fold(g->s, r->op, r->dtype, acc, "other");
     strbuf_put(g->s, "            }\n"
@@ -269,7 +252,8 @@ static void reduce(nvrtc_gen *g, int n, bool staged_here)
                      "        __syncthreads();\n",
                n, n);
     if (r->op == OP_MEAN)
-        strbuf_put(g->s, "        double r%d = (double)part%d[0] / %lldLL;\n", n, n, (long long)k->cols);
+        strbuf_put(g->s, "        %s r%d = (%s)part%d[0] / %lldLL;\n", nvrtc_ctype(r->result), n,
+                   nvrtc_ctype(r->result), n, (long long)k->cols);
     else
         strbuf_put(g->s, "        %s r%d = part%d[0];\n", t, n, n);
     strbuf_put(g->s, "        __syncthreads();\n"); /* part%d is read by all before the next row reuses it */
@@ -281,38 +265,23 @@ static void row_kernel(nvrtc_gen *g)
     const kx_kernel *k = g->k;
     strbuf_put(g->s, "    for (long long row = blockIdx.x; row < %lldLL; row += gridDim.x) {\n", (long long)k->rows);
     nvrtc_view_bases(g);
-    bool staged = k->n_stores == 1 && k->stores[0].staged;
     for (int r = 0; r < k->n_reductions; r++)
-        reduce(g, r, staged && r == k->n_reductions - 1);
-    bool *done = nvrtc_new_loop(g);
-    if (k->n_stores > 0)
+        reduce(g, r);
+    bool *done = nvrtc_new_loop(g), stores = false;
+    for (int s = 0; s < k->n_stores; s++)
+        stores |= k->stores[s].pass == KX_STORE_PASS;
+    if (stores) {
         strbuf_put(g->s, "        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
                    (long long)k->cols);
-    for (int s = 0; done && s < k->n_stores; s++) {
-        const kx_store *st = &k->stores[s];
-        if (!st->staged) {
-            nvrtc_store_value(g, st, done);
-            continue;
-        }
-        /* Each thread divides what it stored itself in the reduction's pass. */
-        const kx_view *v = &k->views[st->view];
-        nvrtc_emit_expr(g, st->stage_row, done);
-        char stored[64], row_value[16];
-        snprintf(stored, sizeof stored, "b%d[v%d + i * %lldLL]", v->buffer, st->view, (long long)v->inner_stride);
-        snprintf(row_value, sizeof row_value, "e%d", st->stage_row);
-        strbuf_put(g->s, "        %s = ", stored);
-        nvrtc_op(g->s, st->stage_op, v->dtype, stored, row_value, NULL);
-        strbuf_put(g->s, ";\n");
-    }
-    if (k->n_stores > 0)
+        stores_of(g, KX_STORE_PASS, done);
         strbuf_put(g->s, "        }\n");
+    }
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
-        kiln_dtype from = k->reductions[rs->row].op == OP_MEAN ? KILN_F64 : k->reductions[rs->row].dtype;
         char text[16];
         snprintf(text, sizeof text, "r%d", rs->row);
         strbuf_put(g->s, "        if (threadIdx.x == 0) b%d[row] = ", rs->buffer);
-        nvrtc_convert(g->s, text, from, rs->dtype);
+        nvrtc_convert(g->s, text, rs->from, rs->dtype);
         strbuf_put(g->s, ";\n");
     }
     strbuf_put(g->s, "    }\n");
@@ -321,10 +290,7 @@ static void row_kernel(nvrtc_gen *g)
 
 char *nvrtc_source(const kx_kernel *k, const char *name, char *err, size_t err_size)
 {
-    if (k->n_buffers > KX_MAX_BUFFERS) {
-        snprintf(err, err_size, "a kernel with %d buffers (at most %d)", k->n_buffers, KX_MAX_BUFFERS);
-        return NULL;
-    }
+    KILN_ASSERT(k->n_buffers <= KX_MAX_BUFFERS);
     strbuf s = {0};
     nvrtc_gen g = {.k = k, .s = &s};
     strbuf_put(&s, "%s\n", NVRTC_PRELUDE);

@@ -1,5 +1,5 @@
 /* Shape-generic CUDA kernels for eager ops: one per op and dtypes, with sizes
- * and strides as arguments (the ABI is in nvrtc.h).
+ * and strides as arguments (the ABI is in ir/kernel.h).
  *
  * They compute what src/eager computes on the CPU: inputs converted to the
  * compute dtype as kiln_cast converts, the op of expr.c, its result converted
@@ -15,91 +15,12 @@
 
 #include "codegen_nvrtc/internal.h"
 
-/* -- Checks and names ------------------------------------------------------ */
-
-static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul"};
-
-static bool dtype_valid(kiln_dtype dt)
-{
-    return (unsigned)dt <= KILN_BOOL;
-}
-
-/* "add(i32, f32) in f32 to f32": the request, for messages. */
-static void describe(const nvrtc_eager_kernel *k, char *buf, size_t size)
-{
-    int used = snprintf(buf, size, "%s(", ir_ops[k->op].name);
-    for (int i = 0; i < k->n_in && used > 0 && (size_t)used < size; i++)
-        used += snprintf(buf + used, size - (size_t)used, "%s%s", i ? ", " : "", ir_dtype_names[k->in[i]]);
-    if (used > 0 && (size_t)used < size)
-        snprintf(buf + used, size - (size_t)used, ") in %s to %s", ir_dtype_names[k->compute],
-                 ir_dtype_names[k->out]);
-}
-
-/* The fields every kind needs in range, so that k can be named at all. */
-static bool fields_valid(const nvrtc_eager_kernel *k, char *err, size_t err_size)
-{
-    if ((unsigned)k->kind > NVRTC_EAGER_MATMUL) {
-        snprintf(err, err_size, "eager kernel of unknown kind %d", (int)k->kind);
-        return false;
-    }
-    if ((unsigned)k->op >= OP__COUNT) {
-        snprintf(err, err_size, "eager kernel of unknown op %d", (int)k->op);
-        return false;
-    }
-    if (k->n_in < 1 || k->n_in > NVRTC_EW_INPUTS) {
-        snprintf(err, err_size, "eager kernel for %s with %d inputs (1 to %d)", ir_ops[k->op].name, k->n_in,
-                 NVRTC_EW_INPUTS);
-        return false;
-    }
-    bool valid = dtype_valid(k->compute) && dtype_valid(k->acc) && dtype_valid(k->out);
-    for (int i = 0; i < k->n_in; i++)
-        valid = valid && dtype_valid(k->in[i]);
-    if (!valid)
-        snprintf(err, err_size, "eager kernel for %s with a dtype that is not one of kiln's", ir_ops[k->op].name);
-    return valid;
-}
-
-/* kiln_eager_<kind>_<op>_in_<dtypes>_compute_<dt>_acc_<dt>_out_<dt>: every
- * field that shapes the code, so that different kernels never share a name. */
-static bool eager_name(const nvrtc_eager_kernel *k, char *name, size_t size, char *err, size_t err_size)
-{
-    int used = snprintf(name, size, "kiln_eager_%s_%s_in", KIND_NAMES[k->kind], ir_ops[k->op].name);
-    for (int i = 0; i < k->n_in && used > 0 && (size_t)used < size; i++)
-        used += snprintf(name + used, size - (size_t)used, "_%s", ir_dtype_names[k->in[i]]);
-    if (used > 0 && (size_t)used < size)
-        used += snprintf(name + used, size - (size_t)used, "_compute_%s_acc_%s_out_%s",
-                         ir_dtype_names[k->compute], ir_dtype_names[k->acc], ir_dtype_names[k->out]);
-    if (used > 0 && (size_t)used < size)
-        return true;
-    snprintf(err, err_size, "the name of eager kernel %s does not fit in %zu bytes", ir_ops[k->op].name, size);
-    return false;
-}
-
 /* -- Elementwise ----------------------------------------------------------- */
-
-static bool elementwise_valid(const nvrtc_eager_kernel *k, char *err, size_t err_size)
-{
-    const ir_op_info *info = &ir_ops[k->op];
-    char what[128];
-    describe(k, what, sizeof what);
-    if (info->kind != KIND_ELEMENTWISE)
-        snprintf(err, err_size, "no elementwise eager kernel for %s: %s is not elementwise", what, info->name);
-    else if (k->n_in != info->arity)
-        snprintf(err, err_size, "no eager kernel for %s: %s takes %d inputs", what, info->name, info->arity);
-    else if (k->op == OP_WHERE && k->in[0] != KILN_BOOL)
-        snprintf(err, err_size, "no eager kernel for %s: the condition must be bool", what);
-    else if (k->op != OP_WHERE && k->op != OP_CAST && ir_result_dtype(info->rule, k->compute) < 0)
-        snprintf(err, err_size, "no eager kernel for %s: %s refuses %s", what, info->name,
-                 ir_dtype_names[k->compute]);
-    else
-        return true;
-    return false;
-}
 
 static void declare_ew_args(strbuf *s)
 {
     strbuf_put(s,
-               "struct nvrtc_ew_args {\n"
+               "struct kg_ew_args {\n"
                "    long long numel;\n"
                "    long long shape[%d];\n"
                "    long long out_strides[%d];\n"
@@ -110,15 +31,15 @@ static void declare_ew_args(strbuf *s)
                "    int scalar_mask;\n"
                "    int unused;\n"
                "};\n"
-               "static_assert(sizeof(nvrtc_ew_args) == %zu, \"nvrtc_ew_args as nvrtc.h has it\");\n\n",
-               KILN_MAX_DIMS, KILN_MAX_DIMS, NVRTC_EW_INPUTS, KILN_MAX_DIMS, NVRTC_EW_INPUTS,
-               sizeof(nvrtc_ew_args));
+               "static_assert(sizeof(kg_ew_args) == %zu, \"kg_ew_args as ir/kernel.h has it\");\n\n",
+               KILN_MAX_DIMS, KILN_MAX_DIMS, KG_EW_INPUTS, KILN_MAX_DIMS, KG_EW_INPUTS,
+               sizeof(kg_ew_args));
 }
 
 /* The dtype input i is converted to before the op: where's condition stays
  * bool, and a cast converts its input straight to the output, as eager's
  * copies do. */
-static kiln_dtype operand_dtype(const nvrtc_eager_kernel *k, int i)
+static kiln_dtype operand_dtype(const kg_kernel *k, int i)
 {
     if (k->op == OP_CAST || (k->op == OP_WHERE && i == 0))
         return k->in[i];
@@ -150,7 +71,7 @@ static void ew_offsets(strbuf *s, int n_in)
 
 /* s<i>: input i's scalar, read from its bits as its own dtype. Unused when
  * not a scalar. */
-static void ew_scalar(strbuf *s, const nvrtc_eager_kernel *k, int i)
+static void ew_scalar(strbuf *s, const kg_kernel *k, int i)
 {
     static const char *const from_bits[] = {
         [KILN_F32] = "__int_as_float((int)%s)", [KILN_F64] = "__longlong_as_double((long long)%s)",
@@ -163,7 +84,7 @@ static void ew_scalar(strbuf *s, const nvrtc_eager_kernel *k, int i)
 }
 
 /* x<i>: input i of the element, in its operand dtype. */
-static void ew_input(strbuf *s, const nvrtc_eager_kernel *k, int i)
+static void ew_input(strbuf *s, const kg_kernel *k, int i)
 {
     kiln_dtype to = operand_dtype(k, i);
     char load[40], scalar[16];
@@ -177,7 +98,7 @@ static void ew_input(strbuf *s, const nvrtc_eager_kernel *k, int i)
 }
 
 /* The body's value r and its dtype; false when the op has no CUDA form. */
-static bool ew_value(strbuf *s, const nvrtc_eager_kernel *k, kiln_dtype *dt)
+static bool ew_value(strbuf *s, const kg_kernel *k, kiln_dtype *dt)
 {
     if (k->op == OP_CAST) {
         *dt = operand_dtype(k, 0);
@@ -191,14 +112,12 @@ static bool ew_value(strbuf *s, const nvrtc_eager_kernel *k, kiln_dtype *dt)
     return known;
 }
 
-static bool elementwise(strbuf *s, const nvrtc_eager_kernel *k, const char *name, char *err, size_t err_size)
+static bool elementwise(strbuf *s, const kg_kernel *k, const char *name, char *err, size_t err_size)
 {
-    if (!elementwise_valid(k, err, err_size))
-        return false;
     declare_ew_args(s);
-    strbuf_put(s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(nvrtc_ew_args args, %s *__restrict__ out",
-               NVRTC_EAGER_BLOCK, name, nvrtc_ctype(k->out));
-    for (int i = 0; i < NVRTC_EW_INPUTS; i++)
+    strbuf_put(s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(kg_ew_args args, %s *__restrict__ out",
+               KG_BLOCK, name, nvrtc_ctype(k->out));
+    for (int i = 0; i < KG_EW_INPUTS; i++)
         strbuf_put(s, ", const %s *__restrict__ in%d", i < k->n_in ? nvrtc_ctype(k->in[i]) : "void", i);
     strbuf_put(s, ")\n{\n");
     for (int i = 0; i < k->n_in; i++)
@@ -211,7 +130,7 @@ static bool elementwise(strbuf *s, const nvrtc_eager_kernel *k, const char *name
     kiln_dtype dt;
     if (!ew_value(s, k, &dt)) {
         char what[128];
-        describe(k, what, sizeof what);
+        kg_describe(k, what, sizeof what);
         snprintf(err, err_size, "no eager kernel for %s: %s on %s is not in the CUDA backend", what,
                  ir_ops[k->op].name, ir_dtype_names[k->compute]);
         return false;
@@ -231,53 +150,20 @@ static bool is_extreme(ir_op op)
     return op == OP_MAX || op == OP_MIN || op == OP_ARGMAX;
 }
 
-/* The accumulator nvrtc.h fixes for op over compute, or -1 for none. */
-static int expected_acc(ir_op op, kiln_dtype compute)
-{
-    switch (op) {
-    case OP_SUM:
-    case OP_MEAN: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
-    case OP_MAX:
-    case OP_MIN: return compute;
-    case OP_ARGMAX: return KILN_I64;
-    default: return -1;
-    }
-}
-
-static bool reduce_valid(const nvrtc_eager_kernel *k, char *err, size_t err_size)
-{
-    char what[128];
-    describe(k, what, sizeof what);
-    int acc = expected_acc(k->op, k->compute);
-    if (acc < 0)
-        snprintf(err, err_size, "no reduction eager kernel for %s: %s is not sum, mean, max, min or argmax", what,
-                 ir_ops[k->op].name);
-    else if (k->n_in != 1)
-        snprintf(err, err_size, "no eager kernel for %s: a reduction takes 1 input", what);
-    else if (k->compute != KILN_F32 && k->compute != KILN_F64 && k->compute != KILN_I64)
-        snprintf(err, err_size, "no eager kernel for %s: reductions compute in f32, f64 or i64", what);
-    else if ((int)k->acc != acc)
-        snprintf(err, err_size, "no eager kernel for %s: %s accumulates in %s, not %s", what, ir_ops[k->op].name,
-                 ir_dtype_names[acc], ir_dtype_names[k->acc]);
-    else
-        return true;
-    return false;
-}
-
 static void declare_reduce_args(strbuf *s)
 {
     strbuf_put(s,
-               "struct nvrtc_reduce_args {\n"
+               "struct kg_reduce_args {\n"
                "    long long outer, n, inner;\n"
                "};\n"
-               "static_assert(sizeof(nvrtc_reduce_args) == %zu, \"nvrtc_reduce_args as nvrtc.h has it\");\n\n",
-               sizeof(nvrtc_reduce_args));
+               "static_assert(sizeof(kg_reduce_args) == %zu, \"kg_reduce_args as ir/kernel.h has it\");\n\n",
+               sizeof(kg_reduce_args));
 }
 
 /* Whether (v, i) goes before (best, at) in the order an extreme takes the
  * first of: NaN above every number, then by value, ties to the lower index.
  * An empty state (the identity at index LLONG_MAX) goes after every element. */
-static void declare_precedes(strbuf *s, const nvrtc_eager_kernel *k)
+static void declare_precedes(strbuf *s, const kg_kernel *k)
 {
     const char *t = nvrtc_ctype(k->compute), *beats = k->op == OP_MIN ? "<" : ">";
     strbuf_put(s,
@@ -290,7 +176,7 @@ static void declare_precedes(strbuf *s, const nvrtc_eager_kernel *k)
 
 /* The per-thread state set empty (declared with it when declare): acc for
  * sums, (best, at) for extremes. */
-static void reduce_empty(strbuf *s, const nvrtc_eager_kernel *k, const char *indent, bool declare)
+static void reduce_empty(strbuf *s, const kg_kernel *k, const char *indent, bool declare)
 {
     if (!is_extreme(k->op)) {
         strbuf_put(s, "%s%s%sacc = ", indent, declare ? nvrtc_ctype(k->acc) : "", declare ? " " : "");
@@ -304,7 +190,7 @@ static void reduce_empty(strbuf *s, const nvrtc_eager_kernel *k, const char *ind
 }
 
 /* Folds the input element load, at index, into the state. */
-static void reduce_element(strbuf *s, const nvrtc_eager_kernel *k, const char *indent, const char *load,
+static void reduce_element(strbuf *s, const kg_kernel *k, const char *indent, const char *load,
                            const char *index)
 {
     strbuf_put(s, "%s%s v = ", indent, nvrtc_ctype(k->compute));
@@ -321,7 +207,7 @@ static void reduce_element(strbuf *s, const nvrtc_eager_kernel *k, const char *i
 }
 
 /* Folds the state of the thread d lanes up into this one's, for d = 16 .. 1. */
-static void reduce_shuffle(strbuf *s, const nvrtc_eager_kernel *k, const char *indent)
+static void reduce_shuffle(strbuf *s, const kg_kernel *k, const char *indent)
 {
     strbuf_put(s, "%sfor (int d = 16; d > 0; d /= 2) {\n", indent);
     if (is_extreme(k->op)) {
@@ -338,7 +224,7 @@ static void reduce_shuffle(strbuf *s, const nvrtc_eager_kernel *k, const char *i
 }
 
 /* Stores the state's result at out[at_out]. */
-static void reduce_store(strbuf *s, const nvrtc_eager_kernel *k, const char *indent, const char *at_out)
+static void reduce_store(strbuf *s, const kg_kernel *k, const char *indent, const char *at_out)
 {
     strbuf_put(s, "%sout[%s] = ", indent, at_out);
     switch (k->op) {
@@ -354,15 +240,15 @@ static void reduce_store(strbuf *s, const nvrtc_eager_kernel *k, const char *ind
 /* inner == 1: a block per row. Its threads stride over the row and fold
  * their states by warp shuffles, then warp 0 folds the warps' states, passed
  * through shared memory. */
-static void reduce_rows(strbuf *s, const nvrtc_eager_kernel *k)
+static void reduce_rows(strbuf *s, const kg_kernel *k)
 {
     bool extreme = is_extreme(k->op);
     const char *state = extreme ? "best" : "acc";
     strbuf_put(s, "    if (args.inner == 1) {\n"
                   "        __shared__ %s part[%d];\n",
-               nvrtc_ctype(extreme ? k->compute : k->acc), NVRTC_EAGER_BLOCK / 32);
+               nvrtc_ctype(extreme ? k->compute : k->acc), KG_BLOCK / 32);
     if (extreme)
-        strbuf_put(s, "        __shared__ long long part_at[%d];\n", NVRTC_EAGER_BLOCK / 32);
+        strbuf_put(s, "        __shared__ long long part_at[%d];\n", KG_BLOCK / 32);
     strbuf_put(s, "        for (long long row = blockIdx.x; row < args.outer; row += gridDim.x) {\n"
                   "            const %s *x = in0 + row * args.n;\n",
                nvrtc_ctype(k->in[0]));
@@ -399,7 +285,7 @@ static void reduce_rows(strbuf *s, const nvrtc_eager_kernel *k)
 
 /* inner > 1: a thread per output, walking its column of the [n, inner] slab
  * in order; neighbouring threads read neighbouring elements. */
-static void reduce_columns(strbuf *s, const nvrtc_eager_kernel *k)
+static void reduce_columns(strbuf *s, const kg_kernel *k)
 {
     strbuf_put(s, "    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
                   "         t < args.outer * args.inner; t += (long long)gridDim.x * blockDim.x) {\n"
@@ -413,17 +299,15 @@ static void reduce_columns(strbuf *s, const nvrtc_eager_kernel *k)
     strbuf_put(s, "    }\n");
 }
 
-static bool reduce(strbuf *s, const nvrtc_eager_kernel *k, const char *name, char *err, size_t err_size)
+static bool reduce(strbuf *s, const kg_kernel *k, const char *name, char *err, size_t err_size)
 {
-    if (!reduce_valid(k, err, err_size))
-        return false;
     declare_reduce_args(s);
     if (is_extreme(k->op))
         declare_precedes(s, k);
     strbuf_put(s,
-               "extern \"C\" __global__ void __launch_bounds__(%d) %s(nvrtc_reduce_args args, %s *__restrict__ out, "
+               "extern \"C\" __global__ void __launch_bounds__(%d) %s(kg_reduce_args args, %s *__restrict__ out, "
                "const %s *__restrict__ in0)\n{\n",
-               NVRTC_EAGER_BLOCK, name, nvrtc_ctype(k->out), nvrtc_ctype(k->in[0]));
+               KG_BLOCK, name, nvrtc_ctype(k->out), nvrtc_ctype(k->in[0]));
     reduce_rows(s, k);
     reduce_columns(s, k);
     strbuf_put(s, "}\n");
@@ -432,15 +316,15 @@ static bool reduce(strbuf *s, const nvrtc_eager_kernel *k, const char *name, cha
 
 /* -- The entry point ------------------------------------------------------- */
 
-char *nvrtc_eager_source(const nvrtc_eager_kernel *k, char *name, size_t name_size, char *err, size_t err_size)
+char *nvrtc_eager_source(const kg_kernel *k, char *name, size_t name_size, char *err, size_t err_size)
 {
-    if (!fields_valid(k, err, err_size) || !eager_name(k, name, name_size, err, err_size))
+    if (kg_check(k, err, err_size) < 0 || kg_name(k, name, name_size, err, err_size) < 0)
         return NULL;
-    if (k->kind == NVRTC_EAGER_MATMUL)
+    if (k->kind == KG_MATMUL)
         return nvrtc_matmul_source(k, name, err, err_size);
     strbuf s = {0};
     strbuf_put(&s, "%s\n", NVRTC_PRELUDE);
-    bool made = k->kind == NVRTC_EAGER_ELEMENTWISE ? elementwise(&s, k, name, err, err_size)
+    bool made = k->kind == KG_ELEMENTWISE ? elementwise(&s, k, name, err, err_size)
                                                    : reduce(&s, k, name, err, err_size);
     char *text = strbuf_finish(&s);
     if (made && !text)

@@ -182,17 +182,19 @@ static const char *fold_of(ir_op op, bool is_float)
     return is_float ? "kiln_fold_min" : "kiln_min";
 }
 
+void nvrtc_value(strbuf *s, kiln_dtype dt, kx_value v)
+{
+    if (ir_dtype_is_float(dt))
+        nvrtc_constant(s, dt, v.f);
+    else if (v.i == INT64_MIN) /* no literal: 9223372036854775808 does not fit */
+        strbuf_put(s, "(%s)(-9223372036854775807LL - 1)", nvrtc_ctype(dt));
+    else
+        strbuf_put(s, "(%s)%lldLL", nvrtc_ctype(dt), (long long)v.i);
+}
+
 void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt)
 {
-    bool is_float = ir_dtype_is_float(dt);
-    if (op == OP_SUM || op == OP_MEAN)
-        nvrtc_constant(s, dt, 0);
-    else if (is_float)
-        nvrtc_constant(s, dt, op == OP_MAX ? -INFINITY : INFINITY);
-    else if (dt == KILN_I64)
-        strbuf_put(s, op == OP_MAX ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL");
-    else
-        nvrtc_constant(s, dt, op == OP_MAX ? -2147483648.0 : 2147483647.0);
+    nvrtc_value(s, dt, kx_reduction_identity(op, dt));
 }
 
 /* acc = fold(acc, value) in C, for reduction r. Integer sums wrap, as eager's do. */

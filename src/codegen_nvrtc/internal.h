@@ -23,8 +23,6 @@ typedef struct {
     char err[256];
 } nvrtc_gen;
 
-/* The dtype of kernel k's buffer b (f32 when nothing says). */
-kiln_dtype nvrtc_buffer_dtype(const kx_kernel *k, int b);
 /* Which expressions a new loop has declared: none yet (calloc'd, the caller
  * frees it). NULL, with g->err set, when out of memory. */
 bool *nvrtc_new_loop(nvrtc_gen *g);
@@ -52,6 +50,8 @@ void nvrtc_convert(strbuf *s, const char *text, kiln_dtype from, kiln_dtype to);
  * operand the dtype of b and c); the result has the op's result dtype.
  * false when the op has no CUDA form for that dtype. */
 bool nvrtc_op(strbuf *s, ir_op op, kiln_dtype operand, const char *a, const char *b, const char *c);
+/* Writes v as a constant of dt. */
+void nvrtc_value(strbuf *s, kiln_dtype dt, kx_value v);
 /* Writes the identity of reduction op (OP_SUM, OP_MEAN, OP_MAX, OP_MIN) in dt. */
 void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt);
 /* Writes the statement "acc = fold(acc, value);" of reduction op in dt. */
@@ -61,14 +61,14 @@ void nvrtc_fold(strbuf *s, ir_op op, kiln_dtype dt, const char *acc, const char 
 
 /* The CUDA C of matmul kernel k, extern "C" name, malloc'd; NULL with the
  * reason in err. */
-char *nvrtc_matmul_source(const nvrtc_eager_kernel *k, const char *name, char *err, size_t err_size);
+char *nvrtc_matmul_source(const kg_kernel *k, const char *name, char *err, size_t err_size);
 /* An f32 matmul whose product goes, tile by tile from registers, through
  * elementwise kernel epilogue instead of to memory: epilogue's buffer
- * product_buffer is the product [batch * m, n], read through one contiguous
- * view. Kernel name(nvrtc_matmul_args, const float *A, const float *B, then
- * epilogue's buffers in order, product_buffer's never read), launched as the
- * eager f32 matmul. malloc'd; NULL with why the epilogue does not fit in err. */
-char *nvrtc_matmul_epilogue_source(const kx_kernel *epilogue, int product_buffer, const char *name, char *err,
-                                   size_t err_size);
+ * epilogue->product is the product [batch * m, n], read through one
+ * contiguous view. Kernel name(kg_matmul_args, const float *A, const float
+ * *B, then epilogue's buffers in order, the product's never read), launched
+ * as the eager f32 matmul. malloc'd; NULL with why the epilogue does not fit
+ * in err. */
+char *nvrtc_matmul_epilogue_source(const kx_kernel *epilogue, const char *name, char *err, size_t err_size);
 
 #endif

@@ -41,7 +41,7 @@ void nvrtc_matmul_tile(kiln_dtype dt, int *tile_m, int *tile_n, int *threads)
 static const char OPERANDS[] =
     "/* Matrix z's first elements in A and B: z decomposed row-major over the\n"
     " * batch shape, a broadcast axis having stride 0. */\n"
-    "__device__ __forceinline__ void kiln_batch_offsets(const nvrtc_matmul_args &a, long long z, long long *ao,\n"
+    "__device__ __forceinline__ void kiln_batch_offsets(const kg_matmul_args &a, long long z, long long *ao,\n"
     "                                                   long long *bo)\n"
     "{\n"
     "    long long oa = 0, ob = 0;\n"
@@ -129,7 +129,7 @@ static const char SGEMM[] =
     "enum { KILN_SBK = 8, KILN_SLD = KILN_SGEMM_TILE + 4 };\n"
     "\n"
     "/* Whether every matrix of an operand starts on a 16-byte boundary. */\n"
-    "__device__ bool kiln_aligned(const nvrtc_matmul_args &a, const float *base, const long long *batch_strides)\n"
+    "__device__ bool kiln_aligned(const kg_matmul_args &a, const float *base, const long long *batch_strides)\n"
     "{\n"
     "    bool aligned = ((unsigned long long)base & 15) == 0;\n"
     "    for (int d = 0; d < a.batch_ndim; d++)\n"
@@ -175,7 +175,7 @@ static const char SGEMM[] =
     " * and keeps anyone from staging step s + 2 over buffer s % 2 while others\n"
     " * still read it. */\n"
     "template <int MA, int MB>\n"
-    "__device__ __forceinline__ void kiln_sgemm_tile(const nvrtc_matmul_args &a, const float *A, const float *B,\n"
+    "__device__ __forceinline__ void kiln_sgemm_tile(const kg_matmul_args &a, const float *A, const float *B,\n"
     "                                                long long m0, long long n0, float (&acc)[8][8])\n"
     "{\n"
     "    kiln_operand<float, KILN_SGEMM_TILE, KILN_SBK, MA> ta;\n"
@@ -227,7 +227,7 @@ static const char SGEMM[] =
     "\n"
     "/* Every tile of every matrix, each handed to store(a, z, m0, n0, acc). */\n"
     "template <int MA, int MB, typename S>\n"
-    "__device__ __forceinline__ void kiln_sgemm_tiles(const nvrtc_matmul_args &a, const float *A, const float *B,\n"
+    "__device__ __forceinline__ void kiln_sgemm_tiles(const kg_matmul_args &a, const float *A, const float *B,\n"
     "                                                 const S &store)\n"
     "{\n"
     "    long long tiles_m = (a.m + KILN_SGEMM_TILE - 1) / KILN_SGEMM_TILE;\n"
@@ -246,7 +246,7 @@ static const char SGEMM[] =
     "/* The whole product. A row-major with B row-major or transposed get float4\n"
     " * loads; other layouts scalars (each instance costs a second of NVRTC). */\n"
     "template <typename S>\n"
-    "__device__ __forceinline__ void kiln_sgemm(const nvrtc_matmul_args &a, const float *A, const float *B, const S &store)\n"
+    "__device__ __forceinline__ void kiln_sgemm(const kg_matmul_args &a, const float *A, const float *B, const S &store)\n"
     "{\n"
     "    int ma = kiln_mode(kiln_aligned(a, A, a.a_batch_strides), a.m, a.k, a.a_row, a.a_col);\n"
     "    int mb = kiln_mode(kiln_aligned(a, B, a.b_batch_strides), a.n, a.k, a.b_col, a.b_row);\n"
@@ -261,7 +261,7 @@ static const char SGEMM[] =
     "/* Stores a tile into the contiguous product out, float4 where rows allow. */\n"
     "struct kiln_sgemm_out {\n"
     "    float *out;\n"
-    "    __device__ __forceinline__ void operator()(const nvrtc_matmul_args &a, long long z, long long m0, long long n0,\n"
+    "    __device__ __forceinline__ void operator()(const kg_matmul_args &a, long long z, long long m0, long long n0,\n"
     "                                               const float (&acc)[8][8]) const\n"
     "    {\n"
     "        float *c = out + z * a.m * a.n;\n"
@@ -302,7 +302,7 @@ static const char GEMM[] =
     " * has rows m0 + ty + 16 i and columns n0 + tx + 16 j, so a warp's reads of\n"
     " * a staged row are consecutive and its stores coalesce. */\n"
     "template <typename T, typename U>\n"
-    "__device__ __forceinline__ void kiln_gemm_tile(const nvrtc_matmul_args &a, const T *A, const T *B, long long m0,\n"
+    "__device__ __forceinline__ void kiln_gemm_tile(const kg_matmul_args &a, const T *A, const T *B, long long m0,\n"
     "                                               long long n0, U (&acc)[4][4])\n"
     "{\n"
     "    __shared__ T as[KILN_BK * KILN_LD], bs[KILN_BK * KILN_LD];\n"
@@ -334,7 +334,7 @@ static const char GEMM[] =
     "}\n"
     "\n"
     "template <typename T, typename U>\n"
-    "__device__ __forceinline__ void kiln_gemm(const nvrtc_matmul_args &a, T *out, const T *A, const T *B)\n"
+    "__device__ __forceinline__ void kiln_gemm(const kg_matmul_args &a, T *out, const T *A, const T *B)\n"
     "{\n"
     "    long long tiles_m = (a.m + KILN_GEMM_TILE - 1) / KILN_GEMM_TILE;\n"
     "    long long tiles_n = (a.n + KILN_GEMM_TILE - 1) / KILN_GEMM_TILE;\n"
@@ -356,7 +356,7 @@ static const char GEMM[] =
     "            }\n"
     "}\n";
 
-/* The prelude, nvrtc_matmul_args as nvrtc.h has it (NVRTC checks its size
+/* The prelude, kg_matmul_args as ir/kernel.h has it (NVRTC checks its size
  * against this C compiler's; NVRTC has no offsetof), the tile sizes and the
  * operands. */
 static void preamble(strbuf *s)
@@ -370,12 +370,12 @@ static void preamble(strbuf *s)
                "    long long a_row, a_col, b_row, b_col;\n"
                "    int batch_ndim;\n"
                "    int unused;\n"
-               "} nvrtc_matmul_args;\n"
-               "static_assert(sizeof(nvrtc_matmul_args) == %zu, \"nvrtc_matmul_args as in nvrtc.h\");\n"
+               "} kg_matmul_args;\n"
+               "static_assert(sizeof(kg_matmul_args) == %zu, \"kg_matmul_args as in ir/kernel.h\");\n"
                "\n"
                "enum { KILN_SGEMM_TILE = %d, KILN_GEMM_TILE = %d, KILN_THREADS = %d };\n"
                "\n",
-               KILN_MAX_DIMS, KILN_MAX_DIMS, KILN_MAX_DIMS, sizeof(nvrtc_matmul_args), SGEMM_TILE, GEMM_TILE,
+               KILN_MAX_DIMS, KILN_MAX_DIMS, KILN_MAX_DIMS, sizeof(kg_matmul_args), SGEMM_TILE, GEMM_TILE,
                MATMUL_THREADS);
     strbuf_put(s, "%s\n", OPERANDS);
 }
@@ -391,7 +391,7 @@ static char *finish(strbuf *s, char *err, size_t err_size)
 
 /* -- Eager kernels ---------------------------------------------------------- */
 
-char *nvrtc_matmul_source(const nvrtc_eager_kernel *k, const char *name, char *err, size_t err_size)
+char *nvrtc_matmul_source(const kg_kernel *k, const char *name, char *err, size_t err_size)
 {
     kiln_dtype dt = k->compute;
     if (dt != KILN_F32 && dt != KILN_F64 && dt != KILN_I32 && dt != KILN_I64) {
@@ -408,7 +408,7 @@ char *nvrtc_matmul_source(const nvrtc_eager_kernel *k, const char *name, char *e
     preamble(&s);
     strbuf_put(&s, "%s\n", dt == KILN_F32 ? SGEMM : GEMM);
     strbuf_put(&s,
-               "extern \"C\" __global__ void __launch_bounds__(KILN_THREADS%s) %s(nvrtc_matmul_args a, %s *__restrict__ "
+               "extern \"C\" __global__ void __launch_bounds__(KILN_THREADS%s) %s(kg_matmul_args a, %s *__restrict__ "
                "out, const %s *__restrict__ A, const %s *__restrict__ B)\n{\n",
                dt == KILN_F32 ? ", 2" : "", name, t, t, t);
     if (dt == KILN_F32)
@@ -445,12 +445,11 @@ static bool row_major(const kx_kernel *k, const kx_view *v)
     return true;
 }
 
-/* Why epilogue cannot be fused after a matmul whose product is its buffer
- * product_buffer, or NULL when it can. */
-static const char *misfit(const kx_kernel *k, int product_buffer)
+/* Why epilogue k cannot compute its product buffer itself, or NULL when it
+ * can. */
+static const char *misfit(const kx_kernel *k)
 {
-    if (k->n_buffers > KX_MAX_BUFFERS)
-        return "the epilogue has too many buffers";
+    int product_buffer = k->product;
     if (product_buffer < 0 || product_buffer >= k->n_buffers)
         return "the product is not one of the epilogue's buffers";
     if (k->n_reductions > 0 || k->n_row_stores > 0)
@@ -471,9 +470,12 @@ static const char *misfit(const kx_kernel *k, int product_buffer)
     return NULL;
 }
 
-bool nvrtc_matmul_epilogue_fits(const kx_kernel *epilogue, int product_buffer, int64_t m, int64_t n, int64_t batch)
+bool nvrtc_supports(const kx_kernel *k, char *why, size_t why_size)
 {
-    return !misfit(epilogue, product_buffer) && epilogue->rows == batch * m && epilogue->cols == n;
+    const char *misfits = k->product >= 0 ? misfit(k) : NULL;
+    if (misfits)
+        snprintf(why, why_size, "cannot fuse the epilogue into the matmul: %s", misfits);
+    return !misfits;
 }
 
 /* The store functor kiln_sgemm hands each tile to: the epilogue at each
@@ -483,9 +485,9 @@ static void epilogue_functor(nvrtc_gen *g)
     const kx_kernel *k = g->k;
     strbuf_put(g->s, "struct kiln_epilogue {\n");
     for (int b = 0; b < k->n_buffers; b++)
-        strbuf_put(g->s, "    %s *b%d;\n", nvrtc_ctype(nvrtc_buffer_dtype(k, b)), b);
+        strbuf_put(g->s, "    %s *b%d;\n", nvrtc_ctype(k->buffer_dtypes[b]), b);
     strbuf_put(g->s,
-               "    __device__ __forceinline__ void operator()(const nvrtc_matmul_args &a, long long z, long long m0,\n"
+               "    __device__ __forceinline__ void operator()(const kg_matmul_args &a, long long z, long long m0,\n"
                "                                               long long n0, const float (&acc)[8][8]) const\n"
                "    {\n"
                "#pragma unroll\n"
@@ -511,26 +513,22 @@ static void epilogue_functor(nvrtc_gen *g)
                      "};\n\n");
 }
 
-char *nvrtc_matmul_epilogue_source(const kx_kernel *epilogue, int product_buffer, const char *name, char *err,
-                                   size_t err_size)
+char *nvrtc_matmul_epilogue_source(const kx_kernel *epilogue, const char *name, char *err, size_t err_size)
 {
-    const char *why = misfit(epilogue, product_buffer);
-    if (why) {
-        snprintf(err, err_size, "cannot fuse the epilogue into the matmul: %s", why);
+    if (!nvrtc_supports(epilogue, err, err_size))
         return NULL;
-    }
     strbuf s = {0};
-    nvrtc_gen g = {.k = epilogue, .s = &s, .replaced = product_view(epilogue, product_buffer),
+    nvrtc_gen g = {.k = epilogue, .s = &s, .replaced = product_view(epilogue, epilogue->product),
                    .replacement = "product"};
     preamble(&s);
     strbuf_put(&s, "%s\n", SGEMM);
     epilogue_functor(&g);
     strbuf_put(&s,
-               "extern \"C\" __global__ void __launch_bounds__(KILN_THREADS, 2) %s(nvrtc_matmul_args a, const float "
+               "extern \"C\" __global__ void __launch_bounds__(KILN_THREADS, 2) %s(kg_matmul_args a, const float "
                "*__restrict__ A, const float *__restrict__ B",
                name);
     for (int b = 0; b < epilogue->n_buffers; b++)
-        strbuf_put(&s, ", %s *__restrict__ b%d", nvrtc_ctype(nvrtc_buffer_dtype(epilogue, b)), b);
+        strbuf_put(&s, ", %s *__restrict__ b%d", nvrtc_ctype(epilogue->buffer_dtypes[b]), b);
     strbuf_put(&s, ")\n{\n    kiln_sgemm(a, A, B, kiln_epilogue{");
     for (int b = 0; b < epilogue->n_buffers; b++)
         strbuf_put(&s, "%sb%d", b ? ", " : "", b);

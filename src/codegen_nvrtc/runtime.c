@@ -252,8 +252,8 @@ int nvrtc_compile_object(const kx_kernel *k, const char *symbol, const char *arc
         *source = NULL;
     if (!started(err, err_size))
         return -1;
-    char *text = k->matmul_product >= 0 ? nvrtc_matmul_epilogue_source(k, k->matmul_product, symbol, err, err_size)
-                                        : nvrtc_source(k, symbol, err, err_size);
+    char *text = k->product >= 0 ? nvrtc_matmul_epilogue_source(k, symbol, err, err_size)
+                                 : nvrtc_source(k, symbol, err, err_size);
     if (!text)
         return -1;
     int status = nvrtc_compile_source(text, symbol, arch, object, size, err, err_size);

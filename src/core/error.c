@@ -64,23 +64,6 @@ char *core_shape_str(char buf[CORE_SHAPE_STR_MAX], int ndim, const int64_t *shap
     return buf;
 }
 
-_Noreturn void core_assert_failed(const char *file, int line, const char *cond)
-{
-    fprintf(stderr, "kiln: internal error at %s:%d: %s\n", file, line, cond);
-    abort();
-}
-
-_Noreturn void core_internal_report(const char *file, int line, const char *fn, const char *fmt, ...)
-{
-    fprintf(stderr, "kiln: internal error at %s:%d in %s: ", file, line, fn);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    abort();
-}
-
 const char *kiln_last_error(void)
 {
     return message;

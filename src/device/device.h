@@ -37,6 +37,10 @@ int device_synchronize(char *err, size_t err_size);
 typedef struct device_module device_module;
 device_module *device_load(const void *const *images, int n, const char *symbol, char *err, size_t err_size);
 void device_unload(device_module *m);
+/* Blocks to launch for work of n blocks that a kernel strides over
+ * (grid-stride loops): n, but at most 32 a multiprocessor, enough to fill
+ * the device and balance it; at least 1. */
+unsigned device_grid(int64_t n);
 /* Queues m on grid (x, y, z) of block threads; params as cuLaunchKernel's. */
 int device_launch(const device_module *m, const unsigned grid[3], unsigned block, void **params, char *err,
                   size_t err_size);

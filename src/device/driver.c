@@ -67,6 +67,8 @@ static struct {
 
 static _Thread_local bool context_current;
 
+enum { BLOCKS_PER_MULTIPROCESSOR = 32 };
+
 static bool bind(char *why, size_t size)
 {
     struct {
@@ -191,6 +193,14 @@ const char *device_name(void)
 int device_multiprocessors(void)
 {
     return cu.multiprocessors;
+}
+
+unsigned device_grid(int64_t n)
+{
+    int64_t cap = (int64_t)cu.multiprocessors * BLOCKS_PER_MULTIPROCESSOR;
+    if (n > cap)
+        n = cap;
+    return n < 1 ? 1 : (unsigned)n;
 }
 
 int driver_alloc(void **p, size_t bytes, bool *out_of_memory, char *err, size_t err_size)

@@ -1,6 +1,7 @@
 /* Eager tensors on CUDA: moving them between devices, and running each op
- * through the shape-generic kernels of src/codegen_nvrtc, one per op and
- * dtypes, compiled once by NVRTC and kept in the cache like any kernel.
+ * through the shape-generic kernels of the kernel IR (ir/kernel.h), one per
+ * op and dtypes, made once by the compile-or-load service (src/kernels) and
+ * kept in the cache like any kernel.
  *
  * An op's operands must all be on one device; a CPU 0-d tensor (or the
  * scalar of a *_scalar form) goes with a CUDA tensor as a value passed to the
@@ -8,27 +9,25 @@
 #include <pthread.h>
 #include <string.h>
 
-#ifdef KILN_HAVE_LLVM
-#include "cache/cache.h"
-#endif
 #include "eager/internal.h"
-#include "ir/kernel.h"
+#include "kernels/kernels.h"
 
-enum { KERNEL_SLOTS = 1024, GRID_PER_SM = 32, GRID_Z_MAX = 65535 }; /* GRID_Z_MAX: also y's limit */
+enum { KERNEL_SLOTS = 1024 };
 
 /* -- Kernels by request ----------------------------------------------------- */
 
 /* Requests seen in this process and their loaded kernels: finding one is a
- * hash and a compare, not generating its source again. Bounded: there are
- * only so many ops and dtypes; past KERNEL_SLOTS a request is served by the
- * cache's own table. */
+ * hash and a compare, not naming it again. Bounded: there are only so many
+ * ops and dtypes; past KERNEL_SLOTS a request is served by the service's own
+ * table. The lock is held only to look and to insert, never across a
+ * compile. */
 static struct {
     pthread_mutex_t lock;
-    nvrtc_eager_kernel request[KERNEL_SLOTS];
-    device_module *module[KERNEL_SLOTS];
+    kg_kernel request[KERNEL_SLOTS];
+    kg_code code[KERNEL_SLOTS];
 } kernels = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static uint32_t request_hash(const nvrtc_eager_kernel *k)
+static uint32_t request_hash(const kg_kernel *k)
 {
     const unsigned char *p = (const unsigned char *)k;
     uint32_t h = 2166136261u;
@@ -37,43 +36,10 @@ static uint32_t request_hash(const nvrtc_eager_kernel *k)
     return h;
 }
 
-/* The kernel of source through the cache; a build without the cache (it
- * comes with LLVM) compiles it each process. */
-static device_module *load_source(const char *source, const char *name, char *err, size_t err_size)
-{
-    device_module *module = NULL;
-#ifdef KILN_HAVE_LLVM
-    if (cache_cuda_source(source, name, &module, err, err_size) < 0)
-        return NULL;
-#else
-    char target[32], arch[16];
-    void *object = NULL;
-    size_t size = 0;
-    if (device_start(err, err_size) == 0 && snprintf(target, sizeof target, "cuda:%s", device_arch()) > 0 &&
-        nvrtc_target(target, arch, sizeof arch, err, err_size) == 0 &&
-        nvrtc_compile_source(source, name, arch, &object, &size, err, err_size) == 0)
-        module = nvrtc_load(object, size, name, err, err_size);
-    free(object);
-#endif
-    return module;
-}
-
-static device_module *compile_request(const char *fn, const nvrtc_eager_kernel *k)
-{
-    char name[128], err[4096];
-    char *source = nvrtc_eager_source(k, name, sizeof name, err, sizeof err);
-    device_module *module = source ? load_source(source, name, err, sizeof err) : NULL;
-    free(source);
-    if (!module)
-        core_fail(CORE_DEVICE, fn, "no CUDA kernel for %s on %s: %s", ir_ops[k->op].name, kiln_dtype_name(k->compute),
-                  err);
-    return module;
-}
-
 /* A request, zeroed throughout: the whole struct is the key. */
-static nvrtc_eager_kernel request(nvrtc_eager_kind kind, ir_op op, int n_in)
+static kg_kernel request(kg_kind kind, ir_op op, int n_in)
 {
-    nvrtc_eager_kernel k;
+    kg_kernel k;
     memset(&k, 0, sizeof k);
     k.kind = kind;
     k.op = op;
@@ -81,43 +47,53 @@ static nvrtc_eager_kernel request(nvrtc_eager_kind kind, ir_op op, int n_in)
     return k;
 }
 
-static device_module *kernel_for_request(const char *fn, const nvrtc_eager_kernel *k)
+/* Under the lock: k's slot, or the empty one it would take (-1: full). */
+static int slot_of(const kg_kernel *k)
 {
     uint32_t at = request_hash(k) % KERNEL_SLOTS;
-    pthread_mutex_lock(&kernels.lock);
-    for (int probe = 0; probe < KERNEL_SLOTS; probe++, at = (at + 1) % KERNEL_SLOTS) {
-        if (!kernels.module[at])
-            break;
-        if (!memcmp(&kernels.request[at], k, sizeof *k)) {
-            device_module *found = kernels.module[at];
-            pthread_mutex_unlock(&kernels.lock);
-            return found;
-        }
-    }
-    device_module *module = compile_request(fn, k);
-    if (module && !kernels.module[at]) {
-        kernels.request[at] = *k;
-        kernels.module[at] = module;
-    }
-    pthread_mutex_unlock(&kernels.lock);
-    return module;
+    for (int probe = 0; probe < KERNEL_SLOTS; probe++, at = (at + 1) % KERNEL_SLOTS)
+        if (!kernels.code[at].module || !memcmp(&kernels.request[at], k, sizeof *k))
+            return (int)at;
+    return -1;
 }
 
-static int launch(const char *fn, const device_module *m, const unsigned grid[3], unsigned block, void **params)
+static int kernel_for_request(const char *fn, const kg_kernel *k, kg_code *code)
+{
+    pthread_mutex_lock(&kernels.lock);
+    int at = slot_of(k);
+    bool found = at >= 0 && kernels.code[at].module;
+    if (found)
+        *code = kernels.code[at];
+    pthread_mutex_unlock(&kernels.lock);
+    if (found)
+        return 0;
+    char err[4096];
+    if (kernels_generic(KILN_CUDA, k, code, err, sizeof err) < 0)
+        return core_fail(CORE_DEVICE, fn, "no CUDA kernel for %s on %s: %s", ir_ops[k->op].name,
+                         kiln_dtype_name(k->compute), err);
+    pthread_mutex_lock(&kernels.lock);
+    if ((at = slot_of(k)) >= 0 && !kernels.code[at].module) {
+        kernels.request[at] = *k;
+        kernels.code[at] = *code;
+    }
+    pthread_mutex_unlock(&kernels.lock);
+    return 0;
+}
+
+static int launch(const char *fn, const kg_code *code, const unsigned grid[3], void **params)
 {
     char err[512];
-    if (device_launch(m, grid, block, params, err, sizeof err) < 0)
+    if (device_launch(code->module, grid, (unsigned)code->threads, params, err, sizeof err) < 0)
         return core_fail(CORE_DEVICE, fn, "%s", err);
     return 0;
 }
 
-static unsigned grid_for(int64_t items)
+/* A grid-stride launch over items, a thread each. */
+static const unsigned *grid_over(unsigned grid[3], const kg_code *code, int64_t items)
 {
-    int64_t cap = (int64_t)device_multiprocessors() * GRID_PER_SM;
-    int64_t blocks = (items + NVRTC_EAGER_BLOCK - 1) / NVRTC_EAGER_BLOCK;
-    if (blocks > cap)
-        blocks = cap;
-    return blocks < 1 ? 1 : (unsigned)blocks;
+    grid[0] = device_grid((items + code->threads - 1) / code->threads);
+    grid[1] = grid[2] = 1;
+    return grid;
 }
 
 /* -- Devices of operands ---------------------------------------------------- */
@@ -164,7 +140,7 @@ static bool strides_contiguous(int ndim, const int64_t *shape, const int64_t *st
 }
 
 /* Drops size-1 axes and merges neighbours every operand walks as one. */
-static void collapse(nvrtc_ew_args *a, int n_in, int ndim, const int64_t *shape)
+static void collapse(kg_ew_args *a, int n_in, int ndim, const int64_t *shape)
 {
     int out = 0;
     for (int d = 0; d < ndim; d++) {
@@ -182,7 +158,7 @@ static void collapse(nvrtc_ew_args *a, int n_in, int ndim, const int64_t *shape)
     a->ndim = out;
 }
 
-static void args_of(nvrtc_ew_args *a, int n_in, const kiln_tensor *const *in, const kiln_tensor *out)
+static void args_of(kg_ew_args *a, int n_in, const kiln_tensor *const *in, const kiln_tensor *out)
 {
     memset(a, 0, sizeof *a);
     a->numel = out->numel;
@@ -219,23 +195,24 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
 {
     if (out->numel == 0)
         return 0;
-    nvrtc_eager_kernel k = request(NVRTC_EAGER_ELEMENTWISE, op, n_in);
+    kg_kernel k = request(KG_ELEMENTWISE, op, n_in);
     for (int i = 0; i < n_in; i++)
         k.in[i] = in[i]->dtype;
     k.compute = op == OP_CAST ? out->dtype : in_dt[n_in - 1];
     k.out = out->dtype;
-    device_module *m = kernel_for_request(fn, &k);
-    if (!m)
+    kg_code code;
+    if (kernel_for_request(fn, &k, &code) < 0)
         return -CORE_DEVICE;
-    nvrtc_ew_args args;
+    kg_ew_args args;
     args_of(&args, n_in, in, out);
-    void *pointers[1 + NVRTC_EW_INPUTS] = {eager_data(out)};
+    void *pointers[1 + KG_EW_INPUTS] = {eager_data(out)};
     for (int i = 0; i < n_in; i++)
         pointers[1 + i] = is_scalar(in[i]) ? NULL : eager_data(in[i]);
-    void *params[2 + NVRTC_EW_INPUTS] = {&args};
-    for (int i = 0; i <= NVRTC_EW_INPUTS; i++)
+    void *params[2 + KG_EW_INPUTS] = {&args};
+    for (int i = 0; i <= KG_EW_INPUTS; i++)
         params[1 + i] = &pointers[i];
-    return launch(fn, m, (unsigned[3]){grid_for(out->numel), 1, 1}, NVRTC_EAGER_BLOCK, params);
+    unsigned grid[3];
+    return launch(fn, &code, grid_over(grid, &code, out->numel), params);
 }
 
 /* -- Reductions ------------------------------------------------------------- */
@@ -250,20 +227,20 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
             return -CORE_NOMEM;
         in = staged;
     }
-    nvrtc_eager_kernel k = request(NVRTC_EAGER_REDUCE, op, 1);
+    kg_kernel k = request(KG_REDUCE, op, 1);
     k.in[0] = in->dtype;
     k.compute = compute;
     k.acc = op == OP_ARGMAX ? KILN_I64 : op == OP_MAX || op == OP_MIN ? compute
                                         : compute == KILN_I64 ? KILN_I64 : KILN_F64;
     k.out = out->dtype;
-    device_module *m = kernel_for_request(fn, &k);
-    int status = -CORE_DEVICE;
-    if (m) {
-        nvrtc_reduce_args args = {outer, n, inner};
+    kg_code code;
+    int status = kernel_for_request(fn, &k, &code) < 0 ? -CORE_DEVICE : 0;
+    if (status == 0) {
+        kg_reduce_args args = {outer, n, inner};
         void *pointers[2] = {eager_data(out), eager_data(in)};
         void *params[3] = {&args, &pointers[0], &pointers[1]};
-        unsigned blocks = inner == 1 ? (unsigned)(outer < GRID_Z_MAX ? outer : GRID_Z_MAX) : grid_for(outer * inner);
-        status = launch(fn, m, (unsigned[3]){blocks ? blocks : 1, 1, 1}, NVRTC_EAGER_BLOCK, params);
+        unsigned grid[3] = {device_grid(outer), 1, 1}; /* a block per output row */
+        status = launch(fn, &code, inner == 1 ? grid : grid_over(grid, &code, outer * inner), params);
     }
     kiln_release(staged);
     return status;
@@ -271,35 +248,22 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
 
 /* -- Matrix products -------------------------------------------------------- */
 
-/* A tile per block; the kernel loops over tiles and batches past its grid,
- * so y and z are capped. */
-static void matmul_shape(const nvrtc_matmul_args *args, kiln_dtype dt, unsigned grid[3], unsigned *threads)
-{
-    int tile_m, tile_n, block;
-    nvrtc_matmul_tile(dt, &tile_m, &tile_n, &block);
-    int64_t tiles_m = (args->m + tile_m - 1) / tile_m;
-    grid[0] = (unsigned)((args->n + tile_n - 1) / tile_n);
-    grid[1] = (unsigned)(tiles_m < GRID_Z_MAX ? tiles_m : GRID_Z_MAX);
-    grid[2] = (unsigned)(args->batch < GRID_Z_MAX ? args->batch : GRID_Z_MAX);
-    *threads = (unsigned)block;
-}
-
-int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
+int cuda_matmul(const char *fn, const kg_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
                 const kiln_tensor *b, kiln_tensor *out)
 {
     if (out->numel == 0)
         return 0;
-    nvrtc_eager_kernel k = request(NVRTC_EAGER_MATMUL, OP_MATMUL, 2);
+    kg_kernel k = request(KG_MATMUL, OP_MATMUL, 2);
     k.in[0] = k.in[1] = k.compute = k.acc = k.out = dt;
-    device_module *m = kernel_for_request(fn, &k);
-    if (!m)
+    kg_code code;
+    if (kernel_for_request(fn, &k, &code) < 0)
         return -CORE_DEVICE;
-    nvrtc_matmul_args copy = *args;
+    kg_matmul_args copy = *args;
     void *pointers[3] = {eager_data(out), eager_data(a), eager_data(b)};
     void *params[4] = {&copy, &pointers[0], &pointers[1], &pointers[2]};
-    unsigned grid[3], threads;
-    matmul_shape(args, dt, grid, &threads);
-    return launch(fn, m, grid, threads, params);
+    unsigned grid[3];
+    kg_matmul_grid(args, code.tile_m, code.tile_n, grid);
+    return launch(fn, &code, grid, params);
 }
 
 /* -- Moving between devices ------------------------------------------------- */
@@ -382,31 +346,4 @@ const char *kiln_cuda_device_name(void)
 kiln_tensor *eager_empty(const char *fn, kiln_device device, kiln_dtype dt, int ndim, const int64_t *shape)
 {
     return tensor_new_on(fn, device, dt, ndim, shape);
-}
-
-int eager_cuda_kernel(const char *fn, const void *module, const kx_kernel *k, void *const *buffers)
-{
-    void *params[KX_MAX_BUFFERS];
-    for (int b = 0; b < k->n_buffers; b++)
-        params[b] = (void *)&buffers[b];
-    bool rows = k->n_reductions > 0 || k->n_row_stores > 0;
-    unsigned blocks = rows ? (unsigned)(k->rows < (1 << 20) ? k->rows : 1 << 20) : grid_for(k->rows * k->cols);
-    if (k->rows * k->cols == 0 && !rows)
-        return 0;
-    return launch(fn, module, (unsigned[3]){blocks ? blocks : 1, 1, 1}, NVRTC_BLOCK, params);
-}
-
-int eager_cuda_matmul_kernel(const char *fn, const void *module, const kx_kernel *k, const kiln_tensor *a,
-                             const kiln_tensor *b, void *const *buffers)
-{
-    nvrtc_matmul_args args;
-    if (eager_matmul_args(fn, a, b, &args) < 0)
-        return -CORE_SHAPE;
-    void *operands[2] = {eager_data(a), eager_data(b)};
-    void *params[3 + KX_MAX_BUFFERS] = {&args, &operands[0], &operands[1]};
-    for (int i = 0; i < k->n_buffers; i++)
-        params[3 + i] = (void *)&buffers[i];
-    unsigned grid[3], threads;
-    matmul_shape(&args, KILN_F32, grid, &threads);
-    return launch(fn, module, grid, threads, params);
 }

@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 
 #include "core/core.h"
-#include "ir/ir.h"
+#include "ir/kernel.h"
 
 /* Reference-counted memory that views share. */
 typedef struct {
@@ -94,14 +94,9 @@ kiln_tensor *eager_tracer_new(eager_trace *trace, ir_ref node, kiln_dtype dt, in
                               const int64_t *shape);
 /* A new unowned contiguous tensor on device, or NULL with fn's error. */
 kiln_tensor *eager_empty(const char *fn, kiln_device device, kiln_dtype dt, int ndim, const int64_t *shape);
-/* Queues the CUDA kernel module (a fused kernel k, compiled by NVRTC) over
- * buffers (device addresses: inputs, then outputs). 0 or fn's error. */
-struct kx_kernel;
-int eager_cuda_kernel(const char *fn, const void *module, const struct kx_kernel *k, void *const *buffers);
-/* The same for a kernel that computes its k->matmul_product buffer as the
- * f32 product a @ b (CUDA tensors of f32; that buffer's address unused). */
-int eager_cuda_matmul_kernel(const char *fn, const void *module, const struct kx_kernel *k, const kiln_tensor *a,
-                             const kiln_tensor *b, void *const *buffers);
+/* How the product a @ b lays its operands out for a matmul kernel (the
+ * batch, sizes and strides); fn's error when they do not multiply. */
+int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, kg_matmul_args *args);
 
 /* Rows [begin, end) of a product just computed, the product seen as
  * [batches * m, n] over data: what an epilogue applies itself to. */

@@ -2,9 +2,9 @@
 #ifndef KILN_EAGER_INTERNAL_H
 #define KILN_EAGER_INTERNAL_H
 
-#include "codegen_nvrtc/nvrtc.h"
 #include "device/device.h"
 #include "eager/eager.h"
+#include "ir/kernel.h"
 
 /* -- tensor.c: lifetime, scopes, checks ------------------------------------ */
 
@@ -108,11 +108,8 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
 /* out = op over the middle axis of in seen as [outer, n, inner]. */
 int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, int64_t n, int64_t inner,
                 kiln_tensor *out);
-/* The batch, sizes and strides of a @ b for the CUDA kernels; fn's error
- * when they do not multiply. */
-int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, nvrtc_matmul_args *args);
 /* out [batch, m, n] = a @ b as args lays them out, all of dtype dt. */
-int cuda_matmul(const char *fn, const nvrtc_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
+int cuda_matmul(const char *fn, const kg_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
                 const kiln_tensor *b, kiln_tensor *out);
 /* A new unowned contiguous CPU copy of the CUDA tensor t, and the reverse. */
 kiln_tensor *cuda_to_host(const char *fn, const kiln_tensor *t);

@@ -270,14 +270,14 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
 }
 
 /* The CUDA kernels' view of a @ b: any layout goes, read through the strides. */
-static nvrtc_matmul_args cuda_args(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *shape)
+static kg_matmul_args cuda_args(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *shape)
 {
     matrix_operand ma, mb;
     matrix_dims(a, true, &ma);
     matrix_dims(b, false, &mb);
     batch_strides(&ma, shape);
     batch_strides(&mb, shape);
-    nvrtc_matmul_args args = {.batch = shape->batches, .m = shape->m, .n = shape->n, .k = shape->k,
+    kg_matmul_args args = {.batch = shape->batches, .m = shape->m, .n = shape->n, .k = shape->k,
                               .a_row = ma.row_stride, .a_col = ma.col_stride,
                               .b_row = mb.row_stride, .b_col = mb.col_stride, .batch_ndim = shape->batch_ndim};
     for (int d = 0; d < shape->batch_ndim; d++) {
@@ -288,7 +288,7 @@ static nvrtc_matmul_args cuda_args(const kiln_tensor *a, const kiln_tensor *b, c
     return args;
 }
 
-int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, nvrtc_matmul_args *args)
+int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, kg_matmul_args *args)
 {
     if (a->ndim == 0 || b->ndim == 0)
         return fail_shapes(fn, a, b, "operands need at least one dimension"), -CORE_SHAPE;
@@ -347,7 +347,7 @@ static kiln_tensor *matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const
     kiln_tensor *pa = cuda && a->dtype == dt ? kiln_retain(a) : prepared(fn, a, dt, true);
     kiln_tensor *pb = cuda && b->dtype == dt ? kiln_retain(b) : prepared(fn, b, dt, false);
     kiln_tensor *out = pa && pb ? tensor_new_on(fn, device, dt, ndim, shape) : NULL;
-    nvrtc_matmul_args args = cuda && out ? cuda_args(pa, pb, &s) : (nvrtc_matmul_args){0};
+    kg_matmul_args args = cuda && out ? cuda_args(pa, pb, &s) : (kg_matmul_args){0};
     if (out && (cuda ? cuda_matmul(fn, &args, dt, pa, pb, out) : run_matmul(fn, pa, pb, &s, blocks, out)) < 0)
         out = tensor_drop(out);
     kiln_release(pa);

@@ -1,21 +1,37 @@
-/* The kernel IR: one loop nest per fusion group, backend-neutral.
+/* The kernel IR: what a code generator compiles, backend-neutral. Three parts:
+ * fused kernels (one loop nest per fusion group), the shape-generic kernels
+ * of eager ops on a device, and the plan that splits a graph into steps.
  *
- * A kernel runs over rows (the product of its outer dimensions) and, in each
- * row, over an inner axis of cols elements. It first runs its reductions, each
- * a loop over the row folding an expression into one value per row (later
- * reductions may use earlier ones), then one loop storing expressions into its
- * outputs, and then stores row values. An elementwise kernel has no
- * reductions; softmax has two (max, then the sum of exponentials) and stores
- * once. Every buffer is addressed through a view: an offset and a stride per
- * outer dimension and for the inner axis, in elements. */
+ * A fused kernel runs over rows (the product of its outer dimensions) and, in
+ * each row, over an inner axis of cols elements. It first runs its
+ * reductions, each a loop over the row folding an expression into one value
+ * per row (later reductions may use earlier ones), then one loop storing
+ * expressions into its outputs, and then stores row values. Every buffer is
+ * addressed through a view: an offset and a stride per outer dimension and
+ * for the inner axis, in elements; element i of row (o0, o1, ...) of a view
+ * is at offset + sum(o_d * outer_strides[d]) + i * inner_stride.
+ *
+ * Everything a code generator needs is said explicitly: each buffer's dtype,
+ * each reduction's starting value and the dtype of its row value, each row
+ * store's source dtype, the pass each store runs in. A store may run inside a
+ * reduction's loop (softmax's e = exp(x - max) stored while it is summed), and
+ * a later load of the same view reads back what that loop stored there, at
+ * the same element: code generators keep each element of a row with the
+ * thread that stored it. An input written over in place is simply not a
+ * buffer: its loads read the output's buffer. How a kernel is compiled
+ * (non-temporal stores, say) is not here but in kx_kernel_options. */
 #ifndef KILN_IR_KERNEL_H
 #define KILN_IR_KERNEL_H
 
 #include "ir/ir.h"
 
-/* A kernel storing at least KX_STREAM_BYTES writes around the caches: its
- * output would push everything else out of them before anything reads it. */
-enum { KX_MAX_DIMS = KILN_MAX_DIMS, KX_MAX_BUFFERS = 64, KX_STREAM_BYTES = 32 << 20 };
+enum { KX_MAX_DIMS = KILN_MAX_DIMS, KX_MAX_BUFFERS = 64 };
+
+/* A constant of a dtype: f for floats, i for integers and bool. */
+typedef struct {
+    double f;
+    int64_t i;
+} kx_value;
 
 typedef enum {
     KX_LOAD,   /* an element of a view */
@@ -44,25 +60,30 @@ typedef struct {
 } kx_view;
 
 typedef struct {
-    ir_op op;      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN */
-    int expr;      /* the value folded over the row, in the accumulator's dtype */
-    kiln_dtype dtype; /* the accumulator's: f64 or i64 for sums, else the input's */
+    ir_op op;          /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN */
+    int expr;          /* the value folded over the row, in the accumulator's dtype */
+    kiln_dtype dtype;  /* the accumulator's: f64 or i64 for sums, else the input's */
+    kiln_dtype result; /* the row value's: f64 for a mean (its sum divided by cols in f64), else dtype */
+    kx_value identity; /* where the fold starts: 0, or the lowest (max) or highest (min) value of dtype */
 } kx_reduction;
+
+/* The loop a store runs in: the store loop, or a reduction's. */
+enum { KX_STORE_PASS = 0 };
+static inline int kx_reduction_pass(int reduction)
+{
+    return reduction + 1;
+}
 
 typedef struct {
     int view;      /* where: an output's view */
-    int expr;      /* what */
-    /* Staged (softmax's e / sum(e)): the last reduction's pass also stores
-     * stage_value, and the store pass only applies stage_op with stage_row,
-     * reading the row back from cache instead of computing it again. */
-    bool staged;
-    int stage_value, stage_row;
-    ir_op stage_op;
+    int expr;      /* what, converted to the view's dtype */
+    int pass;      /* KX_STORE_PASS, or kx_reduction_pass(r): inside reduction r's loop */
 } kx_store;
 
 typedef struct {
-    int buffer;    /* a contiguous output of one element per row */
-    int row;       /* which reduction's value */
+    int buffer;       /* a contiguous output of one element per row */
+    int row;          /* which reduction's value */
+    kiln_dtype from;  /* that value's dtype (the reduction's result) */
     kiln_dtype dtype; /* the output's */
 } kx_row_store;
 
@@ -71,6 +92,7 @@ typedef struct kx_kernel {
     int64_t outer[KX_MAX_DIMS]; /* the outer dimensions; rows is their product */
     int64_t rows, cols;
     int n_buffers;              /* inputs and outputs, in the order the caller passes them */
+    kiln_dtype buffer_dtypes[KX_MAX_BUFFERS];
     kx_expr *exprs;
     int n_exprs, exprs_cap;
     kx_view *views;
@@ -82,54 +104,203 @@ typedef struct kx_kernel {
     kx_row_store *row_stores;
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
-    /* Its stores run along rows (inner stride 1), are not staged, and are
-     * KX_STREAM_BYTES or more: the CPU backend makes them non-temporal
-     * where their buffers are aligned. Not for an epilogue run on a product
-     * block by block, which rewrites lines still in cache. */
-    bool streams;
-    /* An input buffer the output overwrites, or -1: the kernel then reads
-     * that input through the output's buffer, which holds its values. */
-    int in_place;
-    /* CUDA only: an input buffer that is the f32 matrix product of two
-     * operands the kernel takes first, computed in registers tile by tile
-     * and never stored, or -1 (codegen_nvrtc/matmul.c's epilogue). */
-    int matmul_product;
+    /* A buffer that is the f32 matrix product [rows, cols] of two operands
+     * passed at launch (kg_matmul_args lays them out), computed inside the
+     * kernel and never read from memory; -1 when none. Its one view reads it
+     * row-major. */
+    int product;
 } kx_kernel;
 
-/* Compiled code of a kernel, whatever the backend: runs rows [begin, end)
- * over its buffers (inputs then outputs). */
+/* How a kernel is compiled, beyond what it computes (a cache key component). */
+typedef struct {
+    /* Output stores along rows go around the caches where the outputs are
+     * aligned for it: the output would push everything else out of them
+     * before anything reads it. */
+    bool stream_stores;
+} kx_kernel_options;
+
+/* Compiled code of a kernel on the CPU: runs rows [begin, end) over its
+ * buffers (inputs then outputs). */
 typedef void (*kx_kernel_fn)(void *const *buffers, int64_t begin, int64_t end);
 
+/* A new empty kernel over rows of shape (ndim, shape), or NULL. */
+kx_kernel *kx_kernel_new(int ndim, const int64_t *shape);
 void kx_kernel_free(kx_kernel *k);
+/* Appends to k; the index, or -1 when out of memory. */
+int kx_add_expr(kx_kernel *k, kx_expr e);
+int kx_add_view(kx_kernel *k, kx_view v);
+int kx_add_store(kx_kernel *k, kx_store s);
+/* The starting value of reduction op folding values of dtype. */
+kx_value kx_reduction_identity(ir_op op, kiln_dtype dtype);
 /* The canonical text of k (a cache key component), malloc'd. */
 char *kx_to_text(const kx_kernel *k);
+/* The text of options, "" for the defaults (a cache key component). */
+const char *kx_options_text(const kx_kernel_options *o);
+/* Whether buffer b is written by k. */
+bool kx_writes(const kx_kernel *k, int b);
 
-/* -- Lowering a graph ------------------------------------------------------- */
+/* -- Shape-generic kernels of eager ops ------------------------------------ *
+ * One per op and dtypes, with sizes and strides as arguments, so one
+ * compiled kernel serves every shape (CUDA's eager ops run them). Each
+ * argument struct below is passed by value as the kernel's first parameter
+ * and has the same layout in C and in the generated code (declared there
+ * under the same name). Every kernel is launched with KG_BLOCK threads a
+ * block and loops grid-stride, so any grid works. */
 
-/* One step of a lowered graph: a kernel, or a node run by the eager ops. */
+enum { KG_BLOCK = 256, KG_EW_INPUTS = 3 };
+
+/* out[i] = op(in0[i], in1[i], in2[i]) over the collapsed iteration space
+ * shape[0..ndim); element i's offset in an operand is the sum over d of its
+ * coordinate times the operand's stride (elements; 0 along broadcast axes).
+ * An input whose bit is set in scalar_mask is the value whose bytes, in the
+ * input's dtype, begin scalar_bits[k] (its pointer is NULL): bits, not a
+ * double, so that an i64 beyond 2^53 goes over exactly. contiguous: every
+ * operand that is read and the output have offset i. */
 typedef struct {
-    kx_kernel *kernel;      /* NULL: run node eagerly */
-    ir_ref node;            /* the eager node, or the kernel's first output */
-    ir_ref *buffers;        /* the kernel's buffers as graph nodes (inputs, then outputs) */
+    long long numel;
+    long long shape[KILN_MAX_DIMS];
+    long long out_strides[KILN_MAX_DIMS];
+    long long in_strides[KG_EW_INPUTS][KILN_MAX_DIMS];
+    unsigned long long scalar_bits[KG_EW_INPUTS];
+    int ndim;
+    int contiguous;
+    int scalar_mask;
+    int unused;
+} kg_ew_args;
+
+/* A reduction of a contiguous input seen as [outer, n, inner] into a
+ * contiguous output [outer, inner]. */
+typedef struct {
+    long long outer, n, inner;
+} kg_reduce_args;
+
+/* C[batch, m, n] = A[batch, m, k] @ B[batch, k, n], C contiguous. The batch
+ * index runs over batch_shape[0..batch_ndim) (row-major); A's and B's batch
+ * strides are 0 along a broadcast batch axis. Within a matrix, element (r, c)
+ * of A is at r * a_row + c * a_col, of B at r * b_row + c * b_col. Also how a
+ * fused kernel's product operands are laid out (kx_kernel.product). */
+typedef struct {
+    long long batch, m, n, k;
+    long long batch_shape[KILN_MAX_DIMS];
+    long long a_batch_strides[KILN_MAX_DIMS], b_batch_strides[KILN_MAX_DIMS];
+    long long a_row, a_col, b_row, b_col;
+    int batch_ndim;
+    int unused;
+} kg_matmul_args;
+
+typedef enum {
+    KG_ELEMENTWISE, /* op of the table, or OP_CAST: a copy converting in[0] to out */
+    KG_REDUCE,      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_ARGMAX */
+    KG_MATMUL,
+} kg_kind;
+
+/* Which generic kernel: its kind, op and dtypes.
+ * ELEMENTWISE: kernel(kg_ew_args, out *, const in0 *, const in1 *, const in2 *);
+ *   n_in inputs of dtypes in[], each converted to compute before the op
+ *   (for OP_WHERE in[0] is the bool condition, not converted), the op's
+ *   result converted to out. Unused input pointers are NULL.
+ * REDUCE: kernel(kg_reduce_args, out *, const in0 *); the input converted
+ *   to compute (f32, f64 or i64), accumulated in acc (f64 or i64 for SUM and
+ *   MEAN, compute for MAX and MIN, i64 for ARGMAX: the first maximum, a NaN
+ *   counting as the maximum), a mean divided by n in f64, stored as out.
+ *   Grid: one block per output row when inner == 1, else a thread per output.
+ * MATMUL: kernel(kg_matmul_args, out *, const in0 *, const in1 *), all of
+ *   dtype compute; integers wrap. Grid (ceil(n / tile_n), ceil(m / tile_m),
+ *   batch or less) of the tile its code reports (kg_code). */
+typedef struct {
+    kg_kind kind;
+    ir_op op;
+    int n_in;
+    kiln_dtype in[KG_EW_INPUTS];
+    kiln_dtype compute, acc, out;
+} kg_kernel;
+
+/* A loaded generic kernel and how to launch it. */
+struct device_module;
+typedef struct {
+    struct device_module *module;
+    int threads;        /* a block */
+    int tile_m, tile_n; /* MATMUL: the output tile a block computes */
+} kg_code;
+
+/* The grid of a matmul kernel whose blocks compute tile_m x tile_n tiles of
+ * args's product: the tiles, and the batch, with y and z capped at CUDA's
+ * limit (the kernels loop over tiles and batches past their grid). */
+void kg_matmul_grid(const kg_matmul_args *args, int tile_m, int tile_n, unsigned grid[3]);
+/* 0 when k is one of the generic kernels above, else -1 with why in err. */
+int kg_check(const kg_kernel *k, char *err, size_t err_size);
+/* kiln_eager_<kind>_<op>_in_<dtypes>_compute_<dt>_acc_<dt>_out_<dt>: every
+ * field that shapes the code, so that different kernels never share a name;
+ * also its canonical text. -1 with why in err when it does not fit. */
+int kg_name(const kg_kernel *k, char *name, size_t size, char *err, size_t err_size);
+/* "add(i32, f32) in f32 to f32": k for messages. */
+void kg_describe(const kg_kernel *k, char *buf, size_t size);
+
+/* -- Lowering and planning a graph ------------------------------------------ */
+
+struct kx_backend;
+
+/* One step of a plan: a fused kernel, or a node run by the eager ops. */
+typedef struct {
+    kx_kernel *kernel;          /* NULL: run node eagerly */
+    ir_ref node;                /* the eager node, or the kernel's output */
+    ir_ref *buffers;            /* the kernel's buffers as graph nodes (inputs, then outputs) */
     int n_inputs, n_outputs;
-} lower_step;
+    kx_kernel_options options;
+    /* The input value whose storage the output takes over (in place; the
+     * kernel reads it through its output), or IR_NONE. */
+    ir_ref reuses;
+    /* The matmul node computed inside the kernel (kx_kernel.product), whose
+     * operands the launch passes, or IR_NONE. */
+    ir_ref product;
+    /* A product step and its epilogue kernel step run together, a block of
+     * block_rows rows of the product at a time (the product's step holds
+     * block_rows), or -1. */
+    int blocked_with;
+    int64_t block_rows;
+    /* A kernel's values read when it runs: its input buffers (not a product
+     * slot), the value it writes over, its product's operands. */
+    ir_ref *uses;
+    int n_uses;
+} plan_step;
 
 typedef struct {
-    lower_step *steps;
+    const ir_graph *graph;      /* borrowed: it outlives the plan */
+    plan_step *steps;
     int n_steps;
-    bool *materialized;     /* per graph node: a buffer exists at run time */
-} lowered;
+    int *step_of;               /* per node: the step computing it, or -1 */
+    bool *materialized;         /* per node: its value exists at run time (a source, a view, a buffer) */
+    uint32_t *last_use;         /* per node: the last node reading it; count for outputs */
+    ir_ref *visit;              /* the nodes a run computes or takes, in order */
+    uint32_t n_visit;
+    int kernels;                /* steps that make a buffer, eager ones included */
+    int64_t peak_bytes;         /* of the values alive at once */
+    int products_in_blocks;
+} ir_plan;
 
 typedef struct {
-    /* The backend sums a row in many partial sums (vector lanes, threads),
-     * so a sum of f32 exponentials over a short row may stay in f32. */
-    bool split_sums;
-} lower_options;
+    /* The code generator the kernels are for, or NULL: no kernels, every
+     * node run by the eager ops (the interpreter). */
+    const struct kx_backend *backend;
+    int opt_level;             /* the compile's: whether the backend splits sums */
+    /* A CPU product is computed in blocks of about this many bytes with its
+     * epilogue on each block (0: never). */
+    int64_t product_block_bytes;
+} plan_options;
 
-/* Splits g into fusion groups, each a kernel, and the nodes run eagerly
- * (matmul, reductions over other axes, concat, ...). 0, or -1 when out of
- * memory. */
-int lower_graph(const ir_graph *g, const lower_options *o, lowered *out);
-void lowered_free(lowered *l);
+/* Plans g: lowering into fusion groups (when o->backend is set), then the
+ * decisions the backend's code depends on (a product computed inside its
+ * epilogue's kernel, kernels writing over an input, products in blocks,
+ * streaming stores), then liveness and the memory plan. Kernels are final
+ * when it returns. 0; -CORE_NOMEM; or -CORE_INTERNAL with why in err. */
+int ir_plan_make(const ir_graph *g, const plan_options *o, ir_plan *plan, char *err, size_t err_size);
+void ir_plan_free(ir_plan *plan);
+/* Whether node r gets a buffer of its own when the plan runs (sources and
+ * views do not, nor a product computed inside its epilogue). */
+bool ir_plan_stores(const ir_plan *p, ir_ref r);
+/* The nodes whose values node r reads when the plan runs (a kernel's input
+ * buffers, an eager node's operands; none for a node computed inside a
+ * kernel). */
+const ir_ref *ir_plan_uses(const ir_plan *p, ir_ref r, uint32_t *n);
 
 #endif

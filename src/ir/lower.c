@@ -9,6 +9,8 @@
  * a reduction over the last axis becomes a per-row pass of its consumer's
  * kernel when the consumer walks the same rows. So gelu, softmax and layer
  * norm are one kernel each, and a matmul's bias and activation one more.
+ * Each materialized node becomes a step of the plan (ir/plan.c decides the
+ * rest).
  *
  * Why it ends: each failed attempt materializes one more node and starts
  * over; there are finitely many nodes. */
@@ -18,7 +20,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "ir/kernel.h"
+#include "ir/internal.h"
 
 /* node index[j] = bias[j] + coef[j] * kernel index[src[j]] (src -1: bias only). */
 typedef struct {
@@ -52,31 +54,13 @@ typedef struct {
     bool split_sums;       /* the backend sums a row in many partial sums */
 } builder;
 
-/* -- Growing arrays -------------------------------------------------------- */
-
-static bool grow(void **items, int *cap, int need, size_t size)
-{
-    if (need <= *cap)
-        return true;
-    int n = *cap ? *cap * 2 : 8;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*items, (size_t)n * size);
-    if (!p)
-        return false;
-    *items = p;
-    *cap = n;
-    return true;
-}
+/* -- Expressions and buffers ---------------------------------------------- */
 
 static int add_expr(builder *b, kx_expr e)
 {
-    if (!grow((void **)&b->k->exprs, &b->k->exprs_cap, b->k->n_exprs + 1, sizeof e)) {
-        b->nomem = true;
-        return -1;
-    }
-    b->k->exprs[b->k->n_exprs] = e;
-    return b->k->n_exprs++;
+    int at = kx_add_expr(b->k, e);
+    b->nomem |= at < 0;
+    return at;
 }
 
 static int add_buffer(builder *b, ir_ref node)
@@ -88,7 +72,7 @@ static int add_buffer(builder *b, ir_ref node)
         b->too_many_buffers = true;
         return -1;
     }
-    if (!grow((void **)&b->buffers, &b->buffers_cap, b->n_buffers + 1, sizeof node)) {
+    if (!ir_grow((void **)&b->buffers, &b->buffers_cap, b->n_buffers + 1, sizeof node)) {
         b->nomem = true;
         return -1;
     }
@@ -137,10 +121,6 @@ static int load(builder *b, ir_ref node, const imap *m, const int64_t *strides)
     int buffer = add_buffer(b, node);
     if (buffer < 0)
         return -1;
-    if (!grow((void **)&b->k->views, &b->k->views_cap, b->k->n_views + 1, sizeof(kx_view))) {
-        b->nomem = true;
-        return -1;
-    }
     kx_view v = {.buffer = buffer, .dtype = b->g->nodes[node].dtype};
     int64_t kernel_strides[KX_MAX_DIMS] = {0};
     for (int j = 0; j < m->ndim; j++) {
@@ -151,8 +131,12 @@ static int load(builder *b, ir_ref node, const imap *m, const int64_t *strides)
     for (int i = 0; i + 1 < b->root_ndim; i++)
         v.outer_strides[i] = kernel_strides[i];
     v.inner_stride = b->root_ndim ? kernel_strides[b->root_ndim - 1] : 0;
-    b->k->views[b->k->n_views] = v;
-    return add_expr(b, (kx_expr){.kind = KX_LOAD, .dtype = v.dtype, .view = b->k->n_views++});
+    int view = kx_add_view(b->k, v);
+    if (view < 0) {
+        b->nomem = true;
+        return -1;
+    }
+    return add_expr(b, (kx_expr){.kind = KX_LOAD, .dtype = v.dtype, .view = view});
 }
 
 /* -- Expressions ----------------------------------------------------------- */
@@ -306,12 +290,12 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
     if (e < 0)
         return -1;
     kx_kernel *k = b->k;
-    if (!grow((void **)&k->reductions, &k->reductions_cap, k->n_reductions + 1, sizeof(kx_reduction))) {
+    if (!ir_grow((void **)&k->reductions, &k->reductions_cap, k->n_reductions + 1, sizeof(kx_reduction))) {
         b->nomem = true;
         return -1;
     }
-    k->reductions[k->n_reductions] = (kx_reduction){n->op, e, acc};
     kiln_dtype value = n->op == OP_MEAN ? KILN_F64 : acc; /* a mean divides in f64 */
+    k->reductions[k->n_reductions] = (kx_reduction){n->op, e, acc, value, kx_reduction_identity(n->op, acc)};
     int row = add_expr(b, (kx_expr){.kind = KX_ROW, .dtype = value, .row = k->n_reductions++});
     return cast(b, row, n->dtype);
 }
@@ -350,7 +334,7 @@ static int build(builder *b, ir_ref node, const imap *m)
             b->failed = node;
         return -1;
     }
-    if (!grow((void **)&b->memo, &b->memo_cap, b->n_memo + 1, sizeof *b->memo)) {
+    if (!ir_grow((void **)&b->memo, &b->memo_cap, b->n_memo + 1, sizeof *b->memo)) {
         b->nomem = true;
         return -1;
     }
@@ -360,53 +344,35 @@ static int build(builder *b, ir_ref node, const imap *m)
 
 /* -- Kernels --------------------------------------------------------------- */
 
-void kx_kernel_free(kx_kernel *k)
-{
-    if (!k)
-        return;
-    free(k->exprs);
-    free(k->views);
-    free(k->reductions);
-    free(k->stores);
-    free(k->row_stores);
-    free(k);
-}
-
-static void set_space(kx_kernel *k, int ndim, const int64_t *shape)
-{
-    k->n_outer = ndim > 0 ? ndim - 1 : 0;
-    k->rows = 1;
-    for (int d = 0; d < k->n_outer; d++) {
-        k->outer[d] = shape[d];
-        k->rows *= shape[d];
-    }
-    k->cols = ndim > 0 ? shape[ndim - 1] : 1;
-}
-
-/* e OP row where the last reduction folds e (or e converted): its pass can
- * store e, and the store pass apply OP without computing e again. */
-static void stage_store(kx_kernel *k)
+/* e OP row where the last reduction folds e (or e converted): its pass
+ * stores e, and the store pass only applies OP to what it reads back, without
+ * computing e again (softmax's exp). false when out of memory. */
+static bool stage_store(kx_kernel *k)
 {
     if (k->n_stores != 1 || k->n_reductions == 0)
-        return;
-    kx_store *st = &k->stores[0];
-    const kx_expr *s = &k->exprs[st->expr];
-    if (s->kind != KX_OP || (s->op != OP_DIV && s->op != OP_MUL && s->op != OP_SUB && s->op != OP_ADD) ||
-        !ir_dtype_is_float(s->dtype) || k->views[st->view].dtype != s->dtype || k->views[st->view].inner_stride != 1)
-        return;
-    int value = s->args[0], row = s->args[1];
+        return true;
+    kx_store st = k->stores[0];
+    const kx_expr s = k->exprs[st.expr];
+    const kx_view *v = &k->views[st.view];
+    if (s.kind != KX_OP || (s.op != OP_DIV && s.op != OP_MUL && s.op != OP_SUB && s.op != OP_ADD) ||
+        !ir_dtype_is_float(s.dtype) || v->dtype != s.dtype || v->inner_stride != 1)
+        return true;
+    int value = s.args[0], row = s.args[1];
     const kx_expr *r = &k->exprs[row];
     if (r->kind == KX_CAST)
         r = &k->exprs[r->args[0]];
     int last = k->n_reductions - 1, folded = k->reductions[last].expr;
     if (k->exprs[folded].kind == KX_CAST)
         folded = k->exprs[folded].args[0];
-    if (r->kind != KX_ROW || r->row != last || folded != value || k->exprs[value].dtype != s->dtype)
-        return;
-    st->staged = true;
-    st->stage_value = value;
-    st->stage_row = row;
-    st->stage_op = s->op;
+    if (r->kind != KX_ROW || r->row != last || folded != value || k->exprs[value].dtype != s.dtype)
+        return true;
+    int stored = kx_add_expr(k, (kx_expr){.kind = KX_LOAD, .dtype = s.dtype, .view = st.view});
+    int applied = stored < 0 ? -1 : kx_add_expr(k, (kx_expr){.kind = KX_OP, .dtype = s.dtype, .op = s.op,
+                                                                 .args = {stored, row, -1}});
+    if (applied < 0 || kx_add_store(k, (kx_store){.view = st.view, .expr = applied, .pass = KX_STORE_PASS}) < 0)
+        return false;
+    k->stores[0] = (kx_store){.view = st.view, .expr = value, .pass = kx_reduction_pass(last)};
+    return true;
 }
 
 /* An elementwise kernel over few long rows splits each row into pieces, so
@@ -439,18 +405,26 @@ static bool transcendental(const kx_kernel *k)
     return false;
 }
 
-/* A staged store's row is in cache when the store pass writes it: a
- * non-temporal store would evict it (softmax 4096x4096: 17 ms against 12). */
-static bool streams(const kx_kernel *k)
+/* The output store of a kernel computing node n into buffer out: a row
+ * store of a reduction's value, else a store along the row. */
+static bool store_output(builder *b, const ir_node *n, int out, int e)
 {
-    int64_t bytes = 0;
-    for (int s = 0; s < k->n_stores; s++) {
-        const kx_view *v = &k->views[k->stores[s].view];
-        if (v->inner_stride != 1 || k->stores[s].staged)
+    kx_kernel *k = b->k;
+    if (ir_ops[n->op].kind == KIND_REDUCTION) {
+        if (!ir_grow((void **)&k->row_stores, &k->row_stores_cap, 1, sizeof(kx_row_store)))
             return false;
-        bytes += k->rows * k->cols * (int64_t)ir_dtype_size(v->dtype);
+        int last = k->n_reductions - 1;
+        k->row_stores[k->n_row_stores++] = (kx_row_store){out, last, k->reductions[last].result, n->dtype};
+        return true;
     }
-    return bytes >= KX_STREAM_BYTES;
+    int64_t strides[KX_MAX_DIMS];
+    contiguous_strides(n->ndim, n->shape, strides);
+    kx_view v = {.buffer = out, .dtype = n->dtype};
+    for (int d = 0; d + 1 < n->ndim; d++)
+        v.outer_strides[d] = strides[d];
+    v.inner_stride = n->ndim ? strides[n->ndim - 1] : 0;
+    int view = kx_add_view(k, v), value = cast(b, e, n->dtype);
+    return view >= 0 && value >= 0 && kx_add_store(k, (kx_store){.view = view, .expr = value, .pass = KX_STORE_PASS}) >= 0;
 }
 
 /* The kernel computing root; NULL with b->failed set when a node must be
@@ -460,57 +434,38 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
     const ir_node *n = &b->g->nodes[root];
     bool reduces = ir_ops[n->op].kind == KIND_REDUCTION;
     const ir_node *space = reduces ? &b->g->nodes[ir_operands(b->g, n)[0]] : n;
-    b->k = calloc(1, sizeof *b->k);
-    if (!b->k) {
+    if (!(b->k = kx_kernel_new(space->ndim, space->shape))) {
         b->nomem = true;
         return NULL;
     }
     b->root = root;
     b->root_ndim = space->ndim;
     memcpy(b->root_shape, space->shape, (size_t)space->ndim * sizeof *space->shape);
-    set_space(b->k, space->ndim, space->shape);
     b->n_buffers = b->n_memo = 0;
     b->failed = IR_NONE;
     b->too_many_buffers = false;
-    imap whole = identity_map(space->ndim);
-    int e;
-    if (reduces) { /* the reduction's own rows: build it as if a consumer used it */
-        imap rows = identity_map(n->ndim);
-        if (n->params.keepdim)
-            rows.src[n->ndim - 1] = -1, rows.coef[n->ndim - 1] = 0;
-        e = build(b, root, &rows);
-    } else {
-        e = build(b, root, &whole);
-    }
+    /* A reduction is built on its own rows, as if a consumer used it. */
+    imap map = identity_map(reduces ? n->ndim : space->ndim);
+    if (reduces && n->params.keepdim)
+        map.src[n->ndim - 1] = -1, map.coef[n->ndim - 1] = 0;
+    int e = build(b, root, &map);
     int out = e < 0 ? -1 : add_buffer(b, root);
     kx_kernel *k = b->k;
-    bool stored = out >= 0 && (reduces ? grow((void **)&k->row_stores, &k->row_stores_cap, 1, sizeof(kx_row_store))
-                                       : grow((void **)&k->views, &k->views_cap, k->n_views + 1, sizeof(kx_view)) &&
-                                             grow((void **)&k->stores, &k->stores_cap, 1, sizeof(kx_store)));
-    if (!stored) {
+    if (out < 0 || !store_output(b, n, out, e)) {
         b->nomem |= b->failed == IR_NONE;
         kx_kernel_free(k);
         return NULL;
     }
-    if (reduces) {
-        k->row_stores[k->n_row_stores++] = (kx_row_store){out, k->n_reductions - 1, n->dtype};
-    } else {
-        int64_t strides[KX_MAX_DIMS];
-        contiguous_strides(n->ndim, n->shape, strides);
-        kx_view v = {.buffer = out, .dtype = n->dtype};
-        for (int d = 0; d + 1 < n->ndim; d++)
-            v.outer_strides[d] = strides[d];
-        v.inner_stride = n->ndim ? strides[n->ndim - 1] : 0;
-        k->views[k->n_views] = v;
-        k->stores[k->n_stores++] = (kx_store){.view = k->n_views++, .expr = cast(b, e, n->dtype)};
-    }
     k->n_buffers = b->n_buffers;
-    k->in_place = -1;
-    k->matmul_product = -1;
+    for (int i = 0; i < b->n_buffers; i++)
+        k->buffer_dtypes[i] = b->g->nodes[b->buffers[i]].dtype;
     k->transcendental = transcendental(k);
     split_long_rows(k);
-    stage_store(k);
-    k->streams = streams(k);
+    if (!stage_store(k)) {
+        b->nomem = true;
+        kx_kernel_free(k);
+        return NULL;
+    }
     return k;
 }
 
@@ -563,33 +518,45 @@ static void mark_materialized(const ir_graph *g, bool *mat, bool *view)
 
 /* -- The whole graph ------------------------------------------------------- */
 
-void lowered_free(lowered *l)
+static void free_steps(ir_plan *plan)
 {
-    for (int i = 0; i < l->n_steps; i++) {
-        kx_kernel_free(l->steps[i].kernel);
-        free(l->steps[i].buffers);
+    for (int i = 0; i < plan->n_steps; i++) {
+        kx_kernel_free(plan->steps[i].kernel);
+        free(plan->steps[i].buffers);
     }
-    free(l->steps);
-    free(l->materialized);
-    memset(l, 0, sizeof *l);
+    free(plan->steps);
+    plan->steps = NULL;
+    plan->n_steps = 0;
+}
+
+static bool add_step(builder *b, ir_plan *plan, plan_step step)
+{
+    plan_step *steps = realloc(plan->steps, (size_t)(plan->n_steps + 1) * sizeof *steps);
+    if (!steps) {
+        kx_kernel_free(step.kernel);
+        free(step.buffers);
+        b->nomem = true;
+        return false;
+    }
+    plan->steps = steps;
+    plan->steps[plan->n_steps++] = step;
+    return true;
 }
 
 /* One attempt: a step per materialized node. IR_NONE on success, or the node
  * to materialize before trying again. */
-static ir_ref try_lower(builder *b, lowered *out)
+static ir_ref try_lower(builder *b, ir_plan *plan)
 {
     const ir_graph *g = b->g;
     for (ir_ref r = 0; r < g->count; r++) {
         const ir_node *n = &g->nodes[r];
         if (!b->mat[r] || ir_ops[n->op].kind == KIND_SOURCE)
             continue;
-        lower_step step = {.node = r};
+        plan_step step = {.node = r, .reuses = IR_NONE, .product = IR_NONE, .blocked_with = -1};
         if (!runs_eagerly(g, n) && !b->eager_view[r]) {
-            step.kernel = build_kernel(b, r);
-            if (!step.kernel)
+            if (!(step.kernel = build_kernel(b, r)))
                 return b->nomem ? r : b->failed;
-            step.buffers = malloc((size_t)b->n_buffers * sizeof *step.buffers);
-            if (!step.buffers) {
+            if (!(step.buffers = malloc((size_t)b->n_buffers * sizeof *step.buffers))) {
                 kx_kernel_free(step.kernel);
                 b->nomem = true;
                 return r;
@@ -598,38 +565,32 @@ static ir_ref try_lower(builder *b, lowered *out)
             step.n_inputs = b->n_buffers - 1;
             step.n_outputs = 1;
         }
-        lower_step *steps = realloc(out->steps, (size_t)(out->n_steps + 1) * sizeof *steps);
-        if (!steps) {
-            kx_kernel_free(step.kernel);
-            free(step.buffers);
-            b->nomem = true;
+        if (!add_step(b, plan, step))
             return r;
-        }
-        out->steps = steps;
-        out->steps[out->n_steps++] = step;
     }
     return IR_NONE;
 }
 
-int lower_graph(const ir_graph *g, const lower_options *o, lowered *out)
+int ir_lower(const ir_graph *g, bool split_sums, ir_plan *plan, char *err, size_t err_size)
 {
-    memset(out, 0, sizeof *out);
-    builder b = {.g = g, .split_sums = o->split_sums};
-    b.mat = calloc(g->count ? g->count : 1, sizeof *b.mat);
-    b.eager_view = calloc(g->count ? g->count : 1, sizeof *b.eager_view);
-    if (!b.mat || !b.eager_view) {
-        free(b.mat);
-        free(b.eager_view);
-        return -1;
-    }
-    mark_materialized(g, b.mat, b.eager_view);
-    for (;;) {
-        ir_ref again = try_lower(&b, out);
-        if (again == IR_NONE || b.nomem)
+    builder b = {.g = g, .split_sums = split_sums};
+    size_t count = g->count ? g->count : 1;
+    b.mat = calloc(count, sizeof *b.mat);
+    b.eager_view = calloc(count, sizeof *b.eager_view);
+    int status = b.mat && b.eager_view ? 0 : -CORE_NOMEM;
+    if (status == 0)
+        mark_materialized(g, b.mat, b.eager_view);
+    while (status == 0) {
+        ir_ref again = try_lower(&b, plan);
+        if (b.nomem)
+            status = -CORE_NOMEM;
+        if (again == IR_NONE || status < 0)
             break;
-        lowered_free(out);
-        if (b.mat[again]) { /* no progress possible: a bug, not user input */
-            b.nomem = true;
+        free_steps(plan);
+        if (b.mat[again]) {
+            snprintf(err, err_size, "lowering cannot progress: %s node %u is materialized already",
+                     ir_ops[g->nodes[again].op].name, again);
+            status = core_internal("kiln_call", "%s", err);
             break;
         }
         b.mat[again] = true;
@@ -637,67 +598,11 @@ int lower_graph(const ir_graph *g, const lower_options *o, lowered *out)
     free(b.buffers);
     free(b.memo);
     free(b.eager_view);
-    if (b.nomem) {
-        lowered_free(out);
+    if (status < 0) {
+        free_steps(plan);
         free(b.mat);
-        return -1;
+        return status;
     }
-    out->materialized = b.mat;
+    plan->materialized = b.mat;
     return 0;
-}
-
-/* -- Text ------------------------------------------------------------------ */
-
-char *kx_to_text(const kx_kernel *k)
-{
-    strbuf t = {0};
-    strbuf_put(&t, "kernel rows=%lld cols=%lld outer=[", (long long)k->rows, (long long)k->cols);
-    for (int d = 0; d < k->n_outer; d++)
-        strbuf_put(&t, d ? ",%lld" : "%lld", (long long)k->outer[d]);
-    strbuf_put(&t, "] buffers=%d", k->n_buffers);
-    if (k->in_place >= 0)
-        strbuf_put(&t, " in_place=b%d", k->in_place);
-    if (k->matmul_product >= 0)
-        strbuf_put(&t, " matmul_product=b%d", k->matmul_product);
-    if (k->streams)
-        strbuf_put(&t, " streams");
-    strbuf_put(&t, "\n");
-    for (int i = 0; i < k->n_views; i++) {
-        const kx_view *v = &k->views[i];
-        strbuf_put(&t, "view %d = b%d %s offset=%lld strides=[", i, v->buffer, ir_dtype_names[v->dtype],
-                  (long long)v->offset);
-        for (int d = 0; d < k->n_outer; d++)
-            strbuf_put(&t, "%lld,", (long long)v->outer_strides[d]);
-        strbuf_put(&t, "%lld]\n", (long long)v->inner_stride);
-    }
-    for (int i = 0; i < k->n_exprs; i++) {
-        const kx_expr *e = &k->exprs[i];
-        strbuf_put(&t, "e%d = ", i);
-        switch (e->kind) {
-        case KX_LOAD: strbuf_put(&t, "load view%d", e->view); break;
-        case KX_CONST: strbuf_put(&t, "const %.17g", e->value); break;
-        case KX_ROW: strbuf_put(&t, "row r%d", e->row); break;
-        case KX_CAST: strbuf_put(&t, "cast e%d", e->args[0]); break;
-        case KX_OP:
-            strbuf_put(&t, "%s", ir_ops[e->op].name);
-            for (int a = 0; a < 3 && e->args[a] >= 0; a++)
-                strbuf_put(&t, " e%d", e->args[a]);
-            break;
-        }
-        strbuf_put(&t, " : %s\n", ir_dtype_names[e->dtype]);
-    }
-    for (int i = 0; i < k->n_reductions; i++)
-        strbuf_put(&t, "r%d = %s e%d : %s\n", i, ir_ops[k->reductions[i].op].name,
-                  k->reductions[i].expr, ir_dtype_names[k->reductions[i].dtype]);
-    for (int i = 0; i < k->n_stores; i++) {
-        const kx_store *s = &k->stores[i];
-        strbuf_put(&t, "store view%d e%d", s->view, s->expr);
-        if (s->staged)
-            strbuf_put(&t, " staged e%d %s e%d", s->stage_value, ir_ops[s->stage_op].name, s->stage_row);
-        strbuf_put(&t, "\n");
-    }
-    for (int i = 0; i < k->n_row_stores; i++)
-        strbuf_put(&t, "store_row b%d r%d : %s\n", k->row_stores[i].buffer, k->row_stores[i].row,
-                  ir_dtype_names[k->row_stores[i].dtype]);
-    return strbuf_finish(&t);
 }

@@ -1,18 +1,22 @@
 /* Marked functions: signatures, specializations, tracing, eager fallback and
- * the counters of kiln_fn_stats. */
+ * the counters of kiln_fn_stats.
+ *
+ * A function's lock guards its specializations and counters and is held
+ * only to look them up or change them: never while a body runs, a graph is
+ * planned or a kernel compiles. A specialization being built is in flight:
+ * a thread calling with the same signature waits for it, threads with other
+ * signatures (and bodies asking for their own function's stats) go on. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "kernels/kernels.h"
 #include "trace/trace.h"
-#ifdef KILN_HAVE_LLVM
-#include "cache/cache.h"
-#endif
 
 typedef struct {
-    kiln_spec *inputs; /* the signature */
-    interp_plan *plan;
+    kiln_spec *inputs;   /* the signature */
+    executable *exec;    /* NULL while in flight */
 } specialization;
 
 struct kiln_fn {
@@ -24,9 +28,10 @@ struct kiln_fn {
     bool jit_off, log;             /* KILN_JIT=0, KILN_LOG=1 */
     bool dump_graph, dump_kernels, dump_llvm, dump_cuda; /* KILN_DUMP=graph,kernels,llvm,cuda */
     char dump_dir[512];            /* KILN_DUMP_DIR, default "." */
-    pthread_mutex_t lock;          /* guards everything below */
-    specialization *specs;         /* retrace_limit of them at most */
-    int n_specs, last;
+    pthread_mutex_t lock;          /* guards everything below (see the top) */
+    pthread_cond_t built;          /* a specialization in flight was built, or dropped */
+    specialization **specs;        /* never moved once made; retrace_limit of them at most */
+    int n_specs, specs_cap, last;
     kiln_fn_stats_t stats;
     int trace_failures;
     bool eager_only, warned;
@@ -82,7 +87,7 @@ static int find_spec(const kiln_fn *f, const kiln_spec *sig)
         int i = (f->last + k) % f->n_specs; /* the last one used first */
         bool same = true;
         for (int j = 0; j < f->n_in && same; j++)
-            same = spec_equal(&f->specs[i].inputs[j], &sig[j]);
+            same = spec_equal(&f->specs[i]->inputs[j], &sig[j]);
         if (same)
             return i;
     }
@@ -106,7 +111,7 @@ static void describe_change(const kiln_fn *f, const kiln_spec *sig, char *buf, s
     snprintf(buf, size, "a new signature");
     if (f->n_specs == 0)
         return;
-    const kiln_spec *old = f->specs[f->last].inputs;
+    const kiln_spec *old = f->specs[f->last]->inputs;
     for (int i = 0; i < f->n_in; i++) {
         if (spec_equal(&old[i], &sig[i]))
             continue;
@@ -154,7 +159,7 @@ typedef struct {
     int spec;
 } dump_target;
 
-/* plan_options.dump: each kernel's text, and its LLVM IR before and after. */
+/* exec_options.dump: each kernel's text, and its backend's stages. */
 static void dump_stage(void *ctx, int kernel, const char *stage, const char *text)
 {
     dump_target *t = ctx;
@@ -171,21 +176,36 @@ static void dump_stage(void *ctx, int kernel, const char *stage, const char *tex
 }
 
 /* How f's graphs are planned and compiled; dumps go to target. */
-static plan_options plan_options_of(const kiln_fn *f, const char *sig_text, dump_target *target)
+static exec_options exec_options_of(const kiln_fn *f, const char *sig_text, dump_target *target)
 {
     bool dumps = f->dump_kernels || f->dump_llvm || f->dump_cuda;
-    return (plan_options){.native = true, .opt_level = f->opts.opt_level, .fast_math = f->opts.fast_math,
+    return (exec_options){.compiled = true, .opt_level = f->opts.opt_level, .fast_math = f->opts.fast_math,
                           .no_disk = f->opts.no_cache, .function = f->name, .signature = sig_text, .log = f->log,
                           .dump = dumps ? dump_stage : NULL, .dump_ctx = target};
 }
 
-/* Whether f's graphs are compiled into fused kernels: by LLVM for CPU
- * inputs, by NVRTC for CUDA ones. */
-static bool compiles_natively(const kiln_fn *f, kiln_device device)
+/* The backend option's device, or -1 for AUTO and INTERP. */
+static int backend_device(const kiln_fn *f)
 {
-    if (f->opts.backend == KILN_BACKEND_AUTO)
-        return true;
-    return device == KILN_CUDA ? f->opts.backend == KILN_BACKEND_NVRTC : f->opts.backend == KILN_BACKEND_LLVM;
+    switch (f->opts.backend) {
+    case KILN_BACKEND_LLVM: return KILN_CPU;
+    case KILN_BACKEND_NVRTC: return KILN_CUDA;
+    default: return -1;
+    }
+}
+
+/* Whether f's graphs on device are compiled into fused kernels (by the
+ * backend of that device); 0 when interpreted, or an error when f asks for
+ * a backend of another device. */
+static int compiled_on(const kiln_fn *f, kiln_device device, bool *compiled)
+{
+    int wanted = backend_device(f);
+    *compiled = f->opts.backend == KILN_BACKEND_AUTO || wanted == (int)device;
+    if (wanted < 0 || wanted == (int)device)
+        return 0;
+    return core_fail(CORE_DEVICE, "kiln_call", "'%s' uses the %s backend, which runs on %s, and its inputs are on %s "
+                     "(move them with kiln_to_device)", f->name, wanted == KILN_CUDA ? "NVRTC" : "LLVM",
+                     wanted == KILN_CUDA ? "CUDA" : "the CPU", device == KILN_CUDA ? "CUDA" : "the CPU");
 }
 
 /* Where a signature's values live: on CUDA when any input is. */
@@ -301,87 +321,177 @@ static int64_t eager_bytes(const ir_graph *g)
 
 /* A specialization counts as a compile when code was generated for it (or it
  * is interpreted), as a disk hit when its kernels came from the disk cache
- * (and from memory) without compiling. */
-static void count_plan(kiln_fn *f, const interp_plan *plan)
+ * (and from memory) without compiling. Under the lock. */
+static void count_exec(kiln_fn *f, const executable *x)
 {
-    plan_counts c = interp_counts(plan);
+    exec_counts c = exec_kernel_counts(x);
     f->stats.kernels_compiled += c.compiled;
     f->stats.kernels_from_disk += c.from_disk;
     f->stats.kernels_shared += c.shared;
-    if (c.compiled > 0 || !interp_is_native(plan))
+    if (c.compiled > 0 || !strcmp(exec_backend_name(x), "interp"))
         f->stats.compiles++;
     else if (c.from_disk > 0)
         f->stats.disk_hits++;
+    f->stats.kernels = exec_steps(x);
+    f->stats.peak_bytes = exec_peak_bytes(x);
+    f->stats.products_in_blocks = exec_products_in_blocks(x);
 }
 
-/* Traces and plans a new specialization for sig; its index, or a negative error. */
-static int specialize(kiln_fn *f, const kiln_spec *sig)
+static void release_captures(kiln_tensor **captures, int n_captures)
+{
+    for (int i = 0; i < n_captures; i++)
+        kiln_release(captures[i]);
+    free(captures);
+}
+
+/* Traces, optimises and plans an executable for sig, as specialization k:
+ * outside the lock. NULL with the error set, and *untraceable when the body
+ * could not be traced. */
+static executable *build(kiln_fn *f, int k, const kiln_spec *sig, int64_t *eager_peak, bool *untraceable)
 {
     double start = core_now_ms();
+    char sig_text[512], why[512];
+    signature_text(f, sig, sig_text, sizeof sig_text);
+    kiln_tensor **captures = NULL;
+    int n_captures = 0, status = 0;
+    ir_graph *g = trace_body(f, sig, &captures, &n_captures);
+    *untraceable = !g;
+    if (!g)
+        return NULL;
+    uint32_t traced_nodes = g->count;
+    *eager_peak = eager_bytes(g);
+    dump_graph(f, k, "before", g);
+    if (optimise(f, &g) < 0) {
+        ir_graph_free(g);
+        release_captures(captures, n_captures);
+        return NULL;
+    }
+    dump_graph(f, k, "after", g);
+    dump_target target = {f, k};
+    exec_options o = exec_options_of(f, sig_text, &target);
+    o.device = device_of_signature(f, sig);
+    if (compiled_on(f, o.device, &o.compiled) < 0) {
+        ir_graph_free(g);
+        release_captures(captures, n_captures);
+        return NULL;
+    }
+    executable *x = exec_new(g, captures, n_captures, &o, why, sizeof why, &status);
+    if (!x)
+        return NULL;
+    if (why[0])
+        fprintf(stderr, "kiln: warning: '%s': compiling failed (%s); interpreting this signature\n", f->name, why);
+    exec_counts c = exec_kernel_counts(x);
+    jit_log(f, "traced %u nodes, %u after passes, %d steps (%s: %d kernels, %d compiled, %d from disk, %d shared), "
+            "in %.3f ms", traced_nodes, exec_graph(x)->count, exec_steps(x), exec_backend_name(x),
+            exec_fused_kernels(x), c.compiled, c.from_disk, c.shared, core_now_ms() - start);
+    return x;
+}
+
+/* Under the lock: a new specialization for sig, in flight, or -1 when out of
+ * memory. */
+static int reserve(kiln_fn *f, const kiln_spec *sig)
+{
+    if (f->n_specs == f->specs_cap) {
+        int cap = f->specs_cap ? 2 * f->specs_cap : 4;
+        specialization **grown = realloc(f->specs, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        f->specs = grown;
+        f->specs_cap = cap;
+    }
+    specialization *s = calloc(1, sizeof *s);
+    kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
+    if (!s || !inputs) {
+        free(s);
+        free(inputs);
+        return -1;
+    }
+    memcpy(inputs, sig, (size_t)f->n_in * sizeof *inputs);
+    s->inputs = inputs;
+    f->specs[f->n_specs] = s;
+    return f->n_specs++;
+}
+
+/* Under the lock: the in-flight specialization k built as x, or dropped
+ * (a body that failed to trace counts towards running eagerly for good). */
+static void settle(kiln_fn *f, int k, executable *x, bool untraceable, int64_t eager_peak, double ms)
+{
+    specialization *s = f->specs[k];
+    f->stats.compile_ms += ms;
+    if (x) {
+        s->exec = x;
+        f->last = k;
+        count_exec(f, x);
+        f->stats.eager_peak_bytes = eager_peak;
+    } else {
+        free(s->inputs);
+        free(s);
+        memmove(&f->specs[k], &f->specs[k + 1], (size_t)(f->n_specs - k - 1) * sizeof *f->specs);
+        f->n_specs--;
+        f->last = 0;
+        if (untraceable && ++f->trace_failures >= FAILED_TRACES_BEFORE_EAGER && !f->opts.strict &&
+            !f->eager_only) {
+            f->eager_only = true;
+            fprintf(stderr, "kiln: '%s' failed to trace %d times; running it eagerly from now on\n", f->name,
+                    f->trace_failures);
+        }
+    }
+    pthread_cond_broadcast(&f->built);
+}
+
+/* Under the lock, which it drops while building: the executable for sig,
+ * built if new; NULL with *status 0 when the call must run eagerly, or a
+ * negative error. */
+static executable *prepare(kiln_fn *f, const kiln_spec *sig, int *status)
+{
+    *status = 0;
+    int k;
+    while ((k = find_spec(f, sig)) >= 0 && !f->specs[k]->exec)
+        pthread_cond_wait(&f->built, &f->lock); /* another thread builds it */
+    if (k >= 0) {
+        f->stats.memory_hits++;
+        f->last = k;
+        return f->specs[k]->exec;
+    }
+    if (f->eager_only) {
+        f->stats.eager_fallbacks++;
+        return NULL;
+    }
+    int limit = f->opts.retrace_limit;
+    if (f->n_specs >= limit) {
+        char change[512];
+        describe_change(f, sig, change, sizeof change);
+        if (f->opts.strict) {
+            *status = core_fail(CORE_STATE, "kiln_call", "'%s' reached its retrace limit of %d signatures (%s); "
+                                "strict mode does not run it eagerly", f->name, limit, change);
+            return NULL;
+        }
+        if (!f->warned)
+            fprintf(stderr, "kiln: warning: '%s' reached its retrace limit of %d signatures (%s); new "
+                            "signatures run eagerly\n", f->name, limit, change);
+        f->warned = true;
+        f->stats.eager_fallbacks++;
+        return NULL;
+    }
     char change[512], sig_text[512];
     describe_change(f, sig, change, sizeof change);
     signature_text(f, sig, sig_text, sizeof sig_text);
-    jit_log(f, "tracing for (%s): %s", sig_text, f->n_specs ? change : "first call");
+    if ((k = reserve(f, sig)) < 0) {
+        *status = core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
+        return NULL;
+    }
+    jit_log(f, "tracing for (%s): %s", sig_text, k ? change : "first call");
     f->stats.traces++;
-    kiln_tensor **captures = NULL;
-    int n_captures = 0;
-    ir_graph *g = trace_body(f, sig, &captures, &n_captures);
-    if (!g) {
-        if (++f->trace_failures >= FAILED_TRACES_BEFORE_EAGER && !f->opts.strict) {
-            f->eager_only = true;
-            fprintf(stderr, "kiln: '%s' failed to trace %d times; running it eagerly from now on\n",
-                    f->name, f->trace_failures);
-        }
-        return -CORE_STATE;
-    }
-    uint32_t traced_nodes = g->count;
-    int64_t eager_peak = eager_bytes(g);
-    dump_graph(f, f->n_specs, "before", g);
-    int status = optimise(f, &g);
-    if (status < 0) {
-        ir_graph_free(g);
-        for (int i = 0; i < n_captures; i++)
-            kiln_release(captures[i]);
-        free(captures);
-        return status;
-    }
-    dump_graph(f, f->n_specs, "after", g);
-    kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
-    dump_target target = {f, f->n_specs};
-    plan_options po = plan_options_of(f, sig_text, &target);
-    po.device = device_of_signature(f, sig);
-    po.native = compiles_natively(f, po.device);
-    char why[512];
-    if (!inputs) {
-        ir_graph_free(g);
-        for (int i = 0; i < n_captures; i++)
-            kiln_release(captures[i]);
-        free(captures);
-        return core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
-    }
-    interp_plan *plan = interp_plan_new(g, captures, n_captures, &po, why, sizeof why, &status);
-    if (!plan) {
-        free(inputs);
-        return status;
-    }
-    if (why[0])
-        fprintf(stderr, "kiln: warning: '%s': compiling failed (%s); interpreting this signature\n",
-                f->name, why);
-    memcpy(inputs, sig, (size_t)f->n_in * sizeof *inputs);
-    int k = f->n_specs++;
-    f->specs[k] = (specialization){inputs, plan};
-    count_plan(f, plan);
-    f->stats.kernels = interp_kernels(plan);
-    f->stats.peak_bytes = interp_peak_bytes(plan);
-    f->stats.products_in_blocks = interp_products_in_blocks(plan);
-    f->stats.eager_peak_bytes = eager_peak;
-    double ms = core_now_ms() - start;
-    f->stats.compile_ms += ms;
-    plan_counts c = interp_counts(plan);
-    jit_log(f, "traced %u nodes, %u after passes, %d steps (%s: %d kernels compiled, %d from disk, %d shared), "
-            "in %.3f ms", traced_nodes, interp_graph(plan)->count, interp_kernels(plan),
-            interp_is_native(plan) ? "LLVM" : "interpreted", c.compiled, c.from_disk, c.shared, ms);
-    return k;
+    pthread_mutex_unlock(&f->lock);
+    double start = core_now_ms();
+    int64_t eager_peak = 0;
+    bool untraceable = false;
+    executable *x = build(f, k, sig, &eager_peak, &untraceable);
+    int failed = x ? 0 : core_error_status();
+    pthread_mutex_lock(&f->lock);
+    settle(f, k, x, untraceable, eager_peak, core_now_ms() - start);
+    *status = failed;
+    return x;
 }
 
 /* -- Running --------------------------------------------------------------- */
@@ -410,7 +520,7 @@ static int run_eagerly(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **o
         else if (!(out[i] = shares_input(f, in, body_out[i]) && !eager_active_trace()
                                 ? eager_copy("kiln_call", body_out[i])
                                 : kiln_retain(body_out[i])))
-            status = -CORE_NOMEM;
+            status = core_error_status();
     }
     kiln_scope_end();
     for (int i = 0; i < f->n_out; i++) {
@@ -423,9 +533,9 @@ static int run_eagerly(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **o
     return status;
 }
 
-static int run_spec(kiln_fn *f, const specialization *s, kiln_tensor *const *in, kiln_tensor **out)
+static int run_exec(const kiln_fn *f, const executable *x, kiln_tensor *const *in, kiln_tensor **out)
 {
-    int status = interp_run(s->plan, in, out);
+    int status = exec_run(x, in, out);
     for (int i = 0; i < f->n_out && status == 0; i++)
         eager_own(out[i]);
     return status;
@@ -452,35 +562,6 @@ static int check_call(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **ou
     return 0;
 }
 
-/* The specialization for sig, traced if new; -1 when the call must run eagerly. */
-static int lookup(kiln_fn *f, const kiln_spec *sig, int *status)
-{
-    *status = 0;
-    int k = find_spec(f, sig);
-    if (k >= 0) {
-        f->stats.memory_hits++;
-        return k;
-    }
-    int limit = f->opts.retrace_limit;
-    if (f->n_specs < limit)
-        return (*status = specialize(f, sig)) < 0 ? -1 : *status;
-    char change[512];
-    describe_change(f, sig, change, sizeof change);
-    if (f->opts.strict) {
-        *status = core_fail(CORE_STATE, "kiln_call",
-                            "'%s' reached its retrace limit of %d signatures (%s); strict mode "
-                            "does not run it eagerly",
-                            f->name, limit, change);
-        return -1;
-    }
-    if (!f->warned)
-        fprintf(stderr, "kiln: warning: '%s' reached its retrace limit of %d signatures (%s); new "
-                        "signatures run eagerly\n", f->name, limit, change);
-    f->warned = true;
-    f->stats.eager_fallbacks++;
-    return -1;
-}
-
 int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
 {
     int status = check_call(f, in, out);
@@ -497,17 +578,12 @@ int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
     for (int i = 0; i < f->n_in; i++)
         sig[i] = kiln_spec_of(in[i]);
     pthread_mutex_lock(&f->lock);
-    int k = -1;
-    if (f->eager_only)
-        f->stats.eager_fallbacks++;
-    else if ((k = lookup(f, sig, &status)) >= 0)
-        f->last = k;
-    specialization spec = k >= 0 ? f->specs[k] : (specialization){0};
+    const executable *x = prepare(f, sig, &status);
     pthread_mutex_unlock(&f->lock);
     if (sig != stack_sig)
         free(sig);
-    if (k >= 0)
-        return run_spec(f, &spec, in, out);
+    if (x)
+        return run_exec(f, x, in, out);
     return status < 0 ? status : run_eagerly(f, in, out);
 }
 
@@ -520,16 +596,15 @@ kiln_jit_options kiln_jit_defaults(void)
 
 static int check_options(const kiln_jit_options *o)
 {
-#ifndef KILN_HAVE_LLVM
-    if (o->backend == KILN_BACKEND_LLVM)
-        return core_fail(CORE_DEVICE, "kiln_jit", "the LLVM backend is not in this build of kiln");
-#endif
-    if (o->backend == KILN_BACKEND_NVRTC)
-        return core_fail(CORE_DEVICE, "kiln_jit", "the NVRTC backend is not in this build of kiln");
+    char why[256];
     if ((unsigned)o->backend > KILN_BACKEND_INTERP || o->opt_level < 0 || o->opt_level > 3 ||
         o->retrace_limit < 0)
         return core_fail(CORE_VALUE, "kiln_jit", "bad options: backend %d, opt_level %d, retrace_limit %d",
                          (int)o->backend, o->opt_level, o->retrace_limit);
+    if ((o->backend == KILN_BACKEND_LLVM || o->backend == KILN_BACKEND_NVRTC) &&
+        !kernels_have_backend(o->backend == KILN_BACKEND_NVRTC ? KILN_CUDA : KILN_CPU, why, sizeof why))
+        return core_fail(CORE_DEVICE, "kiln_jit", "the %s backend: %s",
+                         o->backend == KILN_BACKEND_NVRTC ? "NVRTC" : "LLVM", why);
     return 0;
 }
 
@@ -551,10 +626,7 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     if (o.retrace_limit == 0)
         o.retrace_limit = 8;
     kiln_fn *f = calloc(1, sizeof *f);
-    if (f)
-        f->specs = calloc((size_t)o.retrace_limit, sizeof *f->specs);
-    if (!f || !f->specs) {
-        free(f);
+    if (!f) {
         core_fail(CORE_NOMEM, "kiln_jit", "out of memory");
         return NULL;
     }
@@ -574,6 +646,7 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     const char *dir = getenv("KILN_DUMP_DIR");
     snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir && *dir ? dir : ".");
     pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->built, NULL);
     return f;
 }
 
@@ -582,10 +655,12 @@ void kiln_fn_free(kiln_fn *f)
     if (!f)
         return;
     for (int i = 0; i < f->n_specs; i++) {
-        interp_plan_free(f->specs[i].plan);
-        free(f->specs[i].inputs);
+        exec_free(f->specs[i]->exec);
+        free(f->specs[i]->inputs);
+        free(f->specs[i]);
     }
     free(f->specs);
+    pthread_cond_destroy(&f->built);
     pthread_mutex_destroy(&f->lock);
     free(f);
 }
@@ -600,6 +675,12 @@ int kiln_fn_stats(const kiln_fn *f, kiln_fn_stats_t *s)
     return 0;
 }
 
+/* Under the lock: the last specialization used, when it is built. */
+static const executable *last_exec(const kiln_fn *f)
+{
+    return f->n_specs ? f->specs[f->last]->exec : NULL;
+}
+
 const char *kiln_fn_backend(const kiln_fn *f)
 {
     if (!f) {
@@ -607,11 +688,8 @@ const char *kiln_fn_backend(const kiln_fn *f)
         return NULL;
     }
     pthread_mutex_lock((pthread_mutex_t *)&f->lock);
-    const interp_plan *plan = f->n_specs ? f->specs[f->last].plan : NULL;
-    const char *name = !plan                      ? NULL
-                       : !interp_is_native(plan) ? "interp"
-                       : interp_device(plan) == KILN_CUDA ? "nvrtc"
-                                                          : "llvm";
+    const executable *x = last_exec(f);
+    const char *name = x ? exec_backend_name(x) : NULL;
     pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
     return name;
 }
@@ -623,7 +701,8 @@ char *kiln_fn_graph_text(const kiln_fn *f)
         return NULL;
     }
     pthread_mutex_lock((pthread_mutex_t *)&f->lock);
-    char *text = f->n_specs ? ir_to_text(interp_graph(f->specs[f->last].plan)) : NULL;
+    const executable *x = last_exec(f);
+    char *text = x ? ir_to_text(exec_graph(x)) : NULL;
     pthread_mutex_unlock((pthread_mutex_t *)&f->lock);
     return text;
 }
@@ -645,30 +724,31 @@ static int check_spec(const kiln_spec *s, int i)
     return 0;
 }
 
-/* Compiles f's kernels for sig for another CPU or a GPU into the disk cache. */
-static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const char *target)
+/* Compiles f's kernels for sig for target, another CPU or a GPU, into the
+ * disk cache. Outside the lock. */
+static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const kx_target *target)
 {
     char sig_text[512], why[1024] = "";
     signature_text(f, sig, sig_text, sizeof sig_text);
     kiln_tensor **captures = NULL;
     int n_captures = 0;
     ir_graph *g = trace_body(f, sig, &captures, &n_captures);
-    int status = g ? optimise(f, &g) : -CORE_STATE;
-    dump_target dumps = {f, f->n_specs};
-    plan_options po = plan_options_of(f, sig_text, &dumps);
-    plan_counts counts = {0};
-    if (status == 0 && interp_compile_for(g, &po, target, &counts, why, sizeof why) < 0)
-        status = core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for %s: %s", f->name, target, why);
+    int status = g ? optimise(f, &g) : core_error_status();
+    dump_target dumps = {f, 0};
+    exec_options o = exec_options_of(f, sig_text, &dumps);
+    exec_counts counts = {0};
+    if (status == 0 && exec_compile_for(g, &o, target, &counts, why, sizeof why) < 0)
+        status = core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for %s: %s", f->name, target->name, why);
     if (status == 0) {
+        pthread_mutex_lock(&f->lock);
         f->stats.kernels_compiled += counts.compiled;
         f->stats.kernels_from_disk += counts.from_disk;
-        jit_log(f, "precompiled (%s) for %s: %d kernels compiled, %d already in the disk cache", sig_text, target,
-                counts.compiled, counts.from_disk);
+        pthread_mutex_unlock(&f->lock);
+        jit_log(f, "precompiled (%s) for %s: %d kernels compiled, %d already in the disk cache", sig_text,
+                target->name, counts.compiled, counts.from_disk);
     }
     ir_graph_free(g);
-    for (int i = 0; i < n_captures; i++)
-        kiln_release(captures[i]);
-    free(captures);
+    release_captures(captures, n_captures);
     return status;
 }
 
@@ -676,43 +756,38 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
 {
     if (!f || (!in && f->n_in > 0) || !target)
         return core_fail_null("kiln_fn_precompile", !f ? "f" : !target ? "target" : "in");
-    bool cpu = !strncmp(target, "cpu:", 4), cuda = !strncmp(target, "cuda:", 5);
-    if (strcmp(target, "host") != 0 && !cpu && !cuda)
-        return core_fail(CORE_DEVICE, "kiln_fn_precompile",
-                         "target \"%s\" is not \"host\", \"cpu:<LLVM CPU name>\", \"cpu:<name>:<features>\" "
-                         "or \"cuda:sm_XX\"", target);
-    if (cpu && !compiles_natively(f, KILN_CPU))
-        return core_fail(CORE_DEVICE, "kiln_fn_precompile",
-                         "target \"%s\" needs the LLVM backend, and '%s' does not use it", target, f->name);
-#ifndef KILN_HAVE_LLVM
-    if (cuda)
-        return core_fail(CORE_DEVICE, "kiln_fn_precompile", "target \"%s\": this build of kiln has no kernel cache "
-                         "(it comes with the LLVM backend)", target);
-#endif
     for (int i = 0; i < f->n_in; i++)
         if (check_spec(&in[i], i) < 0)
             return -CORE_VALUE;
-    pthread_mutex_lock(&f->lock);
-    int status = 0;
-    if (cpu || cuda)
-        status = precompile_elsewhere(f, in, target);
-    else if (find_spec(f, in) < 0)
-        lookup(f, in, &status);
-    pthread_mutex_unlock(&f->lock);
-    return status < 0 ? status : 0;
+    if (!strcmp(target, "host")) {
+        int status = 0;
+        pthread_mutex_lock(&f->lock);
+        if (find_spec(f, in) < 0)
+            prepare(f, in, &status);
+        pthread_mutex_unlock(&f->lock);
+        return status < 0 ? status : 0;
+    }
+    char why[512];
+    const kx_target *t = kernels_target(target, why, sizeof why);
+    if (!t)
+        return core_fail(CORE_DEVICE, "kiln_fn_precompile", "%s", why);
+    int wanted = backend_device(f);
+    if (f->opts.backend == KILN_BACKEND_INTERP || (wanted >= 0 && wanted != (int)t->backend->device))
+        return core_fail(CORE_DEVICE, "kiln_fn_precompile", "target \"%s\" is compiled by the %s backend, and '%s' "
+                         "does not use it", target, t->backend->name, f->name);
+    return precompile_elsewhere(f, in, t);
 }
 
 const char *kiln_host_target(void)
 {
-#ifdef KILN_HAVE_LLVM
-    const char *name = cache_host_target();
-    if (name)
-        return name;
-    core_fail(CORE_DEVICE, "kiln_host_target", "the LLVM backend cannot start on this machine");
-#else
-    core_fail(CORE_DEVICE, "kiln_host_target", "this build of kiln has no LLVM backend");
-#endif
-    return NULL;
+    char why[512];
+    const kx_backend *be = kernels_backend_for(KILN_CPU);
+    const kx_target *t = be ? be->target(NULL, why, sizeof why) : NULL;
+    if (!be)
+        kernels_have_backend(KILN_CPU, why, sizeof why);
+    if (!t)
+        core_fail(CORE_DEVICE, "kiln_host_target", "%s", why);
+    return t ? t->name : NULL;
 }
 
 /* -- One-line marking ------------------------------------------------------ */

@@ -4,6 +4,7 @@
 #define KILN_TRACE_H
 
 #include "eager/eager.h"
+#include "ir/backend.h"
 
 /* -- record.c: the recorder behind an active trace ------------------------- */
 
@@ -25,54 +26,76 @@ ir_graph *recorder_take_graph(recorder *rec, kiln_tensor ***captures, int *n_cap
 /* Drops the owner's reference; tracers still alive keep the rest alive. */
 void recorder_release(recorder *rec);
 
-/* -- interp.c: graphs run node by node with the eager kernels --------------- */
+/* -- interp.c: graph nodes run with the eager ops ------------------------- */
 
-typedef struct interp_plan interp_plan;
+/* Where a graph's sources come from when it runs. */
+typedef struct {
+    kiln_tensor *const *inputs;
+    kiln_tensor *const *captures;
+    kiln_tensor *const *consts;  /* per node: a constant node's 0-d tensor */
+} interp_sources;
+
+/* The 0-d tensors of g's constant nodes on device, per node (NULL for the
+ * others), unowned; NULL with the error set when out of memory. */
+kiln_tensor **interp_consts(const ir_graph *g, kiln_device device);
+void interp_consts_free(const ir_graph *g, kiln_tensor **consts);
+/* Source node r's tensor (borrowed), or NULL for a node that is not one. */
+kiln_tensor *interp_source(const ir_graph *g, ir_ref r, const interp_sources *s);
+/* Node r run with the eager ops on its operands' values (indexed by node):
+ * a new unowned tensor, or NULL with the op's error set. */
+kiln_tensor *interp_node(const ir_graph *g, ir_ref r, const interp_sources *s, kiln_tensor *const *values);
+
+/* -- exec.c: the executor ---------------------------------------------------- *
+ * A graph planned (ir/kernel.h's ir_plan), its kernels made ready through the
+ * compile-or-load service, and run step by step. */
+
+typedef struct executable executable;
 
 typedef struct {
-    bool native;  /* lower into fused kernels, compiled by LLVM or for CUDA by NVRTC */
-    kiln_device device; /* where the inputs are, and so the values and kernels */
+    bool compiled;          /* fused kernels by the backend of device; else interpreted */
+    kiln_device device;     /* where the inputs are, and so the values and kernels */
     int opt_level;
     bool fast_math;
     bool no_disk;           /* skip the disk cache */
     const char *function;   /* the marked function's name and signature, */
     const char *signature;  /* for logs, messages and cache entries */
     bool log;
-    /* Called with each kernel's text at each stage ("kernel", "llvm-before",
-     * "llvm-after") when not NULL. */
+    /* Called with each kernel's text at each stage ("kernel", and the
+     * backend's: "llvm-before", "llvm-after", "cuda") when not NULL. */
     void (*dump)(void *ctx, int kernel, const char *stage, const char *text);
     void *dump_ctx;
-} plan_options;
+} exec_options;
 
-/* Where a native plan's kernels came from. */
+/* Where a compiled executable's kernels came from. */
 typedef struct {
     int compiled, from_disk, shared;
-} plan_counts;
+} exec_counts;
 
-/* A plan to run g (taking ownership of it and of captures). NULL with the
- * error set and its status in *status when out of memory, or when
+/* An executable for g (taking ownership of it and of captures). NULL with
+ * the error set and its status in *status when out of memory, or when
  * KILN_CACHE=require finds a kernel missing; captures are released then. A
- * native plan that cannot be compiled is interpreted instead, and why says
- * why ("" when all went as asked). */
-interp_plan *interp_plan_new(ir_graph *g, kiln_tensor **captures, int n_captures, const plan_options *o,
-                             char *why, size_t why_size, int *status);
-/* Compiles g's kernels for target ("cpu:<name>") into the disk cache
- * without loading them. 0, or -1 with the reason in why. */
-int interp_compile_for(const ir_graph *g, const plan_options *o, const char *target, plan_counts *counts,
-                       char *why, size_t why_size);
-/* Whether the plan runs compiled kernels. */
-bool interp_is_native(const interp_plan *p);
-/* Where its values live and its kernels run. */
-kiln_device interp_device(const interp_plan *p);
-void interp_plan_free(interp_plan *p);
-/* Runs the plan: n_out new unowned references in out; 0 or a negative error. */
-int interp_run(const interp_plan *p, kiln_tensor *const *in, kiln_tensor **out);
-plan_counts interp_counts(const interp_plan *p);
-const ir_graph *interp_graph(const interp_plan *p);
-int interp_kernels(const interp_plan *p);
-int64_t interp_peak_bytes(const interp_plan *p);
+ * graph that cannot be compiled is interpreted instead, and why says why
+ * ("" when all went as asked). */
+executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const exec_options *o, char *why,
+                     size_t why_size, int *status);
+/* Compiles g's kernels for target into the disk cache without loading
+ * them. 0, or -1 with the reason in why. */
+int exec_compile_for(const ir_graph *g, const exec_options *o, const kx_target *target, exec_counts *counts,
+                     char *why, size_t why_size);
+void exec_free(executable *x);
+/* Runs x: n_out new unowned references in out; 0 or the failing op's status. */
+int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out);
+/* The backend whose kernels x runs ("llvm", "nvrtc"), or "interp". */
+const char *exec_backend_name(const executable *x);
+exec_counts exec_kernel_counts(const executable *x);
+const ir_graph *exec_graph(const executable *x);
+/* Steps that launch a kernel (fused, or an eager op's), and of them the
+ * fused kernels. */
+int exec_steps(const executable *x);
+int exec_fused_kernels(const executable *x);
+int64_t exec_peak_bytes(const executable *x);
 /* CPU matrix products computed block by block, each block's epilogue kernel
  * run on it while it is in cache. */
-int interp_products_in_blocks(const interp_plan *p);
+int exec_products_in_blocks(const executable *x);
 
 #endif

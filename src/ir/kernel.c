@@ -1,0 +1,330 @@
+/* Kernels of the kernel IR: building them, their canonical text, and the
+ * descriptions of the shape-generic kernels of eager ops. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "ir/internal.h"
+
+/* -- Building ---------------------------------------------------------------- */
+
+kx_kernel *kx_kernel_new(int ndim, const int64_t *shape)
+{
+    kx_kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->n_outer = ndim > 0 ? ndim - 1 : 0;
+    k->rows = 1;
+    for (int d = 0; d < k->n_outer; d++) {
+        k->outer[d] = shape[d];
+        k->rows *= shape[d];
+    }
+    k->cols = ndim > 0 ? shape[ndim - 1] : 1;
+    k->product = -1;
+    return k;
+}
+
+void kx_kernel_free(kx_kernel *k)
+{
+    if (!k)
+        return;
+    free(k->exprs);
+    free(k->views);
+    free(k->reductions);
+    free(k->stores);
+    free(k->row_stores);
+    free(k);
+}
+
+bool ir_grow(void **items, int *cap, int need, size_t size)
+{
+    if (need <= *cap)
+        return true;
+    int n = *cap ? *cap * 2 : 8;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*items, (size_t)n * size);
+    if (!p)
+        return false;
+    *items = p;
+    *cap = n;
+    return true;
+}
+
+int kx_add_expr(kx_kernel *k, kx_expr e)
+{
+    if (!ir_grow((void **)&k->exprs, &k->exprs_cap, k->n_exprs + 1, sizeof e))
+        return -1;
+    k->exprs[k->n_exprs] = e;
+    return k->n_exprs++;
+}
+
+int kx_add_view(kx_kernel *k, kx_view v)
+{
+    if (!ir_grow((void **)&k->views, &k->views_cap, k->n_views + 1, sizeof v))
+        return -1;
+    k->views[k->n_views] = v;
+    return k->n_views++;
+}
+
+int kx_add_store(kx_kernel *k, kx_store s)
+{
+    if (!ir_grow((void **)&k->stores, &k->stores_cap, k->n_stores + 1, sizeof s))
+        return -1;
+    k->stores[k->n_stores] = s;
+    return k->n_stores++;
+}
+
+kx_value kx_reduction_identity(ir_op op, kiln_dtype dtype)
+{
+    if (op == OP_SUM || op == OP_MEAN)
+        return (kx_value){0, 0};
+    bool max = op == OP_MAX;
+    if (ir_dtype_is_float(dtype))
+        return (kx_value){.f = max ? -INFINITY : INFINITY};
+    switch (dtype) {
+    case KILN_I32: return (kx_value){.i = max ? INT32_MIN : INT32_MAX};
+    case KILN_BOOL: return (kx_value){.i = max ? 0 : 1};
+    default: return (kx_value){.i = max ? INT64_MIN : INT64_MAX};
+    }
+}
+
+bool kx_writes(const kx_kernel *k, int b)
+{
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->views[k->stores[s].view].buffer == b)
+            return true;
+    for (int s = 0; s < k->n_row_stores; s++)
+        if (k->row_stores[s].buffer == b)
+            return true;
+    return false;
+}
+
+/* -- Text -------------------------------------------------------------------- */
+
+static void put_value(strbuf *t, kx_value v, kiln_dtype dt)
+{
+    if (ir_dtype_is_float(dt))
+        strbuf_put(t, "%.17g", v.f);
+    else
+        strbuf_put(t, "%lld", (long long)v.i);
+}
+
+static void put_header(strbuf *t, const kx_kernel *k)
+{
+    strbuf_put(t, "kernel rows=%lld cols=%lld outer=[", (long long)k->rows, (long long)k->cols);
+    for (int d = 0; d < k->n_outer; d++)
+        strbuf_put(t, d ? ",%lld" : "%lld", (long long)k->outer[d]);
+    strbuf_put(t, "] buffers=[");
+    for (int b = 0; b < k->n_buffers; b++)
+        strbuf_put(t, b ? ",%s" : "%s", ir_dtype_names[k->buffer_dtypes[b]]);
+    strbuf_put(t, "]");
+    if (k->product >= 0)
+        strbuf_put(t, " product=b%d", k->product);
+    strbuf_put(t, "\n");
+}
+
+static void put_expr(strbuf *t, const kx_expr *e)
+{
+    switch (e->kind) {
+    case KX_LOAD: strbuf_put(t, "load view%d", e->view); break;
+    case KX_CONST: strbuf_put(t, "const %.17g", e->value); break;
+    case KX_ROW: strbuf_put(t, "row r%d", e->row); break;
+    case KX_CAST: strbuf_put(t, "cast e%d", e->args[0]); break;
+    case KX_OP:
+        strbuf_put(t, "%s", ir_ops[e->op].name);
+        for (int a = 0; a < 3 && e->args[a] >= 0; a++)
+            strbuf_put(t, " e%d", e->args[a]);
+        break;
+    }
+    strbuf_put(t, " : %s\n", ir_dtype_names[e->dtype]);
+}
+
+char *kx_to_text(const kx_kernel *k)
+{
+    strbuf t = {0};
+    put_header(&t, k);
+    for (int i = 0; i < k->n_views; i++) {
+        const kx_view *v = &k->views[i];
+        strbuf_put(&t, "view %d = b%d %s offset=%lld strides=[", i, v->buffer, ir_dtype_names[v->dtype],
+                   (long long)v->offset);
+        for (int d = 0; d < k->n_outer; d++)
+            strbuf_put(&t, "%lld,", (long long)v->outer_strides[d]);
+        strbuf_put(&t, "%lld]\n", (long long)v->inner_stride);
+    }
+    for (int i = 0; i < k->n_exprs; i++) {
+        strbuf_put(&t, "e%d = ", i);
+        put_expr(&t, &k->exprs[i]);
+    }
+    for (int i = 0; i < k->n_reductions; i++) {
+        const kx_reduction *r = &k->reductions[i];
+        strbuf_put(&t, "r%d = %s e%d : %s -> %s from ", i, ir_ops[r->op].name, r->expr, ir_dtype_names[r->dtype],
+                   ir_dtype_names[r->result]);
+        put_value(&t, r->identity, r->dtype);
+        strbuf_put(&t, "\n");
+    }
+    for (int i = 0; i < k->n_stores; i++) {
+        const kx_store *s = &k->stores[i];
+        strbuf_put(&t, "store view%d e%d", s->view, s->expr);
+        if (s->pass != KX_STORE_PASS)
+            strbuf_put(&t, " in r%d", s->pass - kx_reduction_pass(0));
+        strbuf_put(&t, "\n");
+    }
+    for (int i = 0; i < k->n_row_stores; i++) {
+        const kx_row_store *rs = &k->row_stores[i];
+        strbuf_put(&t, "store_row b%d r%d : %s -> %s\n", rs->buffer, rs->row, ir_dtype_names[rs->from],
+                   ir_dtype_names[rs->dtype]);
+    }
+    return strbuf_finish(&t);
+}
+
+const char *kx_options_text(const kx_kernel_options *o)
+{
+    return o->stream_stores ? "stream_stores" : "";
+}
+
+/* -- Shape-generic kernels --------------------------------------------------- */
+
+static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul"};
+
+static bool dtype_valid(kiln_dtype dt)
+{
+    return (unsigned)dt <= KILN_BOOL;
+}
+
+void kg_describe(const kg_kernel *k, char *buf, size_t size)
+{
+    int used = snprintf(buf, size, "%s(", ir_ops[k->op].name);
+    for (int i = 0; i < k->n_in && used > 0 && (size_t)used < size; i++)
+        used += snprintf(buf + used, size - (size_t)used, "%s%s", i ? ", " : "", ir_dtype_names[k->in[i]]);
+    if (used > 0 && (size_t)used < size)
+        snprintf(buf + used, size - (size_t)used, ") in %s to %s", ir_dtype_names[k->compute],
+                 ir_dtype_names[k->out]);
+}
+
+/* The fields every kind needs in range, so that k can be named at all. */
+static int check_fields(const kg_kernel *k, char *err, size_t err_size)
+{
+    if ((unsigned)k->kind > KG_MATMUL)
+        snprintf(err, err_size, "eager kernel of unknown kind %d", (int)k->kind);
+    else if ((unsigned)k->op >= OP__COUNT)
+        snprintf(err, err_size, "eager kernel of unknown op %d", (int)k->op);
+    else if (k->n_in < 1 || k->n_in > KG_EW_INPUTS)
+        snprintf(err, err_size, "eager kernel for %s with %d inputs (1 to %d)", ir_ops[k->op].name, k->n_in,
+                 KG_EW_INPUTS);
+    else
+        err[0] = '\0';
+    if (err[0])
+        return -1;
+    bool valid = dtype_valid(k->compute) && dtype_valid(k->acc) && dtype_valid(k->out);
+    for (int i = 0; i < k->n_in; i++)
+        valid = valid && dtype_valid(k->in[i]);
+    if (valid)
+        return 0;
+    snprintf(err, err_size, "eager kernel for %s with a dtype that is not one of kiln's", ir_ops[k->op].name);
+    return -1;
+}
+
+static int check_elementwise(const kg_kernel *k, char *err, size_t err_size)
+{
+    const ir_op_info *info = &ir_ops[k->op];
+    char what[128];
+    kg_describe(k, what, sizeof what);
+    if (info->kind != KIND_ELEMENTWISE)
+        snprintf(err, err_size, "no elementwise eager kernel for %s: %s is not elementwise", what, info->name);
+    else if (k->n_in != info->arity)
+        snprintf(err, err_size, "no eager kernel for %s: %s takes %d inputs", what, info->name, info->arity);
+    else if (k->op == OP_WHERE && k->in[0] != KILN_BOOL)
+        snprintf(err, err_size, "no eager kernel for %s: the condition must be bool", what);
+    else if (k->op != OP_WHERE && k->op != OP_CAST && ir_result_dtype(info->rule, k->compute) < 0)
+        snprintf(err, err_size, "no eager kernel for %s: %s refuses %s", what, info->name,
+                 ir_dtype_names[k->compute]);
+    else
+        return 0;
+    return -1;
+}
+
+/* The accumulator of reduction op over compute, or -1 for none. */
+static int reduce_acc(ir_op op, kiln_dtype compute)
+{
+    switch (op) {
+    case OP_SUM:
+    case OP_MEAN: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
+    case OP_MAX:
+    case OP_MIN: return compute;
+    case OP_ARGMAX: return KILN_I64;
+    default: return -1;
+    }
+}
+
+static int check_reduce(const kg_kernel *k, char *err, size_t err_size)
+{
+    char what[128];
+    kg_describe(k, what, sizeof what);
+    int acc = reduce_acc(k->op, k->compute);
+    if (acc < 0)
+        snprintf(err, err_size, "no reduction eager kernel for %s: %s is not sum, mean, max, min or argmax", what,
+                 ir_ops[k->op].name);
+    else if (k->n_in != 1)
+        snprintf(err, err_size, "no eager kernel for %s: a reduction takes 1 input", what);
+    else if (k->compute != KILN_F32 && k->compute != KILN_F64 && k->compute != KILN_I64)
+        snprintf(err, err_size, "no eager kernel for %s: reductions compute in f32, f64 or i64", what);
+    else if ((int)k->acc != acc)
+        snprintf(err, err_size, "no eager kernel for %s: %s accumulates in %s, not %s", what, ir_ops[k->op].name,
+                 ir_dtype_names[acc], ir_dtype_names[k->acc]);
+    else
+        return 0;
+    return -1;
+}
+
+static int check_matmul(const kg_kernel *k, char *err, size_t err_size)
+{
+    kiln_dtype dt = k->compute;
+    if (k->op != OP_MATMUL || k->n_in != 2)
+        snprintf(err, err_size, "a matmul eager kernel is OP_MATMUL of 2 inputs");
+    else if (dt == KILN_BOOL)
+        snprintf(err, err_size, "no matmul of %s", ir_dtype_names[dt]);
+    else if (k->in[0] != dt || k->in[1] != dt || k->acc != dt || k->out != dt)
+        snprintf(err, err_size, "a matmul eager kernel reads and writes its compute dtype %s", ir_dtype_names[dt]);
+    else
+        return 0;
+    return -1;
+}
+
+void kg_matmul_grid(const kg_matmul_args *args, int tile_m, int tile_n, unsigned grid[3])
+{
+    enum { GRID_YZ_MAX = 65535 };
+    int64_t tiles_m = (args->m + tile_m - 1) / tile_m;
+    grid[0] = (unsigned)((args->n + tile_n - 1) / tile_n);
+    grid[1] = (unsigned)(tiles_m < GRID_YZ_MAX ? tiles_m : GRID_YZ_MAX);
+    grid[2] = (unsigned)(args->batch < GRID_YZ_MAX ? args->batch : GRID_YZ_MAX);
+}
+
+int kg_check(const kg_kernel *k, char *err, size_t err_size)
+{
+    if (check_fields(k, err, err_size) < 0)
+        return -1;
+    switch (k->kind) {
+    case KG_ELEMENTWISE: return check_elementwise(k, err, err_size);
+    case KG_REDUCE: return check_reduce(k, err, err_size);
+    default: return check_matmul(k, err, err_size);
+    }
+}
+
+int kg_name(const kg_kernel *k, char *name, size_t size, char *err, size_t err_size)
+{
+    if (check_fields(k, err, err_size) < 0)
+        return -1;
+    int used = snprintf(name, size, "kiln_eager_%s_%s_in", KIND_NAMES[k->kind], ir_ops[k->op].name);
+    for (int i = 0; i < k->n_in && used > 0 && (size_t)used < size; i++)
+        used += snprintf(name + used, size - (size_t)used, "_%s", ir_dtype_names[k->in[i]]);
+    if (used > 0 && (size_t)used < size)
+        used += snprintf(name + used, size - (size_t)used, "_compute_%s_acc_%s_out_%s",
+                         ir_dtype_names[k->compute], ir_dtype_names[k->acc], ir_dtype_names[k->out]);
+    if (used > 0 && (size_t)used < size)
+        return 0;
+    snprintf(err, err_size, "the name of eager kernel %s does not fit in %zu bytes", ir_ops[k->op].name, size);
+    return -1;
+}

@@ -1,0 +1,442 @@
+/* Planning a graph: lowering into steps, then every decision the code of the
+ * kernels depends on, made before they are frozen, then liveness and memory.
+ *
+ * The decisions, in order, each asking the backend what it does:
+ * - a matmul's product that only one elementwise kernel reads is computed
+ *   inside that kernel, tile by tile, and never stored, where the backend
+ *   fuses such an epilogue (CUDA); the product's operands then live until
+ *   that kernel runs;
+ * - an elementwise kernel whose input dies with it, and which reads that
+ *   input only at the element it stores, writes over it: the input stops
+ *   being a buffer, and its loads read the output's buffer, which holds its
+ *   values (a matmul's bias and activation epilogue, say);
+ * - on a backend that runs any range of rows (the CPU), a large f32 product
+ *   that only such an in-place kernel reads is computed a block of rows at a
+ *   time, the kernel run on each block while it is in cache;
+ * - a kernel storing at least the backend's stream_bytes along its rows, and
+ *   not run on blocks still in cache, stores around the caches.
+ * What it must preserve: every value is computed before its users and lives
+ * until its last one; nothing is overwritten that is read later. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "ir/backend.h"
+#include "ir/internal.h"
+
+/* -- Uses and liveness --------------------------------------------------------- */
+
+const ir_ref *ir_plan_uses(const ir_plan *p, ir_ref r, uint32_t *n)
+{
+    int step = p->step_of ? p->step_of[r] : -1;
+    if (step >= 0 && p->steps[step].kernel) {
+        *n = (uint32_t)p->steps[step].n_uses;
+        return p->steps[step].uses;
+    }
+    if (p->step_of && (step < 0 || !p->materialized[r])) { /* a source, or computed inside a kernel */
+        *n = 0;
+        return NULL;
+    }
+    const ir_node *node = &p->graph->nodes[r];
+    *n = node->n_operands;
+    return ir_operands(p->graph, node);
+}
+
+/* Step s's uses from its buffers, what it writes over and its product. */
+static int set_uses(const ir_plan *p, plan_step *s)
+{
+    ir_ref *uses = realloc(s->uses, ((size_t)s->n_inputs + 3) * sizeof *uses);
+    if (!uses)
+        return -CORE_NOMEM;
+    int n = 0;
+    for (int b = 0; b < s->n_inputs; b++)
+        if (b != s->kernel->product)
+            uses[n++] = s->buffers[b];
+    if (s->reuses != IR_NONE)
+        uses[n++] = s->reuses;
+    if (s->product != IR_NONE) {
+        const ir_ref *ops = ir_operands(p->graph, &p->graph->nodes[s->product]);
+        uses[n++] = ops[0];
+        uses[n++] = ops[1];
+    }
+    s->uses = uses;
+    s->n_uses = n;
+    return 0;
+}
+
+static void plan_liveness(ir_plan *p)
+{
+    const ir_graph *g = p->graph;
+    for (ir_ref r = 0; r < g->count; r++) {
+        p->last_use[r] = r;
+        uint32_t n;
+        const ir_ref *used = ir_plan_uses(p, r, &n);
+        for (uint32_t i = 0; i < n; i++)
+            p->last_use[used[i]] = r;
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        p->last_use[g->outputs[i]] = g->count;
+    for (int i = 0; i < g->n_writebacks; i++)
+        p->last_use[g->writebacks[i].value] = g->count;
+}
+
+/* How many reads of value r the plan makes. */
+static int readers(const ir_plan *p, ir_ref r)
+{
+    int count = 0;
+    for (ir_ref at = r + 1; at < p->graph->count; at++) {
+        uint32_t n;
+        const ir_ref *used = ir_plan_uses(p, at, &n);
+        for (uint32_t i = 0; i < n; i++)
+            count += used[i] == r;
+    }
+    return count;
+}
+
+static bool computes(const ir_plan *p, ir_ref r)
+{
+    int step = p->step_of ? p->step_of[r] : -1;
+    if (step >= 0 && p->steps[step].kernel)
+        return true;
+    return ir_node_computes(&p->graph->nodes[r]);
+}
+
+bool ir_plan_stores(const ir_plan *p, ir_ref r)
+{
+    return p->materialized[r] && computes(p, r);
+}
+
+/* Whether node r's value is made by an eager step (a matmul run by BLAS). */
+static bool eager_step(const ir_plan *p, ir_ref r)
+{
+    return p->step_of[r] >= 0 && !p->steps[p->step_of[r]].kernel;
+}
+
+/* -- Products inside their epilogue ------------------------------------------ */
+
+/* Rows and columns of matmul node n's matrices, and how many there are;
+ * false unless both operands are f32 matrices (or batches of them). */
+static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t *cols, int64_t *batch)
+{
+    const ir_ref *ops = ir_operands(g, n);
+    const ir_node *a = &g->nodes[ops[0]], *b = &g->nodes[ops[1]];
+    if (n->dtype != KILN_F32 || a->dtype != KILN_F32 || b->dtype != KILN_F32 || a->ndim < 2 || b->ndim < 2)
+        return false;
+    *m = n->shape[n->ndim - 2];
+    *cols = n->shape[n->ndim - 1];
+    *batch = *m * *cols != 0 ? ir_node_numel(n) / (*m * *cols) : 0;
+    return *batch > 0;
+}
+
+/* Whether kernel step s may compute matmul node r, its input b, itself. */
+static bool fuses_product(const ir_plan *p, const kx_backend *be, plan_step *s, int b, ir_ref r)
+{
+    const ir_node *n = &p->graph->nodes[r];
+    int64_t m, cols, batch;
+    if (n->op != OP_MATMUL || p->last_use[r] != s->node || !eager_step(p, r) || readers(p, r) != 1 ||
+        !matmul_dims(p->graph, n, &m, &cols, &batch) || s->kernel->rows != batch * m || s->kernel->cols != cols)
+        return false;
+    char why[256];
+    s->kernel->product = b;
+    if (be->supports(s->kernel, why, sizeof why))
+        return true;
+    s->kernel->product = -1;
+    return false;
+}
+
+static int plan_products(ir_plan *p, const kx_backend *be)
+{
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        for (int b = 0; s->kernel && b < s->n_inputs && s->product == IR_NONE; b++) {
+            ir_ref r = s->buffers[b];
+            if (!fuses_product(p, be, s, b, r))
+                continue;
+            s->product = r;
+            p->materialized[r] = false;
+            int status = set_uses(p, s);
+            if (status < 0)
+                return status;
+            plan_liveness(p); /* the operands now live until s */
+        }
+    }
+    return 0;
+}
+
+/* -- Writing over an input ---------------------------------------------------- */
+
+static bool same_view(const kx_kernel *k, const kx_view *v, const kx_view *w)
+{
+    return v->offset == w->offset && v->inner_stride == w->inner_stride && v->dtype == w->dtype &&
+           !memcmp(v->outer_strides, w->outer_strides, (size_t)k->n_outer * sizeof *v->outer_strides);
+}
+
+/* The input buffer step s may write its output into, or -1: an elementwise
+ * kernel whose every read of that buffer is at the element it stores (so
+ * each element is read before it is overwritten, in whatever order the loop
+ * runs), an input of the plan whose last use this is, of the output's dtype
+ * and size. */
+static int in_place_input(const ir_plan *p, const plan_step *s)
+{
+    const kx_kernel *k = s->kernel;
+    if (!k || k->product >= 0 || k->n_reductions || k->n_row_stores || k->n_stores != 1 || s->n_outputs != 1)
+        return -1;
+    const kx_view *out = &k->views[k->stores[0].view];
+    const ir_node *node = &p->graph->nodes[s->node];
+    for (int b = 0; b < s->n_inputs; b++) {
+        ir_ref input = s->buffers[b];
+        const ir_node *in = &p->graph->nodes[input];
+        bool fits = p->last_use[input] == s->node && ir_plan_stores(p, input) && in->dtype == node->dtype &&
+                    ir_node_numel(in) == ir_node_numel(node);
+        for (int v = 0; fits && v < k->n_views; v++)
+            if (k->views[v].buffer == b)
+                fits = same_view(k, &k->views[v], out);
+        for (int other = 0; fits && other < s->n_inputs; other++)
+            fits = other == b || s->buffers[other] != input;
+        if (fits)
+            return b;
+    }
+    return -1;
+}
+
+/* Drops buffer b of step s, its loads reading the output's buffer instead. */
+static void read_through_output(plan_step *s, int b)
+{
+    kx_kernel *k = s->kernel;
+    int out = k->views[k->stores[0].view].buffer;
+    for (int v = 0; v < k->n_views; v++) {
+        int at = k->views[v].buffer == b ? out : k->views[v].buffer;
+        k->views[v].buffer = at > b ? at - 1 : at;
+    }
+    for (int r = 0; r < k->n_row_stores; r++)
+        k->row_stores[r].buffer -= k->row_stores[r].buffer > b;
+    for (int i = b; i + 1 < k->n_buffers; i++) {
+        k->buffer_dtypes[i] = k->buffer_dtypes[i + 1];
+        s->buffers[i] = s->buffers[i + 1];
+    }
+    k->n_buffers--;
+    s->n_inputs--;
+}
+
+static int plan_in_place(ir_plan *p)
+{
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        int b = in_place_input(p, s);
+        if (b < 0)
+            continue;
+        s->reuses = s->buffers[b];
+        read_through_output(s, b);
+        int status = set_uses(p, s);
+        if (status < 0)
+            return status;
+    }
+    return 0;
+}
+
+/* -- Products in blocks ------------------------------------------------------- */
+
+static int64_t inner_dim(const ir_graph *g, const ir_node *n)
+{
+    const ir_node *a = &g->nodes[ir_operands(g, n)[0]];
+    return a->shape[a->ndim - 1];
+}
+
+static int64_t gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Rows of an f32 product [batch, m, n] of inner dimension inner per block,
+ * each block's end a row end of kernel k (which runs over the same elements
+ * in place); 0 when blocks would not pay. Each block's GEMM packs b again,
+ * inner x n, which costs about what keeping inner rows of the product in
+ * cache saves: a block needs several times inner rows. */
+static int64_t rows_per_block(const kx_kernel *k, int64_t block_bytes, int64_t m, int64_t n, int64_t inner,
+                              int64_t batch)
+{
+    int64_t step = k->cols / gcd(n, k->cols);
+    if (block_bytes <= 0 || batch * m * n * (int64_t)sizeof(float) < 4 * block_bytes ||
+        (batch > 1 && m * n % k->cols != 0))
+        return 0;
+    int64_t rows = block_bytes / (n * (int64_t)sizeof(float)) / step * step;
+    return rows >= 4 * inner && rows > 0 ? rows : 0;
+}
+
+/* Whether step s's uses other than the product r exist before r runs:
+ * computed earlier, or the function's inputs, captures, constants. */
+static bool inputs_ready_before(const ir_plan *p, const plan_step *s, ir_ref r)
+{
+    for (int i = 0; i < s->n_uses; i++) {
+        ir_op op = p->graph->nodes[s->uses[i]].op;
+        if (s->uses[i] != r && s->uses[i] > r && op != OP_INPUT && op != OP_CAPTURE && op != OP_CONST)
+            return false;
+    }
+    return true;
+}
+
+static void plan_blocks(ir_plan *p, int64_t block_bytes)
+{
+    const ir_graph *g = p->graph;
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        ir_ref r = s->reuses;
+        const ir_node *n = r != IR_NONE ? &g->nodes[r] : NULL;
+        int64_t m, cols, batch, rows;
+        if (!n || n->op != OP_MATMUL || !eager_step(p, r) || readers(p, r) != 1 ||
+            !matmul_dims(g, n, &m, &cols, &batch) || !inputs_ready_before(p, s, r) ||
+            (rows = rows_per_block(s->kernel, block_bytes, m, cols, inner_dim(g, n), batch)) == 0)
+            continue;
+        plan_step *product = &p->steps[p->step_of[r]];
+        s->blocked_with = p->step_of[r];
+        product->blocked_with = i;
+        product->block_rows = rows;
+        p->products_in_blocks++;
+    }
+}
+
+/* -- Streaming stores --------------------------------------------------------- */
+
+/* A store in a reduction's pass is read back from cache by the store pass,
+ * and an epilogue in blocks rewrites lines still in cache: non-temporal
+ * stores would evict them (softmax 4096x4096: 17 ms against 12). */
+static bool streams(const plan_step *s, int64_t stream_bytes)
+{
+    const kx_kernel *k = s->kernel;
+    if (s->blocked_with >= 0)
+        return false;
+    int64_t bytes = 0;
+    for (int i = 0; i < k->n_stores; i++) {
+        const kx_view *v = &k->views[k->stores[i].view];
+        if (v->inner_stride != 1 || k->stores[i].pass != KX_STORE_PASS)
+            return false;
+        bytes += k->rows * k->cols * (int64_t)ir_dtype_size(v->dtype);
+    }
+    return bytes >= stream_bytes;
+}
+
+static void plan_streams(ir_plan *p, int64_t stream_bytes)
+{
+    for (int i = 0; i < p->n_steps; i++)
+        if (p->steps[i].kernel)
+            p->steps[i].options.stream_stores = streams(&p->steps[i], stream_bytes);
+}
+
+/* -- Memory ------------------------------------------------------------------ */
+
+static int64_t bytes_of(const ir_node *n)
+{
+    return ir_node_numel(n) * (int64_t)ir_dtype_size(n->dtype);
+}
+
+/* Bytes of stored values other than kept that node r reads last (each once). */
+static int64_t bytes_dying_at(const ir_plan *p, ir_ref r, ir_ref kept)
+{
+    uint32_t n;
+    const ir_ref *used = ir_plan_uses(p, r, &n);
+    int64_t bytes = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        bool repeated = false;
+        for (uint32_t j = 0; j < i && !repeated; j++)
+            repeated = used[j] == used[i];
+        if (!repeated && used[i] != kept && p->last_use[used[i]] == r && ir_plan_stores(p, used[i]))
+            bytes += bytes_of(&p->graph->nodes[used[i]]);
+    }
+    return bytes;
+}
+
+/* Peak bytes of computed values alive at once; an output written in place
+ * takes its input's bytes over, and a product computed inside its reader's
+ * kernel takes none. */
+static void plan_memory(ir_plan *p)
+{
+    const ir_graph *g = p->graph;
+    int64_t live = 0;
+    for (ir_ref r = 0; r < g->count; r++) {
+        if (p->materialized[r])
+            p->visit[p->n_visit++] = r;
+        if (!ir_plan_stores(p, r))
+            continue;
+        p->kernels++;
+        int step = p->step_of ? p->step_of[r] : -1;
+        ir_ref reused = step >= 0 ? p->steps[step].reuses : IR_NONE;
+        if (reused == IR_NONE)
+            live += bytes_of(&g->nodes[r]);
+        p->peak_bytes = live > p->peak_bytes ? live : p->peak_bytes;
+        live -= bytes_dying_at(p, r, reused);
+    }
+}
+
+/* -- The plan ---------------------------------------------------------------- */
+
+void ir_plan_free(ir_plan *p)
+{
+    for (int i = 0; i < p->n_steps; i++) {
+        kx_kernel_free(p->steps[i].kernel);
+        free(p->steps[i].buffers);
+        free(p->steps[i].uses);
+    }
+    free(p->steps);
+    free(p->step_of);
+    free(p->materialized);
+    free(p->last_use);
+    free(p->visit);
+    memset(p, 0, sizeof *p);
+}
+
+/* The backend's decisions on the lowered steps. */
+static int decide(ir_plan *p, const plan_options *o)
+{
+    const kx_backend *be = o->backend;
+    for (ir_ref r = 0; r < p->graph->count; r++)
+        p->step_of[r] = -1;
+    for (int i = 0; i < p->n_steps; i++) {
+        p->step_of[p->steps[i].node] = i;
+        if (p->steps[i].kernel && set_uses(p, &p->steps[i]) < 0)
+            return -CORE_NOMEM;
+    }
+    plan_liveness(p);
+    int status = be->supports ? plan_products(p, be) : 0;
+    if (status == 0)
+        status = plan_in_place(p);
+    if (status == 0 && be->runs_row_ranges && o->product_block_bytes > 0)
+        plan_blocks(p, o->product_block_bytes);
+    if (status == 0 && be->stream_bytes > 0)
+        plan_streams(p, be->stream_bytes);
+    return status;
+}
+
+int ir_plan_make(const ir_graph *g, const plan_options *o, ir_plan *p, char *err, size_t err_size)
+{
+    memset(p, 0, sizeof *p);
+    p->graph = g;
+    size_t count = g->count ? g->count : 1;
+    p->last_use = malloc(count * sizeof *p->last_use);
+    p->visit = malloc(count * sizeof *p->visit);
+    int status = p->last_use && p->visit ? 0 : -CORE_NOMEM;
+    if (status == 0 && o->backend) {
+        p->step_of = malloc(count * sizeof *p->step_of);
+        status = p->step_of ? ir_lower(g, o->opt_level >= o->backend->split_sums_at, p, err, err_size)
+                            : -CORE_NOMEM;
+        if (status == 0)
+            status = decide(p, o);
+    } else if (status == 0 && (p->materialized = malloc(count * sizeof *p->materialized))) {
+        for (ir_ref r = 0; r < g->count; r++)
+            p->materialized[r] = true;
+        plan_liveness(p);
+    } else {
+        status = -CORE_NOMEM;
+    }
+    if (status == 0)
+        plan_memory(p);
+    if (status == -CORE_NOMEM)
+        snprintf(err, err_size, "out of memory planning the graph");
+    if (status < 0)
+        ir_plan_free(p);
+    return status;
+}

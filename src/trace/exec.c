@@ -1,0 +1,532 @@
+/* The executor: a graph planned (src/ir/plan.c), its kernels made ready by
+ * the compile-or-load service, and run step by step: fused kernels launched
+ * through their backend, the nodes they leave to eager run by the
+ * interpreter, a CPU product in blocks with its epilogue on each block.
+ *
+ * Each value is released after its last use, so memory follows the plan's
+ * liveness. Outputs that share storage with an input, a capture or a
+ * constant are copied before writebacks run, so outputs are fresh and hold
+ * the values of this call whatever happens to the caller's tensors
+ * afterwards. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "trace/trace.h"
+
+struct executable {
+    ir_graph *graph;
+    kiln_tensor **captures;
+    int n_captures;
+    kiln_tensor **consts;          /* per node: the 0-d tensor of a const node */
+    ir_plan plan;
+    const kx_backend *backend;     /* NULL: interpreted */
+    kernels_entry **loaded;        /* per step: its kernel, NULL for eager steps */
+    exec_counts counts;
+    kiln_device device;            /* where values live and kernels run */
+};
+
+enum { STACK_VALUES = 128 };
+
+/* -- Making it ------------------------------------------------------------------ */
+
+static int64_t product_block_bytes(void)
+{
+    return core_env_int("KILN_PRODUCT_BLOCK_BYTES", (32 << 20) / 4);
+}
+
+static void dump_kernel(const exec_options *o, int index, const plan_step *s)
+{
+    char *text = kx_to_text(s->kernel);
+    strbuf t = {0};
+    strbuf_put(&t, "%s", text ? text : "");
+    if (s->reuses != IR_NONE)
+        strbuf_put(&t, "# plan: in_place over node %u\n", s->reuses);
+    if (s->product != IR_NONE)
+        strbuf_put(&t, "# plan: product of node %u inside the kernel\n", s->product);
+    if (s->blocked_with >= 0)
+        strbuf_put(&t, "# plan: on blocks of a product\n");
+    if (s->options.stream_stores)
+        strbuf_put(&t, "# plan: stream_stores\n");
+    char *dump = strbuf_finish(&t);
+    o->dump(o->dump_ctx, index, "kernel", dump);
+    free(dump);
+    free(text);
+}
+
+/* The plan's kernels through the service for target: loaded into x->loaded
+ * when load. A kernels_get status, with why. */
+static int get_kernels(executable *x, const exec_options *o, const kx_target *target, bool load, char *why,
+                       size_t size)
+{
+    const ir_plan *p = &x->plan;
+    int n = p->n_steps, n_kernels = 0;
+    kx_kernel **kernels = malloc(((size_t)n + 1) * sizeof *kernels);
+    kx_kernel_options *options = malloc(((size_t)n + 1) * sizeof *options);
+    kernels_entry **loaded = load ? calloc((size_t)n + 1, sizeof *loaded) : NULL;
+    int status = kernels && options && (loaded || !load) ? 0 : KERNELS_FAILED;
+    if (status < 0)
+        snprintf(why, size, "out of memory compiling the graph");
+    for (int i = 0; status == 0 && i < n; i++) {
+        if (!p->steps[i].kernel)
+            continue;
+        if (o->dump)
+            dump_kernel(o, n_kernels, &p->steps[i]);
+        options[n_kernels] = p->steps[i].options;
+        kernels[n_kernels++] = p->steps[i].kernel;
+    }
+    kernels_request r = {.target = target, .opt_level = o->opt_level, .fast_math = o->fast_math,
+                         .no_disk = o->no_disk, .function = o->function, .signature = o->signature, .log = o->log,
+                         .dump = o->dump, .dump_ctx = o->dump_ctx};
+    kernels_counts counts = {0};
+    if (status == 0 && n_kernels > 0)
+        status = kernels_get(kernels, options, n_kernels, &r, loaded, &counts, why, size);
+    x->counts = (exec_counts){counts.compiled, counts.from_disk, counts.shared};
+    if (status == 0 && load) { /* spread over the steps */
+        x->loaded = calloc((size_t)n + 1, sizeof *x->loaded);
+        for (int i = 0, k = 0; x->loaded && i < n; i++)
+            x->loaded[i] = p->steps[i].kernel ? loaded[k++] : NULL;
+        if (!x->loaded) {
+            for (int k = 0; k < n_kernels; k++)
+                kernels_release(loaded[k]);
+            snprintf(why, size, "out of memory compiling the graph");
+            status = KERNELS_FAILED;
+        }
+    }
+    free(kernels);
+    free(options);
+    free(loaded);
+    return status;
+}
+
+static int plan(executable *x, const kx_backend *backend, int opt_level, char *why, size_t size)
+{
+    plan_options po = {.backend = backend, .opt_level = opt_level, .product_block_bytes = product_block_bytes()};
+    return ir_plan_make(x->graph, &po, &x->plan, why, size);
+}
+
+/* Plans x for its device's backend and makes its kernels ready. A failure
+ * leaves x unplanned with why; a kernel KILN_CACHE=require finds missing is
+ * an error (-CORE_STATE, set). */
+static int compile(executable *x, const exec_options *o, char *why, size_t size)
+{
+    const kx_backend *be = kernels_backend_for(x->device);
+    if (!be) {
+        kernels_have_backend(x->device, why, size);
+        return 0;
+    }
+    const kx_target *target = be->target(NULL, why, size);
+    if (!target)
+        return 0;
+    int status = plan(x, be, o->opt_level, why, size);
+    if (status == -CORE_NOMEM)
+        return status;
+    if (status < 0) { /* an internal error, said in why: interpreting still gives the right answer */
+        kiln_clear_error();
+        return 0;
+    }
+    if ((status = get_kernels(x, o, target, true, why, size)) == 0) {
+        x->backend = be;
+        return 0;
+    }
+    ir_plan_free(&x->plan);
+    return status == KERNELS_REQUIRED_MISSING ? core_fail(CORE_STATE, "kiln_call", "%s", why) : 0;
+}
+
+static void release_all(ir_graph *g, kiln_tensor **captures, int n_captures)
+{
+    ir_graph_free(g);
+    for (int i = 0; i < n_captures; i++)
+        kiln_release(captures[i]);
+    free(captures);
+}
+
+executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const exec_options *o, char *why,
+                     size_t why_size, int *status)
+{
+    why[0] = '\0';
+    executable *x = calloc(1, sizeof *x);
+    if (!x) {
+        release_all(g, captures, n_captures);
+        *status = core_fail(CORE_NOMEM, "kiln_call", "out of memory planning a graph");
+        return NULL;
+    }
+    *x = (executable){.graph = g, .captures = captures, .n_captures = n_captures, .device = o->device};
+    *status = (x->consts = interp_consts(g, o->device)) ? 0 : -CORE_NOMEM;
+    if (*status == 0 && o->compiled)
+        *status = compile(x, o, why, why_size);
+    if (*status == 0 && !x->backend)
+        *status = plan(x, NULL, o->opt_level, why, why_size) == 0 ? 0 : -CORE_NOMEM;
+    if (*status == -CORE_NOMEM)
+        core_fail(CORE_NOMEM, "kiln_call", "out of memory planning a graph");
+    if (*status < 0) {
+        exec_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+int exec_compile_for(const ir_graph *g, const exec_options *o, const kx_target *target, exec_counts *counts,
+                     char *why, size_t why_size)
+{
+    /* The kernels are the ones a plan for g would run on target: a plan
+     * never run. */
+    executable x = {.graph = (ir_graph *)g, .device = target->backend->device};
+    int status = plan(&x, target->backend, o->opt_level, why, why_size) < 0 ? -1 : 0;
+    if (status == 0)
+        status = get_kernels(&x, o, target, false, why, why_size) < 0 ? -1 : 0;
+    *counts = x.counts;
+    ir_plan_free(&x.plan);
+    return status;
+}
+
+void exec_free(executable *x)
+{
+    if (!x)
+        return;
+    for (int i = 0; x->loaded && i < x->plan.n_steps; i++)
+        kernels_release(x->loaded[i]);
+    free(x->loaded);
+    ir_plan_free(&x->plan);
+    interp_consts_free(x->graph, x->consts);
+    release_all(x->graph, x->captures, x->n_captures);
+    free(x);
+}
+
+/* -- What it is -------------------------------------------------------------------- */
+
+const char *exec_backend_name(const executable *x)
+{
+    return x->backend ? x->backend->name : "interp";
+}
+
+exec_counts exec_kernel_counts(const executable *x)
+{
+    return x->counts;
+}
+
+const ir_graph *exec_graph(const executable *x)
+{
+    return x->graph;
+}
+
+int exec_steps(const executable *x)
+{
+    return x->plan.kernels;
+}
+
+int exec_fused_kernels(const executable *x)
+{
+    int n = 0;
+    for (int i = 0; i < x->plan.n_steps; i++)
+        n += x->plan.steps[i].kernel != NULL;
+    return n;
+}
+
+int64_t exec_peak_bytes(const executable *x)
+{
+    return x->plan.peak_bytes;
+}
+
+int exec_products_in_blocks(const executable *x)
+{
+    return x->plan.products_in_blocks;
+}
+
+/* -- Kernel steps ---------------------------------------------------------------- */
+
+static int launch_failed(const char *why)
+{
+    return core_fail(CORE_DEVICE, "kiln_call", "%s", why);
+}
+
+/* The output of node n for a kernel that writes over value t (NULL: one
+ * that does not). The kernel reads t's values from its output, so that is t
+ * itself when t alone holds its whole contiguous storage, else a copy. */
+static kiln_tensor *output_for(const executable *x, const ir_node *n, kiln_tensor *t)
+{
+    kiln_tensor *out;
+    if (!t) {
+        out = eager_empty("kiln_call", x->device, n->dtype, n->ndim, n->shape);
+    } else if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
+               eager_is_contiguous(t) && t->device == x->device) {
+        out = kiln_reshape(t, n->ndim, n->shape);
+    } else {
+        kiln_tensor *copy = t->device == x->device ? eager_copy("kiln_call", t) : kiln_to_device(t, x->device);
+        eager_disown(copy);
+        out = copy ? kiln_reshape(copy, n->ndim, n->shape) : NULL;
+        kiln_release(copy);
+    }
+    eager_disown(out);
+    return out;
+}
+
+static const char *where(kiln_device d)
+{
+    return d == KILN_CUDA ? "CUDA" : "the CPU";
+}
+
+/* A kernel's operand on another device than the executable's (a capture):
+ * a 0-d value is copied over, as eager ops take one; anything else is the
+ * eager ops' error. NULL with the error set, or a new unowned tensor. */
+static kiln_tensor *operand_moved(const executable *x, const kiln_tensor *t)
+{
+    char d[CORE_SHAPE_STR_MAX];
+    if (t->ndim == 0) {
+        kiln_tensor *moved = kiln_to_device((kiln_tensor *)t, x->device);
+        eager_disown(moved); /* released with the other staged operands */
+        return moved;
+    }
+    core_shape_str(d, t->ndim, t->shape);
+    core_fail(CORE_DEVICE, "kiln_call", "operands are on different devices: a captured %s %s is on %s, the "
+              "inputs on %s (move it with kiln_to_device)", d, kiln_dtype_name(t->dtype), where(t->device),
+              where(x->device));
+    return NULL;
+}
+
+/* Node r's value before its turn in the run: computed already, or a source. */
+static kiln_tensor *value_of(const executable *x, ir_ref r, const interp_sources *s, kiln_tensor *const *values)
+{
+    kiln_tensor *t = interp_source(x->graph, r, s);
+    return t ? t : values[r];
+}
+
+/* buffers[i] for step s's inputs (but its product's slot), copied into
+ * staged[i] where the kernel cannot read them as they are. false with the
+ * error set. */
+static bool stage_inputs(const executable *x, const plan_step *s, const interp_sources *src,
+                         kiln_tensor *const *values, void **buffers, kiln_tensor **staged)
+{
+    for (int i = 0; i < s->n_inputs; i++) {
+        buffers[i] = NULL;
+        if (i == s->kernel->product)
+            continue;
+        kiln_tensor *t = value_of(x, s->buffers[i], src, values);
+        /* Kernels address buffers as row-major; CUDA's read 16 bytes at a
+         * time, and a CPU 0-d value goes along as eager ops take it. */
+        if (t->device != x->device)
+            t = staged[i] = operand_moved(x, t);
+        else if (!eager_is_contiguous(t) || (x->device == KILN_CUDA && (uintptr_t)eager_data(t) % 16))
+            t = staged[i] = eager_copy("kiln_call", t);
+        if (!t)
+            return false;
+        buffers[i] = eager_data(t);
+    }
+    return true;
+}
+
+/* The operands of step s's product, after its buffers, and their layout. */
+static bool product_operands(const executable *x, const plan_step *s, kiln_tensor *const *values, void **buffers,
+                             kg_matmul_args *layout)
+{
+    const ir_ref *ops = ir_operands(x->graph, &x->graph->nodes[s->product]);
+    kiln_tensor *a = values[ops[0]], *b = values[ops[1]];
+    if ((a->device != x->device && !operand_moved(x, a)) || (b->device != x->device && !operand_moved(x, b)) ||
+        eager_matmul_args("kiln_call", a, b, layout) < 0)
+        return false;
+    buffers[s->n_inputs + s->n_outputs] = eager_data(a);
+    buffers[s->n_inputs + s->n_outputs + 1] = eager_data(b);
+    return true;
+}
+
+/* Runs kernel step i over its inputs into its output tensor. */
+static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources *src, kiln_tensor **values)
+{
+    const plan_step *s = &x->plan.steps[i];
+    const ir_node *n = &x->graph->nodes[s->node];
+    void *buffers[KX_MAX_BUFFERS + 2];
+    kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
+    kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL);
+    kg_matmul_args layout;
+    bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
+              (s->product == IR_NONE || product_operands(x, s, values, buffers, &layout));
+    if (ok) {
+        char why[512];
+        buffers[s->n_inputs] = eager_data(out);
+        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? &layout : NULL, 0,
+                               s->kernel->rows, why, sizeof why) < 0)
+            ok = launch_failed(why) == 0;
+    }
+    for (int b = 0; b < s->n_inputs; b++)
+        kiln_release(staged[b]);
+    if (!ok)
+        out = (kiln_release(out), NULL);
+    return out;
+}
+
+/* A product's epilogue kernel, run on each block of the product. */
+typedef struct {
+    const executable *x;
+    int step;
+    void **buffers;
+    int64_t cols;    /* the product's */
+    bool failed;
+} block_epilogue;
+
+static void epilogue_on_block(void *ctx, void *data, int64_t begin, int64_t end)
+{
+    block_epilogue *e = ctx;
+    const plan_step *s = &e->x->plan.steps[e->step];
+    int64_t k_cols = s->kernel->cols;
+    char why[512];
+    e->buffers[s->n_inputs] = data;
+    if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL,
+                                            begin * e->cols / k_cols, end * e->cols / k_cols, why, sizeof why) < 0)
+        e->failed = launch_failed(why) < 0;
+}
+
+/* Matmul node r, a block of rows at a time, with its epilogue kernel run on
+ * each block (its value is then the epilogue's, in place). */
+static kiln_tensor *run_product_in_blocks(const executable *x, ir_ref r, const interp_sources *src,
+                                          kiln_tensor **values)
+{
+    int step = x->plan.steps[x->plan.step_of[r]].blocked_with;
+    const plan_step *s = &x->plan.steps[step];
+    const ir_node *n = &x->graph->nodes[r];
+    void *buffers[KX_MAX_BUFFERS];
+    kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL}, *out = NULL;
+    if (stage_inputs(x, s, src, values, buffers, staged)) {
+        block_epilogue e = {x, step, buffers, n->shape[n->ndim - 1], false};
+        const ir_ref *ops = ir_operands(x->graph, n);
+        out = eager_matmul_blocks("kiln_call", values[ops[0]], values[ops[1]],
+                                  x->plan.steps[x->plan.step_of[r]].block_rows, epilogue_on_block, &e);
+        if (e.failed)
+            out = (kiln_release(out), NULL);
+    }
+    for (int i = 0; i < s->n_inputs; i++)
+        kiln_release(staged[i]);
+    return out;
+}
+
+/* Node r's value: run by the eager ops, by its compiled kernel, or, for a
+ * product in blocks and its epilogue, as run_product_in_blocks leaves it. */
+static kiln_tensor *run_step(const executable *x, ir_ref r, const interp_sources *src, kiln_tensor **values)
+{
+    int step = x->backend ? x->plan.step_of[r] : -1;
+    const plan_step *s = step >= 0 ? &x->plan.steps[step] : NULL;
+    if (!s || (!s->kernel && s->blocked_with < 0))
+        return interp_node(x->graph, r, src, values);
+    if (s->blocked_with < 0)
+        return run_kernel(x, step, src, values);
+    if (!s->kernel)
+        return run_product_in_blocks(x, r, src, values);
+    return output_for(x, &x->graph->nodes[r], values[s->reuses]);
+}
+
+static void release_dead_operands(const executable *x, ir_ref r, kiln_tensor **values)
+{
+    uint32_t n;
+    const ir_ref *used = ir_plan_uses(&x->plan, r, &n);
+    for (uint32_t i = 0; i < n; i++) {
+        ir_ref o = used[i];
+        if (x->plan.last_use[o] == r && values[o]) {
+            kiln_release(values[o]);
+            values[o] = NULL;
+        }
+    }
+}
+
+/* -- Outputs and writebacks ------------------------------------------------------- */
+
+/* Whether node r's value is a new tensor a compiled kernel wrote. */
+static bool made_by_kernel(const executable *x, ir_ref r)
+{
+    return x->backend && x->plan.step_of[r] >= 0 && x->plan.steps[x->plan.step_of[r]].kernel;
+}
+
+static bool shares_caller_storage(const executable *x, kiln_tensor *const *in, const kiln_tensor *t)
+{
+    for (int i = 0; i < x->graph->n_inputs; i++)
+        if (kiln_shares_storage(in[i], t))
+            return true;
+    for (int i = 0; i < x->n_captures; i++)
+        if (kiln_shares_storage(x->captures[i], t))
+            return true;
+    for (ir_ref r = 0; r < x->graph->count; r++)
+        if (x->consts[r] && kiln_shares_storage(x->consts[r], t))
+            return true;
+    return false;
+}
+
+static int take_outputs(const executable *x, kiln_tensor *const *in, kiln_tensor **values, kiln_tensor **out)
+{
+    const ir_graph *g = x->graph;
+    for (int i = 0; i < g->n_outputs; i++) {
+        kiln_tensor *t = values[g->outputs[i]];
+        bool shared = !made_by_kernel(x, g->outputs[i]) && shares_caller_storage(x, in, t);
+        for (int j = 0; j < i && !shared; j++) /* one value returned twice: two tensors */
+            shared = kiln_shares_storage(out[j], t);
+        out[i] = shared ? eager_copy("kiln_call", t) : kiln_retain(t);
+        if (!out[i]) {
+            for (int j = 0; j < i; j++)
+                out[j] = (kiln_release(out[j]), NULL);
+            return core_error_status();
+        }
+    }
+    return 0;
+}
+
+static bool written_back(const executable *x, const kiln_tensor *t)
+{
+    for (int i = 0; i < x->graph->n_writebacks; i++)
+        if (kiln_shares_storage(x->captures[x->graph->writebacks[i].capture], t))
+            return true;
+    return false;
+}
+
+/* Every value is read before any capture is written: a value that shares
+ * storage with a capture being written back is copied first (b = a; a = c
+ * must give b the old a, as it does eagerly). */
+static int write_back(const executable *x, kiln_tensor **values)
+{
+    int n = x->graph->n_writebacks, status = 0;
+    if (n == 0)
+        return 0;
+    kiln_tensor **sources = calloc((size_t)n, sizeof *sources);
+    if (!sources)
+        return core_fail(CORE_NOMEM, "kiln_call", "out of memory writing back");
+    for (int i = 0; i < n && status == 0; i++) {
+        kiln_tensor *v = values[x->graph->writebacks[i].value];
+        sources[i] = written_back(x, v) ? eager_copy("kiln_call", v) : kiln_retain(v);
+        if (!sources[i])
+            status = core_error_status();
+    }
+    for (int i = 0; i < n && status == 0; i++)
+        status = kiln_assign(x->captures[x->graph->writebacks[i].capture], sources[i]);
+    for (int i = 0; i < n; i++)
+        kiln_release(sources[i]);
+    free(sources);
+    return status < 0 ? status : 0;
+}
+
+int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
+{
+    const ir_graph *g = x->graph;
+    const ir_plan *p = &x->plan;
+    kiln_tensor *stack[STACK_VALUES];
+    kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
+    if (!values)
+        return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
+    interp_sources src = {in, x->captures, x->consts};
+    for (uint32_t i = 0; i < p->n_visit; i++)
+        values[p->visit[i]] = NULL; /* only these are ever read */
+    int status = 0;
+    for (uint32_t i = 0; i < p->n_visit && status == 0; i++) {
+        ir_ref r = p->visit[i];
+        if (!(values[r] = run_step(x, r, &src, values)))
+            status = core_error_status();
+        else
+            release_dead_operands(x, r, values);
+    }
+    if (status == 0)
+        status = take_outputs(x, in, values, out);
+    if (status == 0 && (status = write_back(x, values)) < 0)
+        for (int i = 0; i < g->n_outputs; i++)
+            out[i] = (kiln_release(out[i]), NULL);
+    for (uint32_t i = 0; i < p->n_visit; i++)
+        kiln_release(values[p->visit[i]]);
+    if (values != stack)
+        free(values);
+    return status;
+}
