@@ -27,6 +27,8 @@ typedef enum {
 
 /* What status means, from status.def. */
 const char *core_status_text(core_status status);
+/* Sets this thread's error to "fn: <what status means>"; returns -status. */
+int core_fail_status(core_status status, const char *fn);
 /* Sets this thread's error to "fn: <printf of fmt>" and returns -status. */
 int core_fail(core_status status, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -31,6 +31,11 @@ int core_fail(core_status status, const char *fn, const char *fmt, ...)
     return -(int)status;
 }
 
+int core_fail_status(core_status status, const char *fn)
+{
+    return core_fail(status, fn, "%s", core_status_text(status));
+}
+
 int core_fail_null(const char *fn, const char *what)
 {
     if (pending)

@@ -163,7 +163,7 @@ kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, cons
         return NULL;
     kiln_tensor *t = tensor_alloc(base->dtype, ndim, shape, numel);
     if (!t) {
-        core_fail(CORE_NOMEM, fn, "out of memory");
+        core_fail_status(CORE_NOMEM, fn);
         return NULL;
     }
     t->device = base->device;
@@ -315,7 +315,7 @@ void kiln_scope_begin(void)
     scope_stack *s = stack_get();
     if (!s) {
         failed_begins++;
-        core_fail(CORE_NOMEM, "kiln_scope_begin", "out of memory");
+        core_fail_status(CORE_NOMEM, "kiln_scope_begin");
         return;
     }
     if (s->depth == s->cap) {
@@ -323,7 +323,7 @@ void kiln_scope_begin(void)
         scope *levels = realloc(s->levels, (size_t)cap * sizeof *levels);
         if (!levels) {
             failed_begins++;
-            core_fail(CORE_NOMEM, "kiln_scope_begin", "out of memory");
+            core_fail_status(CORE_NOMEM, "kiln_scope_begin");
             return;
         }
         memset(levels + s->cap, 0, (size_t)(cap - s->cap) * sizeof *levels);

@@ -507,7 +507,7 @@ int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
     kiln_tensor *stack[STACK_VALUES];
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
-        return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
+        return core_fail_status(CORE_NOMEM, "kiln_call");
     interp_sources src = {in, x->captures, x->consts};
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */

@@ -61,7 +61,7 @@ kiln_tensor *interp_node(const ir_graph *g, ir_ref r, const interp_sources *s, k
     kiln_tensor *stack[MAX_STACK_OPERANDS] = {NULL};
     kiln_tensor **operands = n->n_operands <= MAX_STACK_OPERANDS ? stack : malloc(n->n_operands * sizeof *operands);
     if (!operands) {
-        core_fail(CORE_NOMEM, "kiln_call", "out of memory");
+        core_fail_status(CORE_NOMEM, "kiln_call");
         return NULL;
     }
     for (uint32_t i = 0; i < n->n_operands; i++)

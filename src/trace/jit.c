@@ -509,7 +509,7 @@ static int run_eagerly(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **o
 {
     kiln_tensor **body_out = calloc((size_t)f->n_out + 1, sizeof *body_out);
     if (!body_out)
-        return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
+        return core_fail_status(CORE_NOMEM, "kiln_call");
     kiln_scope_begin();
     int rc = f->body(in, body_out, f->user);
     int status = rc == 0 ? 0 : core_fail(CORE_STATE, "kiln_call", "'%s' returned %d: %s", f->name, rc,
@@ -574,7 +574,7 @@ int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
     kiln_spec stack_sig[STACK_INPUTS];
     kiln_spec *sig = f->n_in <= STACK_INPUTS ? stack_sig : malloc((size_t)f->n_in * sizeof *sig);
     if (!sig)
-        return core_fail(CORE_NOMEM, "kiln_call", "out of memory");
+        return core_fail_status(CORE_NOMEM, "kiln_call");
     for (int i = 0; i < f->n_in; i++)
         sig[i] = kiln_spec_of(in[i]);
     pthread_mutex_lock(&f->lock);
@@ -627,7 +627,7 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
         o.retrace_limit = 8;
     kiln_fn *f = calloc(1, sizeof *f);
     if (!f) {
-        core_fail(CORE_NOMEM, "kiln_jit", "out of memory");
+        core_fail_status(CORE_NOMEM, "kiln_jit");
         return NULL;
     }
     snprintf(f->name, sizeof f->name, "%s", name && *name ? name : "anonymous");
