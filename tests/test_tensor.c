@@ -616,6 +616,67 @@ START_TEST(test_kept_view_of_scoped_base)
 }
 END_TEST
 
+static int negate(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_neg(in[0]);
+    return out[0] ? 0 : -1;
+}
+
+/* One rule for every tensor handed out, kiln_call's outputs included: a
+ * scope owns it, and releasing it before the scope ends takes it out of the
+ * scope (it used to be released twice, corrupting the heap later). */
+START_TEST(test_release_inside_a_scope_takes_it_out)
+{
+    int64_t tensors = kiln_live_tensors(), bytes = kiln_live_bytes();
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = KILN_BACKEND_INTERP;
+    kiln_fn *f = kiln_jit("negate", negate, 1, 1, NULL, &o);
+    kiln_scope_begin();
+    kiln_tensor *x = IOTA(KILN_F32, 3), *y, *sum = ok(kiln_add(x, x));
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(kiln_call(f, &x, &y), 0);
+        kiln_release(y);
+    }
+    kiln_tensor *kept = kiln_retain(sum); /* two references: the scope's and this one */
+    kiln_release(kept);                   /* this one; the scope's stays */
+    kiln_release(sum);                    /* the last: the scope lets go of it */
+    kiln_scope_end();
+    kiln_clear_error();
+    kiln_fn_free(f);
+    ck_assert_str_eq(kiln_last_error(), "");
+    ck_assert_int_eq(kiln_live_tensors(), tensors);
+    ck_assert_int_eq(kiln_live_bytes(), bytes);
+}
+END_TEST
+
+/* Debug builds keep released headers poisoned for a while: a release too
+ * many is an error with a message, not heap corruption. */
+START_TEST(test_release_of_a_dead_tensor_is_an_error)
+{
+#ifdef NDEBUG
+    return; /* release builds free headers at once: a second release is undefined */
+#else
+    kiln_tensor *t = ok(kiln_ones(KILN_F32, SHAPE(2)));
+    kiln_release(t);
+    kiln_clear_error();
+    kiln_release(t);
+    ck_assert_kiln_error("kiln_release", "released already");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_add(t, t));
+    ck_assert_kiln_error("kiln_add", "released already");
+    kiln_scope_begin();
+    kiln_tensor *owned = ok(kiln_zeros(KILN_F32, SHAPE(2)));
+    kiln_retain(owned);
+    kiln_release(owned);
+    kiln_release(owned); /* the scope's reference, taken out of the scope */
+    kiln_clear_error();
+    kiln_scope_end();
+    ck_assert_str_eq(kiln_last_error(), "");
+#endif
+}
+END_TEST
+
 /* The issue's requirement, verbatim: "10^5 nested-expression evaluations
  * inside scopes leave the live tensor and byte counters where they started". */
 START_TEST(test_many_scoped_expressions_leave_counters)
@@ -1012,6 +1073,8 @@ static Suite *tensor_suite(void)
     tcase_add_test(ownership, test_scope_leaves_unowned_references);
     tcase_add_test(ownership, test_kept_view_of_scoped_base);
     tcase_add_test(ownership, test_many_scoped_expressions_leave_counters);
+    tcase_add_test(ownership, test_release_inside_a_scope_takes_it_out);
+    tcase_add_test(ownership, test_release_of_a_dead_tensor_is_an_error);
     suite_add_tcase(s, ownership);
 
     TCase *print = tcase_create("print");

@@ -10,10 +10,12 @@
  *   kiln_release(y);
  *
  * Conventions:
- * - Every function that returns a kiln_tensor * returns a new reference. Inside
- *   a scope that reference belongs to the scope: kiln_scope_end() releases it
- *   unless kiln_keep() moved it out. Outside any scope the caller owns it and
- *   calls kiln_release().
+ * - One rule for every tensor kiln hands out (an op's result, kiln_call's
+ *   outputs, a loaded file): it is a new reference. Inside a scope that
+ *   reference belongs to the scope: kiln_scope_end() releases it unless
+ *   kiln_keep() moved it out. Outside any scope the caller owns it and calls
+ *   kiln_release(). Releasing a tensor a scope owns before the scope ends is
+ *   allowed: its last reference released takes it out of the scope.
  * - Failure returns NULL or a negative int and sets a thread-local message,
  *   read with kiln_last_error(), naming the function, the operands' shapes and
  *   dtypes and what was wrong. A NULL operand is an error, never a crash; it
@@ -65,7 +67,10 @@ KILN_API const char *kiln_last_error(void);
 KILN_API void kiln_clear_error(void);
 /* Adds a reference to t and returns t (NULL stays NULL). */
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
-/* Drops one reference; the tensor is freed with its last one. NULL is ignored. */
+/* Drops one reference; the tensor is freed with its last one (and leaves the
+ * scope that owned it). NULL is ignored. Releasing a tensor that is already
+ * dead is an error in debug builds, whose headers of released tensors stay
+ * poisoned a while; undefined behaviour otherwise. */
 KILN_API void kiln_release(kiln_tensor *t);
 /* Opens a scope: tensors returned until the matching kiln_scope_end belong to it. */
 KILN_API void kiln_scope_begin(void);
@@ -333,7 +338,8 @@ KILN_API kiln_jit_options kiln_jit_defaults(void);
  * compilation; opts NULL means defaults. Free with kiln_fn_free. */
 KILN_API kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *user,
                            const kiln_jit_options *opts);
-/* Runs f on in, writing n_out new references to out. Returns 0 or a negative
+/* Runs f on in, writing n_out new references to out, owned as any op's result
+ * (by the innermost open scope, else by the caller). Returns 0 or a negative
  * error; on error out is left NULL. */
 KILN_API int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out);
 KILN_API void kiln_fn_free(kiln_fn *f);

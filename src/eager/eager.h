@@ -18,8 +18,15 @@ typedef struct {
 
 typedef struct eager_trace eager_trace;
 
+/* A live tensor's header starts with TENSOR_ALIVE; a released one's with
+ * TENSOR_DEAD (and debug builds keep it a while before freeing it, so that a
+ * release too many is reported, not heap corruption). */
+enum { TENSOR_ALIVE = 0x6b696c6e, TENSOR_DEAD = 0x64656164 };
+
 struct kiln_tensor {
+    uint32_t magic;
     _Atomic int refs;
+    _Atomic int scoped;   /* references that scopes hold (entries in them) */
     kiln_dtype dtype;
     kiln_device device;
     int ndim;
@@ -47,6 +54,11 @@ static inline char *eager_data(const kiln_tensor *t)
 }
 
 bool eager_is_contiguous(const kiln_tensor *t);
+/* Whether t is a live tensor (not released already); t not NULL. */
+static inline bool eager_alive(const kiln_tensor *t)
+{
+    return t->magic == TENSOR_ALIVE;
+}
 
 /* Checks that none of the n operands is NULL or a tracer of another or a
  * finished trace; names[i] names operand i in fn's error. */

@@ -382,6 +382,7 @@ typedef struct {
 static kiln_tensor *stack_scalar_init(stack_scalar *s, kiln_dtype dt, double value)
 {
     memset(&s->tensor, 0, sizeof s->tensor);
+    s->tensor.magic = TENSOR_ALIVE;
     s->tensor.literal = true;
     s->tensor.dtype = dt;
     s->tensor.numel = 1;

@@ -93,7 +93,9 @@ static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, 
     kiln_tensor *t = core_alloc(sizeof *t);
     if (!t)
         return NULL;
+    t->magic = TENSOR_ALIVE;
     atomic_init(&t->refs, 1);
+    atomic_init(&t->scoped, 0);
     t->dtype = dt;
     t->device = KILN_CPU;
     t->ndim = ndim;
@@ -182,23 +184,78 @@ kiln_tensor *tensor_drop(kiln_tensor *t)
     return NULL;
 }
 
+/* Released tensors' headers that debug builds keep, poisoned, before freeing
+ * them: a release (or use) of one of them is reported. */
+enum { QUARANTINE = 4096 };
+
+#ifndef NDEBUG
+static struct {
+    pthread_mutex_t lock;
+    kiln_tensor *held[QUARANTINE];
+    int next;
+} quarantine = {.lock = PTHREAD_MUTEX_INITIALIZER};
+#endif
+
+static void header_free(kiln_tensor *t)
+{
+    t->magic = TENSOR_DEAD;
+#ifndef NDEBUG
+    pthread_mutex_lock(&quarantine.lock);
+    kiln_tensor *oldest = quarantine.held[quarantine.next];
+    quarantine.held[quarantine.next] = t;
+    quarantine.next = (quarantine.next + 1) % QUARANTINE;
+    pthread_mutex_unlock(&quarantine.lock);
+    t = oldest;
+    if (!t)
+        return;
+#endif
+    core_free(t, sizeof *t);
+}
+
+static int dead_tensor(const char *fn)
+{
+    return core_fail(CORE_STATE, fn, "the tensor was released already: a release too many, or one a scope "
+                     "released when it ended");
+}
+
 kiln_tensor *kiln_retain(kiln_tensor *t)
 {
+    if (t && !eager_alive(t)) {
+        dead_tensor("kiln_retain");
+        return NULL;
+    }
     if (t)
         atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
     return t;
 }
 
-void kiln_release(kiln_tensor *t)
+/* Drops one reference, freeing t with its last one. */
+static void release(kiln_tensor *t)
 {
-    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (t->storage)
         storage_release(t->storage);
     if (t->trace)
         eager_trace_release(t->trace);
     atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
-    core_free(t, sizeof *t);
+    header_free(t);
+}
+
+static void scope_forget(kiln_tensor *t);
+
+void kiln_release(kiln_tensor *t)
+{
+    if (!t)
+        return;
+    if (!eager_alive(t)) {
+        dead_tensor("kiln_release");
+        return;
+    }
+    /* The last reference, held by a scope: the scope's, released early. */
+    if (atomic_load(&t->refs) == 1 && atomic_load(&t->scoped) > 0)
+        scope_forget(t);
+    release(t);
 }
 
 int64_t kiln_live_tensors(void)
@@ -254,13 +311,35 @@ static _Thread_local int failed_begins;
 static pthread_key_t stack_key;
 static pthread_once_t stack_key_once = PTHREAD_ONCE_INIT;
 
+/* Empties slot i of sc; its tensor stays referenced by whoever takes it. */
+static kiln_tensor *scope_take(scope *sc, int i)
+{
+    kiln_tensor *t = sc->items[i];
+    sc->items[i] = NULL;
+    if (t)
+        atomic_fetch_sub_explicit(&t->scoped, 1, memory_order_relaxed);
+    return t;
+}
+
+/* Releases what sc holds, newest first. */
+static void scope_release_all(scope *sc)
+{
+    for (int i = sc->count - 1; i >= 0; i--) {
+        kiln_tensor *t = scope_take(sc, i);
+        if (t && eager_alive(t))
+            release(t);
+        else if (t)
+            dead_tensor("kiln_scope_end");
+    }
+    sc->count = 0;
+}
+
 /* At thread exit: releases what scopes left open still own, then the stack. */
 static void stack_free(void *p)
 {
     scope_stack *s = p;
     for (int d = s->depth - 1; d >= 0; d--)
-        for (int i = s->levels[d].count - 1; i >= 0; i--)
-            kiln_release(s->levels[d].items[i]);
+        scope_release_all(&s->levels[d]);
     for (int i = 0; i < s->cap; i++)
         free(s->levels[i].items);
     free(s->levels);
@@ -294,6 +373,7 @@ static bool scope_push(scope *sc, kiln_tensor *t)
         sc->cap = cap;
     }
     sc->items[sc->count++] = t;
+    atomic_fetch_add_explicit(&t->scoped, 1, memory_order_relaxed);
     return true;
 }
 
@@ -343,10 +423,7 @@ void kiln_scope_end(void)
         core_fail(CORE_STATE, "kiln_scope_end", "no scope is open");
         return;
     }
-    scope *sc = &stack->levels[--stack->depth];
-    for (int i = sc->count - 1; i >= 0; i--)
-        kiln_release(sc->items[i]);
-    sc->count = 0;
+    scope_release_all(&stack->levels[--stack->depth]);
 }
 
 /* Finds t among the innermost scope's references, newest first: the tensor
@@ -372,7 +449,19 @@ void eager_disown(kiln_tensor *t)
     scope *sc = &stack->levels[stack->depth - 1];
     int slot = scope_find(sc, t);
     if (slot >= 0)
-        sc->items[slot] = NULL;
+        scope_take(sc, slot);
+}
+
+/* Takes t out of the innermost of this thread's scopes that holds it. */
+static void scope_forget(kiln_tensor *t)
+{
+    for (int d = stack ? stack->depth - 1 : -1; d >= 0; d--) {
+        int slot = scope_find(&stack->levels[d], t);
+        if (slot >= 0) {
+            scope_take(&stack->levels[d], slot);
+            return;
+        }
+    }
 }
 
 kiln_tensor *kiln_keep(kiln_tensor *t)
@@ -383,7 +472,7 @@ kiln_tensor *kiln_keep(kiln_tensor *t)
     int slot = scope_find(sc, t);
     if (slot < 0)
         return t;
-    sc->items[slot] = NULL;
+    scope_take(sc, slot);
     if (stack->depth >= 2 && !scope_push(&stack->levels[stack->depth - 2], t))
         core_fail(CORE_NOMEM, "kiln_keep", "out of memory: the tensor now belongs to the caller");
     return t;

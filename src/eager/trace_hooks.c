@@ -51,6 +51,9 @@ int check_operands(const char *fn, int n, kiln_tensor *const *in, const char *co
         const kiln_tensor *t = in[i];
         if (!t)
             return core_fail_null(fn, names[i]);
+        if (!eager_alive(t))
+            return core_fail(CORE_STATE, fn, "%s was released already (a release too many, or a tensor its "
+                             "scope released when it ended)", names[i]);
         if (!t->trace || (t->trace == active && !t->trace->finished))
             continue;
         if (t->trace->finished)
