@@ -30,7 +30,7 @@ static kx_kernel *triple_kernel(int64_t rows, int64_t cols)
 
 typedef struct {
     llvm_code *code;
-    kx_kernel_fn fn;
+    llvm_kernel_fn fn;
     char *ir_after;
 } compiled;
 

@@ -479,17 +479,21 @@ START_TEST(test_each_tracing_error_is_distinct)
 }
 END_TEST
 
-/* A body that keeps failing to trace runs eagerly after the third try. */
+/* Code that works eagerly works marked: a call whose trace fails runs the
+ * body eagerly at once (it used to fail); after the third failed trace no
+ * more are tried. */
 START_TEST(test_body_that_keeps_failing_runs_eagerly_loudly)
 {
     body_fault fault = READ_ITEM;
     kiln_jit_options o = interp();
     kiln_fn *f = kiln_jit("reads", faulty, 1, 2, &fault, &o);
     kiln_tensor *x = kiln_neg(kiln_ones(KILN_F32, 1, (int64_t[]){2})), *out[2];
-    for (int i = 0; i < 3; i++)
-        ck_assert_int_lt(kiln_call(f, &x, out), 0);
-    ck_assert_int_eq(kiln_call(f, &x, out), 0);
-    ck_assert_int_eq(count(f, EAGER_FALLBACKS), 1);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(kiln_call(f, &x, out) == 0, "call %d: %s", i, kiln_last_error());
+        ck_assert_str_eq(kiln_last_error(), "");
+        assert_same(out[0], x, "an eager call's output");
+    }
+    ck_assert_int_eq(count(f, EAGER_FALLBACKS), 4);
     ck_assert_int_eq(count(f, TRACES), 3);
     kiln_fn_free(f);
 }
@@ -511,7 +515,9 @@ START_TEST(test_failed_trace_then_good_call)
     kiln_jit_options o = interp();
     kiln_fn *f = kiln_jit("fails_once", fails_once, 1, 1, &calls, &o);
     kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){3}), *out;
-    ck_assert_int_lt(kiln_call(f, &x, &out), 0);
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0); /* the trace fails; the body then runs eagerly */
+    ck_assert_int_eq(calls, 2);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 3);
     ck_assert_int_eq(kiln_call(f, &x, &out), 0);
     ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 3);
     ck_assert_int_eq(count(f, TRACES), 2);
@@ -542,6 +548,122 @@ START_TEST(test_tracer_used_after_body_returned)
     ck_assert_kiln_error("kiln_item", "cannot read the values");
     ck_assert_int_eq(kiln_print(stash) == 0, 1);
     kiln_release(stash);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* A body may ask for its own function's state while it is traced: the
+ * function's lock is not held then (this used to deadlock). */
+static int asks_for_its_stats(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_fn *const *self = user;
+    kiln_fn_stats_t s;
+    if (kiln_fn_stats(*self, &s) < 0)
+        return -1;
+    kiln_fn_backend(*self);
+    free(kiln_fn_graph_text(*self));
+    out[0] = kiln_add_scalar(in[0], (double)s.traces);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_body_asking_for_its_own_stats)
+{
+    kiln_fn *f = NULL;
+    kiln_jit_options o = interp();
+    f = kiln_jit("asks", asks_for_its_stats, 1, 1, &f, &o);
+    kiln_tensor *x = kiln_zeros(KILN_F32, 1, (int64_t[]){2}), *out;
+    ck_assert_msg(kiln_call(f, &x, &out) == 0, "%s", kiln_last_error());
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 2); /* traces was 1 while tracing */
+    ck_assert_int_eq(count(f, TRACES), 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* Traces slowly, and fails to trace inputs of even length (it reads one). */
+static int fails_on_even(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    usleep(2000);
+    if (kiln_shape(in[0])[0] % 2 == 0 && kiln_item(kiln_sum(in[0], KILN_ALL, false)) > 1e30)
+        return -1;
+    out[0] = kiln_add_scalar(in[0], 1);
+    return out[0] ? 0 : -1;
+}
+
+typedef struct {
+    kiln_fn *f;
+    int64_t first;  /* the lengths this thread calls with */
+    int wrong;
+} racer;
+
+static void *race(void *arg)
+{
+    racer *r = arg;
+    for (int i = 0; i < 12; i++) {
+        int64_t n = r->first + i;
+        kiln_scope_begin();
+        kiln_tensor *x = kiln_zeros(KILN_F32, 1, &n), *out = NULL;
+        r->wrong += kiln_call(r->f, &x, &out) != 0 || kiln_shape(out)[0] != n;
+        r->wrong += out && kiln_item(kiln_sum(out, KILN_ALL, false)) != (double)n;
+        kiln_scope_end();
+    }
+    return NULL;
+}
+
+/* Builds of several signatures in flight at once, some of them failing:
+ * each call gets its own signature's result (a failed build used to shift
+ * the others' places: wrong shapes, crashes, hangs). */
+START_TEST(test_concurrent_builds_with_failures)
+{
+    kiln_jit_options o = interp();
+    o.retrace_limit = 100;
+    kiln_fn *f = kiln_jit("fails_on_even", fails_on_even, 1, 1, NULL, &o);
+    racer racers[4];
+    pthread_t threads[4];
+    for (int t = 0; t < 4; t++) {
+        racers[t] = (racer){f, 2 + 100 * t, 0}; /* each starts with a failing build, at once */
+        pthread_create(&threads[t], NULL, race, &racers[t]);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(threads[t], NULL);
+        ck_assert_int_eq(racers[t].wrong, 0);
+    }
+    kiln_fn_free(f);
+}
+END_TEST
+
+static kiln_tensor *negated(kiln_tensor *x)
+{
+    return kiln_neg(x);
+}
+
+/* Errors that said something else than what happened. */
+START_TEST(test_errors_say_what_happened)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("add_one", add_one, 1, 1, NULL, &o);
+    kiln_tensor *arr[1] = {kiln_ones(KILN_F32, 1, (int64_t[]){2})};
+    ck_assert_int_lt(kiln_call(f, arr, arr), 0); /* said "in[0] is NULL" */
+    ck_assert_kiln_error("kiln_call", "same array");
+    ck_assert_ptr_nonnull(arr[0]);
+    kiln_fn_free(f);
+    kiln_clear_error();
+    kiln_fn *slot = NULL;
+    ck_assert_ptr_null(kiln_jit_call(&slot, "negated", (kiln_generic_fn)negated, 1, NULL)); /* named kiln_call */
+    ck_assert_kiln_error("kiln_jit_call", "in is NULL");
+    o.retrace_limit = INT_MAX; /* said "out of memory": signatures grow as they come */
+    f = kiln_jit("add_one", add_one, 1, 1, NULL, &o);
+    ck_assert_ptr_nonnull(f);
+    for (int64_t n = 1; n <= 10; n++) {
+        kiln_tensor *x = kiln_ones(KILN_F32, 1, &n), *out;
+        ck_assert_msg(kiln_call(f, &x, &out) == 0, "%s", kiln_last_error());
+    }
+    ck_assert_int_eq(count(f, TRACES), 10);
+    if (!kiln_cuda_available()) { /* said "out of memory planning a graph" */
+        kiln_spec cuda = {KILN_F32, 1, {4}, KILN_CUDA};
+        ck_assert_int_lt(kiln_fn_precompile(f, &cuda, "host"), 0);
+        ck_assert_kiln_error("kiln_fn_precompile", "CUDA inputs", "no CUDA");
+    }
     kiln_fn_free(f);
 }
 END_TEST
@@ -745,6 +867,9 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_failed_trace_then_good_call);
     tcase_add_test(tc, test_tracer_used_after_body_returned);
     tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_body_asking_for_its_own_stats);
+    tcase_add_test(tc, test_errors_say_what_happened);
+    tcase_add_test(tc, test_concurrent_builds_with_failures);
     suite_add_tcase(s, tc);
 
     TCase *modes = tcase_create("modes");

@@ -311,7 +311,8 @@ typedef struct {
 typedef struct {
     int64_t traces, compiles, memory_hits, disk_hits, eager_fallbacks;
     double compile_ms;    /* total spent tracing, optimising and compiling */
-    int kernels;          /* in the last specialization */
+    int kernels;          /* launched by a call of the last specialization: its fused kernels and
+                             the eager ops it runs (a matmul, ...); KILN_LOG=1 says how many are fused */
     int64_t peak_bytes;   /* of the last specialization's memory plan */
     int64_t kernels_compiled;  /* by the code generator, for f */
     int64_t kernels_from_disk; /* loaded from the disk cache */

@@ -16,7 +16,7 @@ enum { TASK_ELEMENTS = 32768, TASK_ELEMENTS_TRANSCENDENTAL = 4096 };
 
 struct kx_code {
     llvm_code *code;
-    kx_kernel_fn fn;
+    llvm_kernel_fn fn;
     int64_t grain; /* rows a pool task takes at least */
 };
 
@@ -117,6 +117,7 @@ const kx_backend llvm_backend = {
     .split_sums_at = 2, /* LLVM vectorizes from O2 */
     .stream_bytes = STREAM_BYTES,
     .runs_row_ranges = true,
+    .product_block_bytes = STREAM_BYTES / 4, /* 8 MiB: in a server CPU's L2 and L3 with room to spare */
     .supports = supports,
     .compile = compile,
     .load = load,

@@ -409,7 +409,7 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
     return status;
 }
 
-llvm_code *llvm_load(const void *object, size_t size, const char *symbol, kx_kernel_fn *fn, char *err,
+llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_kernel_fn *fn, char *err,
                      size_t err_size)
 {
     if (!started(err, err_size))
@@ -433,7 +433,7 @@ llvm_code *llvm_load(const void *object, size_t size, const char *symbol, kx_ker
         llvm_code_free(code);
         return NULL;
     }
-    *fn = (kx_kernel_fn)(uintptr_t)address;
+    *fn = (llvm_kernel_fn)(uintptr_t)address;
     return code;
 }
 

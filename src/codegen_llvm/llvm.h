@@ -12,6 +12,10 @@
 /* The backend table (ir/backend.h). */
 extern const kx_backend llvm_backend;
 
+/* A kernel's code: runs rows [begin, end) over its buffers (inputs then
+ * outputs). */
+typedef void (*llvm_kernel_fn)(void *const *buffers, int64_t begin, int64_t end);
+
 typedef struct llvm_code llvm_code;
 typedef struct llvm_target llvm_target;
 
@@ -42,7 +46,7 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
                         void **object, size_t *size, char *err, size_t err_size);
 /* Loads host object code (borrowed: copied) and finds symbol in it: *fn runs
  * the kernel until the code is freed. NULL with the reason in err. */
-llvm_code *llvm_load(const void *object, size_t size, const char *symbol, kx_kernel_fn *fn, char *err,
+llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_kernel_fn *fn, char *err,
                      size_t err_size);
 /* Unloads the code; its functions must not run any more. */
 void llvm_code_free(llvm_code *code);

@@ -10,9 +10,8 @@
 
 struct kx_code {
     device_module *module;
-    bool product;  /* launched as a matmul, its epilogue applied to each tile */
-    bool rows;     /* a block per row (it reduces rows), else a thread per element */
-    int64_t items; /* rows, or elements */
+    bool product;          /* launched as a matmul, its epilogue applied to each tile */
+    nvrtc_layout layout;   /* else: a block per row or a thread per item */
     int n_buffers;
 };
 
@@ -93,8 +92,7 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
         return NULL;
     }
     c->product = k->product >= 0;
-    c->rows = k->n_reductions > 0 || k->n_row_stores > 0;
-    c->items = c->rows ? k->rows : k->rows * k->cols;
+    c->layout = nvrtc_layout_of(k);
     c->n_buffers = k->n_buffers;
     return c;
 }
@@ -123,12 +121,13 @@ static int launch(const kx_code *code, void *const *buffers, const kg_matmul_arg
     (void)begin, (void)end;
     if (code->product)
         return launch_product(code, buffers, product, err, err_size);
-    if (code->items == 0 && !code->rows)
+    const nvrtc_layout *l = &code->layout;
+    if (l->items == 0)
         return 0;
     void *params[KX_MAX_BUFFERS];
     for (int b = 0; b < code->n_buffers; b++)
         params[b] = (void *)&buffers[b];
-    int64_t blocks = code->rows ? code->items : (code->items + NVRTC_BLOCK - 1) / NVRTC_BLOCK;
+    int64_t blocks = l->per_row ? l->items : (l->items + NVRTC_BLOCK - 1) / NVRTC_BLOCK;
     return device_launch(code->module, (unsigned[3]){device_grid(blocks), 1, 1}, NVRTC_BLOCK, params, err,
                          err_size);
 }

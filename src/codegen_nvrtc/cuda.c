@@ -185,10 +185,18 @@ static void elementwise_quads(nvrtc_gen *g)
     free(done);
 }
 
+nvrtc_layout nvrtc_layout_of(const kx_kernel *k)
+{
+    nvrtc_layout l = {.per_row = k->n_reductions > 0 || k->n_row_stores > 0};
+    l.quads = !l.per_row && quads_fit(k);
+    l.items = l.per_row ? k->rows : l.quads ? k->rows * (k->cols / 4) : k->rows * k->cols;
+    return l;
+}
+
 static void elementwise(nvrtc_gen *g)
 {
     const kx_kernel *k = g->k;
-    if (quads_fit(k)) {
+    if (nvrtc_layout_of(k).quads) {
         elementwise_quads(g);
         return;
     }
@@ -295,10 +303,10 @@ char *nvrtc_source(const kx_kernel *k, const char *name, char *err, size_t err_s
     nvrtc_gen g = {.k = k, .s = &s};
     strbuf_put(&s, "%s\n", NVRTC_PRELUDE);
     signature(&g, name);
-    if (k->n_reductions == 0 && k->n_row_stores == 0)
-        elementwise(&g);
-    else
+    if (nvrtc_layout_of(k).per_row)
         row_kernel(&g);
+    else
+        elementwise(&g);
     strbuf_put(&s, "}\n");
     char *text = strbuf_finish(&s);
     if (g.err[0] || !text) {

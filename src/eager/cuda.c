@@ -68,9 +68,10 @@ static int kernel_for_request(const char *fn, const kg_kernel *k, kg_code *code)
     if (found)
         return 0;
     char err[4096];
-    if (kernels_generic(KILN_CUDA, k, code, err, sizeof err) < 0)
-        return core_fail(CORE_DEVICE, fn, "no CUDA kernel for %s on %s: %s", ir_ops[k->op].name,
-                         kiln_dtype_name(k->compute), err);
+    int status = kernels_generic(KILN_CUDA, k, code, err, sizeof err);
+    if (status < 0)
+        return core_fail(status == KERNELS_REQUIRED_MISSING ? CORE_STATE : CORE_DEVICE, fn,
+                         "no CUDA kernel for %s on %s: %s", ir_ops[k->op].name, kiln_dtype_name(k->compute), err);
     pthread_mutex_lock(&kernels.lock);
     if ((at = slot_of(k)) >= 0 && !kernels.code[at].module) {
         kernels.request[at] = *k;

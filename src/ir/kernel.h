@@ -119,10 +119,6 @@ typedef struct {
     bool stream_stores;
 } kx_kernel_options;
 
-/* Compiled code of a kernel on the CPU: runs rows [begin, end) over its
- * buffers (inputs then outputs). */
-typedef void (*kx_kernel_fn)(void *const *buffers, int64_t begin, int64_t end);
-
 /* A new empty kernel over rows of shape (ndim, shape), or NULL. */
 kx_kernel *kx_kernel_new(int ndim, const int64_t *shape);
 void kx_kernel_free(kx_kernel *k);
@@ -216,9 +212,8 @@ typedef struct {
 } kg_kernel;
 
 /* A loaded generic kernel and how to launch it. */
-struct device_module;
 typedef struct {
-    struct device_module *module;
+    void *module;       /* the device runtime's loaded kernel */
     int threads;        /* a block */
     int tile_m, tile_n; /* MATMUL: the output tile a block computes */
 } kg_code;

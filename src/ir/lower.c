@@ -2,7 +2,7 @@
  *
  * A node is materialized (gets a buffer) when it is a source, an output or a
  * writeback, when an op the kernels do not cover needs it (matmul, concat,
- * argmax, reductions over other axes than the last, integer pow), or when
+ * argmax, reductions over other axes than the last), or when
  * fusing it failed. Every other node is computed inside the kernel of each
  * materialized node that uses it: elementwise ops inline, movement ops become
  * index arithmetic (an affine map from the kernel's index to the node's), and
@@ -480,7 +480,6 @@ static bool runs_eagerly(const ir_graph *g, const ir_node *n)
         const ir_node *in = &g->nodes[ir_operands(g, n)[0]];
         return n->op == OP_ARGMAX || n->params.axis == KILN_ALL || n->params.axis != in->ndim - 1;
     }
-    case KIND_ELEMENTWISE: return n->op == OP_POW && !ir_dtype_is_float(n->dtype);
     default: return false;
     }
 }

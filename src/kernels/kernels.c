@@ -65,10 +65,12 @@ static struct {
 
 /* What this process knows of the disk cache's size (see the top). */
 static struct {
-    pthread_mutex_t lock; /* held across an eviction's listing: only storers wait on it */
+    pthread_mutex_t lock; /* never held across the listing */
     char dir[CACHE_PATH_MAX];
     int64_t bytes;        /* -1: not listed yet */
+    int64_t stored;       /* bytes stored while a listing runs */
     int stores;           /* since the last listing */
+    bool listing;         /* one thread lists and trims; the others go on */
     int64_t scans;
 } budget = {.lock = PTHREAD_MUTEX_INITIALIZER, .bytes = -1};
 
@@ -300,19 +302,30 @@ static int from_disk(lookup *l)
 static void spend_budget(const char *dir, int64_t max_bytes, int64_t bytes)
 {
     pthread_mutex_lock(&budget.lock);
-    if (strcmp(budget.dir, dir)) {
+    if (strcmp(budget.dir, dir) && !budget.listing) {
         snprintf(budget.dir, sizeof budget.dir, "%s", dir);
         budget.bytes = -1;
     }
+    budget.stored += budget.listing ? bytes : 0;
     if (budget.bytes >= 0)
         budget.bytes += bytes;
-    if (budget.bytes < 0 || budget.bytes > max_bytes || ++budget.stores >= RESCAN_STORES) {
-        int64_t kept = -1;
+    bool list = !budget.listing &&
+                (budget.bytes < 0 || budget.bytes > max_bytes || ++budget.stores >= RESCAN_STORES);
+    int64_t target = budget.bytes > max_bytes ? max_bytes / 8 * 7 : max_bytes;
+    if (list) {
+        budget.listing = true;
+        budget.stored = 0;
         budget.scans++;
-        cache_evict(dir, budget.bytes > max_bytes ? max_bytes / 8 * 7 : max_bytes, &kept);
-        budget.bytes = kept;
-        budget.stores = 0;
     }
+    pthread_mutex_unlock(&budget.lock);
+    if (!list)
+        return;
+    int64_t kept = -1;
+    cache_evict(dir, target, &kept);
+    pthread_mutex_lock(&budget.lock);
+    budget.bytes = kept < 0 ? -1 : kept + budget.stored;
+    budget.stores = 0;
+    budget.listing = false;
     pthread_mutex_unlock(&budget.lock);
 }
 
@@ -544,15 +557,21 @@ void kernels_release(kernels_entry *e)
 {
     if (!e)
         return;
-    /* Unloaded under the lock: a thread loading the same key meanwhile would
-     * find its symbol still defined. */
+    /* The last reference: the entry is in flight while its code unloads
+     * (outside the lock: a backend may wait for a compile to unload), so
+     * that a thread loading the same key meanwhile waits, and does not find
+     * its symbol still defined. */
     pthread_mutex_lock(&table.lock);
-    if (--e->refs == 0) {
-        kernels_entry **at = find_loaded(&e->key);
-        *at = e->next;
-        e->backend->unload(e->code);
-        free(e);
-    }
+    bool last = --e->refs == 0;
+    e->in_flight = last;
+    pthread_mutex_unlock(&table.lock);
+    if (!last)
+        return;
+    e->backend->unload(e->code);
+    pthread_mutex_lock(&table.lock);
+    *find_loaded(&e->key) = e->next;
+    free(e);
+    pthread_cond_broadcast(&table.ready);
     pthread_mutex_unlock(&table.lock);
 }
 

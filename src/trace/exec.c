@@ -31,9 +31,11 @@ enum { STACK_VALUES = 128 };
 
 /* -- Making it ------------------------------------------------------------------ */
 
-static int64_t product_block_bytes(void)
+/* A block of a CPU product computed with its epilogue: the backend's choice,
+ * or KILN_PRODUCT_BLOCK_BYTES (0: never). */
+static int64_t product_block_bytes(const kx_backend *backend)
 {
-    return core_env_int("KILN_PRODUCT_BLOCK_BYTES", (32 << 20) / 4);
+    return backend ? core_env_int("KILN_PRODUCT_BLOCK_BYTES", backend->product_block_bytes) : 0;
 }
 
 static void dump_kernel(const exec_options *o, int index, const plan_step *s)
@@ -102,7 +104,7 @@ static int get_kernels(executable *x, const exec_options *o, const kx_target *ta
 
 static int plan(executable *x, const kx_backend *backend, int opt_level, char *why, size_t size)
 {
-    plan_options po = {.backend = backend, .opt_level = opt_level, .product_block_bytes = product_block_bytes()};
+    plan_options po = {.backend = backend, .opt_level = opt_level, .product_block_bytes = product_block_bytes(backend)};
     return ir_plan_make(x->graph, &po, &x->plan, why, size);
 }
 
@@ -153,7 +155,7 @@ executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const 
         return NULL;
     }
     *x = (executable){.graph = g, .captures = captures, .n_captures = n_captures, .device = o->device};
-    *status = (x->consts = interp_consts(g, o->device)) ? 0 : -CORE_NOMEM;
+    *status = (x->consts = interp_consts(g, o->device)) ? 0 : core_error_status();
     if (*status == 0 && o->compiled)
         *status = compile(x, o, why, why_size);
     if (*status == 0 && !x->backend)
@@ -173,9 +175,9 @@ int exec_compile_for(const ir_graph *g, const exec_options *o, const kx_target *
     /* The kernels are the ones a plan for g would run on target: a plan
      * never run. */
     executable x = {.graph = (ir_graph *)g, .device = target->backend->device};
-    int status = plan(&x, target->backend, o->opt_level, why, why_size) < 0 ? -1 : 0;
-    if (status == 0)
-        status = get_kernels(&x, o, target, false, why, why_size) < 0 ? -1 : 0;
+    int status = plan(&x, target->backend, o->opt_level, why, why_size);
+    if (status == 0 && get_kernels(&x, o, target, false, why, why_size) < 0)
+        status = -CORE_DEVICE;
     *counts = x.counts;
     ir_plan_free(&x.plan);
     return status;
@@ -316,14 +318,18 @@ static bool stage_inputs(const executable *x, const plan_step *s, const interp_s
     return true;
 }
 
-/* The operands of step s's product, after its buffers, and their layout. */
+/* The operands of step s's product, after its buffers, and their layout.
+ * They are matrices: one on another device is an error (operand_moved's). */
 static bool product_operands(const executable *x, const plan_step *s, kiln_tensor *const *values, void **buffers,
                              kg_matmul_args *layout)
 {
     const ir_ref *ops = ir_operands(x->graph, &x->graph->nodes[s->product]);
     kiln_tensor *a = values[ops[0]], *b = values[ops[1]];
-    if ((a->device != x->device && !operand_moved(x, a)) || (b->device != x->device && !operand_moved(x, b)) ||
-        eager_matmul_args("kiln_call", a, b, layout) < 0)
+    if (a->device != x->device || b->device != x->device) {
+        kiln_release(operand_moved(x, a->device != x->device ? a : b));
+        return false;
+    }
+    if (eager_matmul_args("kiln_call", a, b, layout) < 0)
         return false;
     buffers[s->n_inputs + s->n_outputs] = eager_data(a);
     buffers[s->n_inputs + s->n_outputs + 1] = eager_data(b);

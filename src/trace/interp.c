@@ -11,6 +11,8 @@ enum { MAX_STACK_OPERANDS = 16 };
 kiln_tensor **interp_consts(const ir_graph *g, kiln_device device)
 {
     kiln_tensor **consts = calloc(g->count ? g->count : 1, sizeof *consts);
+    if (!consts)
+        core_fail_status(CORE_NOMEM, "kiln_call");
     for (ir_ref r = 0; consts && r < g->count; r++) {
         const ir_node *n = &g->nodes[r];
         if (n->op != OP_CONST)

@@ -17,6 +17,7 @@
 typedef struct {
     kiln_spec *inputs;   /* the signature */
     executable *exec;    /* NULL while in flight */
+    int serial;          /* names its dumps */
 } specialization;
 
 struct kiln_fn {
@@ -30,11 +31,11 @@ struct kiln_fn {
     char dump_dir[512];            /* KILN_DUMP_DIR, default "." */
     pthread_mutex_t lock;          /* guards everything below (see the top) */
     pthread_cond_t built;          /* a specialization in flight was built, or dropped */
-    specialization **specs;        /* never moved once made; retrace_limit of them at most */
-    int n_specs, specs_cap, last;
+    specialization **specs;        /* each made once and never moved; retrace_limit of them at most */
+    int n_specs, specs_cap, last, serials;
     kiln_fn_stats_t stats;
     int trace_failures;
-    bool eager_only, warned;
+    bool eager_only, warned, warned_untraceable;
 };
 
 enum {
@@ -257,6 +258,7 @@ static ir_graph *trace_body(kiln_fn *f, const kiln_spec *sig, kiln_tensor ***cap
     recorder *rec = recorder_new(f->name);
     kiln_tensor **tracers = calloc((size_t)f->n_in + 1, sizeof *tracers);
     kiln_tensor **out = calloc((size_t)f->n_out + 1, sizeof *out);
+    char why[1024] = "";
     int made = 0;
     for (; rec && tracers && made < f->n_in; made++)
         if (!(tracers[made] = recorder_input(rec, made, &sig[made])))
@@ -275,7 +277,6 @@ static ir_graph *trace_body(kiln_fn *f, const kiln_spec *sig, kiln_tensor ***cap
     recorder_activate(rec);
     kiln_scope_begin();
     int rc = f->body(tracers, out, f->user);
-    char why[1024];
     int status = check_body(f, rec, rc, out, why, sizeof why);
     for (int i = 0; i < f->n_out && status == 0; i++)
         status = recorder_output(rec, out[i]);
@@ -381,21 +382,22 @@ static executable *build(kiln_fn *f, int k, const kiln_spec *sig, int64_t *eager
     if (why[0])
         fprintf(stderr, "kiln: warning: '%s': compiling failed (%s); interpreting this signature\n", f->name, why);
     exec_counts c = exec_kernel_counts(x);
-    jit_log(f, "traced %u nodes, %u after passes, %d steps (%s: %d kernels, %d compiled, %d from disk, %d shared), "
-            "in %.3f ms", traced_nodes, exec_graph(x)->count, exec_steps(x), exec_backend_name(x),
-            exec_fused_kernels(x), c.compiled, c.from_disk, c.shared, core_now_ms() - start);
+    jit_log(f, "traced %u nodes, %u after passes: %d kernels a call, %d of them fused (%s: %d compiled, %d from "
+            "disk, %d shared), in %.3f ms", traced_nodes, exec_graph(x)->count, exec_steps(x), exec_fused_kernels(x),
+            exec_backend_name(x), c.compiled, c.from_disk, c.shared, core_now_ms() - start);
     return x;
 }
 
-/* Under the lock: a new specialization for sig, in flight, or -1 when out of
- * memory. */
-static int reserve(kiln_fn *f, const kiln_spec *sig)
+/* Under the lock: a new specialization for sig, in flight, or NULL when out
+ * of memory. Other threads' builds may drop specializations before it: it
+ * is found by address, never by a position kept across the lock. */
+static specialization *reserve(kiln_fn *f, const kiln_spec *sig)
 {
     if (f->n_specs == f->specs_cap) {
         int cap = f->specs_cap ? 2 * f->specs_cap : 4;
         specialization **grown = realloc(f->specs, (size_t)cap * sizeof *grown);
         if (!grown)
-            return -1;
+            return NULL;
         f->specs = grown;
         f->specs_cap = cap;
     }
@@ -404,23 +406,32 @@ static int reserve(kiln_fn *f, const kiln_spec *sig)
     if (!s || !inputs) {
         free(s);
         free(inputs);
-        return -1;
+        return NULL;
     }
     memcpy(inputs, sig, (size_t)f->n_in * sizeof *inputs);
     s->inputs = inputs;
-    f->specs[f->n_specs] = s;
-    return f->n_specs++;
+    s->serial = f->serials++;
+    f->specs[f->n_specs++] = s;
+    return s;
 }
 
-/* Under the lock: the in-flight specialization k built as x, or dropped
- * (a body that failed to trace counts towards running eagerly for good). */
-static void settle(kiln_fn *f, int k, executable *x, bool untraceable, int64_t eager_peak, double ms)
+static int index_of(const kiln_fn *f, const specialization *s)
 {
-    specialization *s = f->specs[k];
-    f->stats.compile_ms += ms;
+    int k = 0;
+    while (f->specs[k] != s)
+        k++;
+    return k;
+}
+
+/* Under the lock: the in-flight specialization s built as x, or dropped
+ * (a body that failed to trace counts towards running eagerly for good). */
+static void settle(kiln_fn *f, specialization *s, executable *x, bool untraceable, int64_t eager_peak, double ms)
+{
+    int k = index_of(f, s);
     if (x) {
         s->exec = x;
         f->last = k;
+        f->stats.compile_ms += ms;
         count_exec(f, x);
         f->stats.eager_peak_bytes = eager_peak;
     } else {
@@ -428,7 +439,10 @@ static void settle(kiln_fn *f, int k, executable *x, bool untraceable, int64_t e
         free(s);
         memmove(&f->specs[k], &f->specs[k + 1], (size_t)(f->n_specs - k - 1) * sizeof *f->specs);
         f->n_specs--;
-        f->last = 0;
+        if (f->last > k)
+            f->last--;
+        if (f->last >= f->n_specs)
+            f->last = 0;
         if (untraceable && ++f->trace_failures >= FAILED_TRACES_BEFORE_EAGER && !f->opts.strict &&
             !f->eager_only) {
             f->eager_only = true;
@@ -439,12 +453,29 @@ static void settle(kiln_fn *f, int k, executable *x, bool untraceable, int64_t e
     pthread_cond_broadcast(&f->built);
 }
 
+/* Under the lock: a body that failed to trace runs eagerly at once, as it
+ * did before it was marked (strict mode keeps the error). 0. */
+static int run_this_call_eagerly(kiln_fn *f)
+{
+    f->stats.eager_fallbacks++;
+    jit_log(f, "%s; this call runs eagerly", kiln_last_error());
+    if (!f->warned_untraceable)
+        fprintf(stderr, "kiln: warning: %s; the call runs eagerly\n", kiln_last_error());
+    f->warned_untraceable = true;
+    kiln_clear_error();
+    return 0;
+}
+
 /* Under the lock, which it drops while building: the executable for sig,
  * built if new; NULL with *status 0 when the call must run eagerly, or a
  * negative error. */
 static executable *prepare(kiln_fn *f, const kiln_spec *sig, int *status)
 {
     *status = 0;
+    if (f->eager_only) {
+        f->stats.eager_fallbacks++;
+        return NULL;
+    }
     int k;
     while ((k = find_spec(f, sig)) >= 0 && !f->specs[k]->exec)
         pthread_cond_wait(&f->built, &f->lock); /* another thread builds it */
@@ -452,10 +483,6 @@ static executable *prepare(kiln_fn *f, const kiln_spec *sig, int *status)
         f->stats.memory_hits++;
         f->last = k;
         return f->specs[k]->exec;
-    }
-    if (f->eager_only) {
-        f->stats.eager_fallbacks++;
-        return NULL;
     }
     int limit = f->opts.retrace_limit;
     if (f->n_specs >= limit) {
@@ -476,21 +503,25 @@ static executable *prepare(kiln_fn *f, const kiln_spec *sig, int *status)
     char change[512], sig_text[512];
     describe_change(f, sig, change, sizeof change);
     signature_text(f, sig, sig_text, sizeof sig_text);
-    if ((k = reserve(f, sig)) < 0) {
+    bool first = f->n_specs == 0;
+    specialization *s = reserve(f, sig);
+    if (!s) {
         *status = core_fail(CORE_NOMEM, "kiln_call", "out of memory preparing '%s'", f->name);
         return NULL;
     }
-    jit_log(f, "tracing for (%s): %s", sig_text, k ? change : "first call");
+    jit_log(f, "tracing for (%s): %s", sig_text, first ? "first call" : change);
     f->stats.traces++;
     pthread_mutex_unlock(&f->lock);
     double start = core_now_ms();
     int64_t eager_peak = 0;
     bool untraceable = false;
-    executable *x = build(f, k, sig, &eager_peak, &untraceable);
+    executable *x = build(f, s->serial, sig, &eager_peak, &untraceable);
     int failed = x ? 0 : core_error_status();
     pthread_mutex_lock(&f->lock);
-    settle(f, k, x, untraceable, eager_peak, core_now_ms() - start);
+    settle(f, s, x, untraceable, eager_peak, core_now_ms() - start);
     *status = failed;
+    if (untraceable && !f->opts.strict)
+        *status = run_this_call_eagerly(f);
     return x;
 }
 
@@ -541,6 +572,14 @@ static int run_exec(const kiln_fn *f, const executable *x, kiln_tensor *const *i
     return status;
 }
 
+/* Whether the n_in inputs and n_out outputs arrays share a slot. */
+static bool arrays_overlap(kiln_tensor *const *in, int n_in, kiln_tensor *const *out, int n_out)
+{
+    uintptr_t in_begin = (uintptr_t)in, in_end = (uintptr_t)(in + n_in);
+    uintptr_t out_begin = (uintptr_t)out, out_end = (uintptr_t)(out + n_out);
+    return n_in > 0 && n_out > 0 && in_begin < out_end && out_begin < in_end;
+}
+
 static int check_call(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
 {
     if (!f)
@@ -549,6 +588,9 @@ static int check_call(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **ou
         return core_fail_null("kiln_call", "in");
     if (!out && f->n_out > 0)
         return core_fail_null("kiln_call", "out");
+    if (arrays_overlap(in, f->n_in, out, f->n_out))
+        return core_fail(CORE_VALUE, "kiln_call", "'%s': in and out are the same array, or overlap: out is "
+                         "written while in is read (pass two arrays)", f->name);
     for (int i = 0; i < f->n_out; i++)
         out[i] = NULL;
     for (int i = 0; i < f->n_in; i++) {
@@ -737,8 +779,9 @@ static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const kx_targe
     dump_target dumps = {f, 0};
     exec_options o = exec_options_of(f, sig_text, &dumps);
     exec_counts counts = {0};
-    if (status == 0 && exec_compile_for(g, &o, target, &counts, why, sizeof why) < 0)
-        status = core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for %s: %s", f->name, target->name, why);
+    int compiled = status == 0 ? exec_compile_for(g, &o, target, &counts, why, sizeof why) : 0;
+    if (compiled < 0)
+        status = core_fail(-compiled, "kiln_fn_precompile", "'%s' for %s: %s", f->name, target->name, why);
     if (status == 0) {
         pthread_mutex_lock(&f->lock);
         f->stats.kernels_compiled += counts.compiled;
@@ -759,15 +802,19 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
     for (int i = 0; i < f->n_in; i++)
         if (check_spec(&in[i], i) < 0)
             return -CORE_VALUE;
+    char why[512];
     if (!strcmp(target, "host")) {
         int status = 0;
+        const kx_backend *cuda = kernels_backend_for(KILN_CUDA);
+        if (device_of_signature(f, in) == KILN_CUDA && (!cuda || !cuda->target(NULL, why, sizeof why)))
+            return core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for CUDA inputs here (\"host\"): %s; "
+                             "\"cuda:sm_XX\" compiles for a GPU elsewhere", f->name, cuda ? why : "no CUDA backend");
         pthread_mutex_lock(&f->lock);
         if (find_spec(f, in) < 0)
             prepare(f, in, &status);
         pthread_mutex_unlock(&f->lock);
         return status < 0 ? status : 0;
     }
-    char why[512];
     const kx_target *t = kernels_target(target, why, sizeof why);
     if (!t)
         return core_fail(CORE_DEVICE, "kiln_fn_precompile", "%s", why);
@@ -816,8 +863,8 @@ static int run_generic(kiln_tensor *const *in, kiln_tensor **out, void *user)
 kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_generic_fn fn, int n,
                            kiln_tensor *const *in)
 {
-    if (!slot || !fn) {
-        core_fail_null("kiln_jit_call", !slot ? "slot" : "fn");
+    if (!slot || !fn || !in) {
+        core_fail_null("kiln_jit_call", !slot ? "slot" : !fn ? "fn" : "in");
         return NULL;
     }
     if (n < 1 || n > 6) {

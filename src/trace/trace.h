@@ -36,7 +36,7 @@ typedef struct {
 } interp_sources;
 
 /* The 0-d tensors of g's constant nodes on device, per node (NULL for the
- * others), unowned; NULL with the error set when out of memory. */
+ * others), unowned; NULL with the error set (no memory, no device). */
 kiln_tensor **interp_consts(const ir_graph *g, kiln_device device);
 void interp_consts_free(const ir_graph *g, kiln_tensor **consts);
 /* Source node r's tensor (borrowed), or NULL for a node that is not one. */
@@ -79,7 +79,7 @@ typedef struct {
 executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const exec_options *o, char *why,
                      size_t why_size, int *status);
 /* Compiles g's kernels for target into the disk cache without loading
- * them. 0, or -1 with the reason in why. */
+ * them. 0, or a negative status with the reason in why. */
 int exec_compile_for(const ir_graph *g, const exec_options *o, const kx_target *target, exec_counts *counts,
                      char *why, size_t why_size);
 void exec_free(executable *x);
