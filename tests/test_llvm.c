@@ -534,6 +534,68 @@ START_TEST(test_calls_go_on_during_a_compile)
 }
 END_TEST
 
+/* -- Deep graphs ----------------------------------------------------------------- */
+
+/* (x + 0.5) * 0.5, n times: one long chain, whose fixed point is 0.5. */
+static int long_affine_chain(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    int n = *(const int *)user;
+    kiln_tensor *x = in[0];
+    for (int i = 0; i < n; i++)
+        x = i % 2 ? kiln_mul_scalar(x, 0.5) : kiln_add_scalar(x, 0.5);
+    out[0] = x;
+    return x ? 0 : -1;
+}
+
+typedef struct {
+    int ops, status;
+    double mean;
+    int64_t kernels, compiled;
+    char error[512];
+} deep_call;
+
+static void *call_deep_chain(void *arg)
+{
+    deep_call *c = arg;
+    kiln_fn *f = kiln_jit("deep", long_affine_chain, 1, 1, &c->ops, NULL);
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){1000}), *out = NULL;
+    if ((c->status = kiln_call(f, &x, &out)) == 0) {
+        kiln_tensor *mean = kiln_mean(out, KILN_ALL, false);
+        c->mean = kiln_item(mean);
+        kiln_release(mean);
+        kiln_fn_stats_t s;
+        kiln_fn_stats(f, &s);
+        c->kernels = s.kernels;
+        c->compiled = s.kernels_compiled;
+    }
+    snprintf(c->error, sizeof c->error, "%s", kiln_last_error());
+    kiln_release(out);
+    kiln_release(x);
+    kiln_fn_free(f);
+    return NULL;
+}
+
+/* No pass or lowering recurses on graph depth: a chain of 100,000 ops (it
+ * used to overflow at 2,000 on a 1 MiB stack, 16,000 on the main thread)
+ * traces, compiles and runs on a thread of 1 MiB. Kernels stop at a fused
+ * depth of 256, and the chain's identical pieces share their code. */
+START_TEST(test_deep_chain_on_a_small_stack)
+{
+    deep_call c = {.ops = UNDER_VALGRIND() ? 20000 : 100000};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1 << 20);
+    pthread_t thread;
+    ck_assert_int_eq(pthread_create(&thread, &attr, call_deep_chain, &c), 0);
+    pthread_join(thread, NULL);
+    pthread_attr_destroy(&attr);
+    ck_assert_msg(c.status == 0, "%s", c.error);
+    ck_assert_double_eq_tol(c.mean, 0.5, 1e-6);
+    ck_assert_int_ge(c.kernels, c.ops / 256);
+    ck_assert_int_le(c.compiled, 4);
+}
+END_TEST
+
 /* -- Vectorized code ------------------------------------------------------- */
 
 static char *read_dumped(const char *dir, const char *suffix)
@@ -804,6 +866,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     tcase_add_test(wl, test_softmax_computes_exp_once);
     tcase_add_test(wl, test_calls_go_on_during_a_compile);
+    tcase_add_test(wl, test_deep_chain_on_a_small_stack);
     suite_add_tcase(s, wl);
     TCase *random = tcase_create("random");
     tcase_add_checked_fixture(random, test_scoped_setup, test_scoped_teardown);

@@ -255,7 +255,7 @@ static int build_movement(builder *b, ir_ref node, const ir_node *n, const imap 
     return build(b, operand, &om);
 }
 
-enum { ROW_F32_SUM = 4096 };
+enum { ROW_F32_SUM = 4096, MAX_FUSED_DEPTH = 256 };
 
 /* A reduction inside the kernel: only when the kernel walks its input's rows. */
 static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap *m)
@@ -489,30 +489,51 @@ static bool is_view(const ir_node *n)
     return ir_ops[n->op].kind == KIND_MOVEMENT && n->op != OP_CONCAT;
 }
 
-/* An operand of an eager op: a view of a buffer is taken eagerly (a
- * transposed weight reaches BLAS as a transposed view, not a copy). */
-static void mark_eager_operand(const ir_graph *g, bool *mat, bool *view, ir_ref r)
-{
-    mat[r] = true;
-    if (!is_view(&g->nodes[r]))
-        return;
-    view[r] = true;
-    mark_eager_operand(g, mat, view, ir_operands(g, &g->nodes[r])[0]);
-}
-
+/* Users first, so that a view an eager op takes is marked before the loop
+ * reaches it: an operand of an eager op is materialized, and a view of a
+ * buffer is taken eagerly (a transposed weight reaches BLAS as a transposed
+ * view, not a copy), its own operand then treated as an eager op's. */
 static void mark_materialized(const ir_graph *g, bool *mat, bool *view)
 {
-    for (ir_ref r = g->count; r-- > 0;) { /* users first: views they take are marked before */
+    for (ir_ref r = g->count; r-- > 0;) {
         const ir_node *n = &g->nodes[r];
         bool eager = runs_eagerly(g, n) || view[r];
         mat[r] |= (ir_ops[n->op].kind == KIND_SOURCE && n->op != OP_CONST) || eager;
-        for (uint32_t i = 0; eager && i < n->n_operands; i++)
-            mark_eager_operand(g, mat, view, ir_operands(g, n)[i]);
+        for (uint32_t i = 0; eager && i < n->n_operands; i++) {
+            ir_ref o = ir_operands(g, n)[i];
+            mat[o] = true;
+            view[o] |= is_view(&g->nodes[o]);
+        }
     }
     for (int i = 0; i < g->n_outputs; i++)
         mat[g->outputs[i]] = true;
     for (int i = 0; i < g->n_writebacks; i++)
         mat[g->writebacks[i].value] = true;
+}
+
+/* Materializes every node more than MAX_FUSED_DEPTH ops from a buffer along
+ * its operands, so that building a kernel (and compiling it) never recurses
+ * deeper: a chain of 100,000 ops becomes kernels of MAX_FUSED_DEPTH. */
+static bool bound_depth(const ir_graph *g, bool *mat)
+{
+    uint16_t *depth = calloc(g->count ? g->count : 1, sizeof *depth);
+    if (!depth)
+        return false;
+    for (ir_ref r = 0; r < g->count; r++) {
+        const ir_node *n = &g->nodes[r];
+        int deepest = 0;
+        for (uint32_t i = 0; i < n->n_operands; i++) {
+            ir_ref o = ir_operands(g, n)[i];
+            deepest = !mat[o] && depth[o] > deepest ? depth[o] : deepest;
+        }
+        depth[r] = (uint16_t)(deepest + 1);
+        if (depth[r] > MAX_FUSED_DEPTH)
+            mat[r] = true;
+        if (mat[r])
+            depth[r] = 0;
+    }
+    free(depth);
+    return true;
 }
 
 /* -- The whole graph ------------------------------------------------------- */
@@ -579,6 +600,8 @@ int ir_lower(const ir_graph *g, bool split_sums, ir_plan *plan, char *err, size_
     int status = b.mat && b.eager_view ? 0 : -CORE_NOMEM;
     if (status == 0)
         mark_materialized(g, b.mat, b.eager_view);
+    if (status == 0 && !bound_depth(g, b.mat))
+        status = -CORE_NOMEM;
     while (status == 0) {
         ir_ref again = try_lower(&b, plan);
         if (b.nomem)
