@@ -128,6 +128,7 @@ static void *ask(void *arg)
         a->compiled = s.kernels_compiled;
         a->shared = s.kernels_shared;
     }
+    pthread_barrier_wait(a->start); /* no kernel unloads before every thread has it */
     kiln_release(out);
     kiln_release(x);
     kiln_fn_free(f);
@@ -135,7 +136,7 @@ static void *ask(void *arg)
 }
 
 /* Four functions needing one kernel at once: it is compiled once, and the
- * others wait for it (or find it made). */
+ * others wait for it (or find it made), while all four hold it. */
 START_TEST(test_a_kernel_asked_for_at_once_compiles_once)
 {
     enum { THREADS = 4 };
