@@ -308,6 +308,38 @@ START_TEST(test_writeback_converts_and_broadcasts)
 }
 END_TEST
 
+/* state = state * 2; out = state + in[0]. */
+static int doubles_state(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *state = user;
+    if (kiln_assign(state, kiln_mul_scalar(state, 2)) < 0)
+        return -1;
+    out[0] = kiln_add(state, in[0]);
+    return out[0] ? 0 : -1;
+}
+
+/* The caller passes the captured state itself as the input: eagerly the
+ * input then reads the assigned value (4, 8, 16); traced it read the old
+ * one (3, 6, 12). Such calls run eagerly; others stay compiled. */
+START_TEST(test_input_aliasing_an_assigned_capture)
+{
+    for (int backend = 0; backend < 2; backend++) {
+        kiln_tensor *state = kiln_ones(KILN_F32, 0, NULL), *other = kiln_ones(KILN_F32, 0, NULL), *out;
+        kiln_jit_options o = backend ? kiln_jit_defaults() : interp();
+        kiln_fn *f = kiln_jit("doubles_state", doubles_state, 1, 1, state, &o);
+        for (int call = 1; call <= 3; call++) {
+            ck_assert_int_eq(kiln_call(f, &state, &out), 0);
+            ck_assert_double_eq(kiln_item(out), 4 << (call - 1));
+        }
+        ck_assert_int_eq(count(f, EAGER_FALLBACKS), 3);
+        ck_assert_int_eq(kiln_call(f, &other, &out), 0); /* 16 + 1 */
+        ck_assert_double_eq(kiln_item(out), 17);
+        ck_assert_int_eq(count(f, EAGER_FALLBACKS), 3);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
 /* b = a; a = c: the first writeback must read a before the second writes it. */
 static kiln_tensor *capture_a, *capture_b, *capture_c;
 
@@ -861,6 +893,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_writeback_converts_and_broadcasts);
     tcase_add_test(tc, test_assign_to_a_tensor_made_in_the_body_is_not_written_back);
     tcase_add_test(tc, test_writebacks_read_before_they_write);
+    tcase_add_test(tc, test_input_aliasing_an_assigned_capture);
     tcase_add_loop_test(tc, test_outputs_are_fresh_on_every_call, IDENTITY, TWICE + 1);
     tcase_add_test(tc, test_each_tracing_error_is_distinct);
     tcase_add_test(tc, test_body_that_keeps_failing_runs_eagerly_loudly);

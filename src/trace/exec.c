@@ -198,6 +198,15 @@ void exec_free(executable *x)
 
 /* -- What it is -------------------------------------------------------------------- */
 
+bool exec_input_aliases_writeback(const executable *x, kiln_tensor *const *in)
+{
+    for (int w = 0; w < x->graph->n_writebacks; w++)
+        for (int i = 0; i < x->graph->n_inputs; i++)
+            if (kiln_shares_storage(in[i], x->captures[x->graph->writebacks[w].capture]))
+                return true;
+    return false;
+}
+
 const char *exec_backend_name(const executable *x)
 {
     return x->backend ? x->backend->name : "interp";

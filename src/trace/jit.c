@@ -35,7 +35,7 @@ struct kiln_fn {
     int n_specs, specs_cap, last, serials;
     kiln_fn_stats_t stats;
     int trace_failures;
-    bool eager_only, warned, warned_untraceable;
+    bool eager_only, warned, warned_untraceable, warned_alias;
 };
 
 enum {
@@ -580,6 +580,18 @@ static bool arrays_overlap(kiln_tensor *const *in, int n_in, kiln_tensor *const 
     return n_in > 0 && n_out > 0 && in_begin < out_end && out_begin < in_end;
 }
 
+/* Under the lock: an input is a capture the body writes (or shares its
+ * storage), so the call runs eagerly, the only order of reads and writes
+ * that gives eager's answer. NULL. */
+static const executable *run_aliased_eagerly(kiln_fn *f)
+{
+    f->stats.eager_fallbacks++;
+    if (!f->warned_alias)
+        jit_log(f, "an input shares storage with a tensor the body assigns to: such calls run eagerly");
+    f->warned_alias = true;
+    return NULL;
+}
+
 static int check_call(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
 {
     if (!f)
@@ -621,6 +633,8 @@ int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
         sig[i] = kiln_spec_of(in[i]);
     pthread_mutex_lock(&f->lock);
     const executable *x = prepare(f, sig, &status);
+    if (x && exec_input_aliases_writeback(x, in))
+        x = run_aliased_eagerly(f);
     pthread_mutex_unlock(&f->lock);
     if (sig != stack_sig)
         free(sig);

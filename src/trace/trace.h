@@ -85,6 +85,10 @@ int exec_compile_for(const ir_graph *g, const exec_options *o, const kx_target *
 void exec_free(executable *x);
 /* Runs x: n_out new unowned references in out; 0 or the failing op's status. */
 int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out);
+/* Whether an input shares storage with a capture x writes back: the body's
+ * reads of that input would then depend on the order of its reads and
+ * writes, which only running it eagerly keeps. */
+bool exec_input_aliases_writeback(const executable *x, kiln_tensor *const *in);
 /* The backend whose kernels x runs ("llvm", "nvrtc"), or "interp". */
 const char *exec_backend_name(const executable *x);
 exec_counts exec_kernel_counts(const executable *x);
