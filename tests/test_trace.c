@@ -308,6 +308,49 @@ START_TEST(test_writeback_converts_and_broadcasts)
 }
 END_TEST
 
+/* x plus noise of seed 7, twice with one seed (the same values, as eagerly)
+ * and once with seed 8. */
+static int noisy(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    int64_t n = kiln_shape(in[0])[0];
+    kiln_tensor *a = kiln_randn(1, &n, 7), *b = kiln_randn(1, &n, 7), *c = kiln_rand(1, &n, 8);
+    out[0] = kiln_add(in[0], a);
+    out[1] = kiln_sub(a, b);
+    out[2] = c;
+    return out[0] && out[1] && out[2] ? 0 : -1;
+}
+
+/* Random ops inside a body are ops of the trace, drawing a new stream each
+ * call (they used to be constants of the first call): the first call draws
+ * what eager does for the seed, each later call other values, and a new
+ * function the same sequence again. */
+START_TEST(test_random_ops_draw_afresh_each_call)
+{
+    int64_t n = 1000;
+    kiln_tensor *x = kiln_zeros(KILN_F32, 1, &n), *first[3], *out[3];
+    for (int backend = 0; backend < 2; backend++) {
+        kiln_jit_options o = backend ? kiln_jit_defaults() : interp();
+        kiln_fn *f = kiln_jit("noisy", noisy, 1, 3, NULL, &o), *again = kiln_jit("noisy", noisy, 1, 3, NULL, &o);
+        ck_assert_int_eq(kiln_call(f, &x, first), 0);
+        assert_same(first[0], kiln_randn(1, &n, 7), "the first call's noise");
+        assert_same(first[2], kiln_rand(1, &n, 8), "the first call's uniform values");
+        ck_assert_double_eq(kiln_item(kiln_max(kiln_abs(first[1]), KILN_ALL, false)), 0);
+        ck_assert_int_eq(kiln_call(f, &x, out), 0);
+        ck_assert_double_gt(kiln_item(kiln_max(kiln_abs(kiln_sub(out[0], first[0])), KILN_ALL, false)), 0.1);
+        ck_assert_double_eq(kiln_item(kiln_max(kiln_abs(out[1]), KILN_ALL, false)), 0);
+        kiln_tensor *second = out[0];
+        ck_assert_int_eq(kiln_call(again, &x, out), 0);
+        assert_same(out[0], first[0], "a new function's first call");
+        ck_assert_int_eq(kiln_call(again, &x, out), 0);
+        assert_same(out[0], second, "a new function's second call");
+        ck_assert_int_eq(count(f, TRACES), 1);
+        kiln_fn_free(f);
+        kiln_fn_free(again);
+    }
+}
+END_TEST
+
 /* state = state * 2; out = state + in[0]. */
 static int doubles_state(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
@@ -894,6 +937,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_assign_to_a_tensor_made_in_the_body_is_not_written_back);
     tcase_add_test(tc, test_writebacks_read_before_they_write);
     tcase_add_test(tc, test_input_aliasing_an_assigned_capture);
+    tcase_add_test(tc, test_random_ops_draw_afresh_each_call);
     tcase_add_loop_test(tc, test_outputs_are_fresh_on_every_call, IDENTITY, TWICE + 1);
     tcase_add_test(tc, test_each_tracing_error_is_distinct);
     tcase_add_test(tc, test_body_that_keeps_failing_runs_eagerly_loudly);

@@ -281,8 +281,22 @@ KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
  * computing; eager tensors the body uses without receiving them are captured
  * by reference (a later kiln_assign to them is seen), and kiln_assign to a
  * captured tensor is written back on every call. Reading a traced value
- * (kiln_item, kiln_copy_to_host) is an error: use kiln_where instead of
- * branching on data. Every call returns fresh output tensors.
+ * (kiln_item, kiln_copy_to_host) fails the trace: the call then runs the
+ * body eagerly (use kiln_where instead of branching on data). Every call
+ * returns fresh output tensors.
+ *
+ * What the body reads from C is frozen at trace time: a double passed to a
+ * *_scalar op, a seed, a loop bound, a shape. A number that changes between
+ * calls goes in a tensor: an input, or a captured 0-d tensor updated with
+ * kiln_assign, which every call reads afresh without retracing:
+ *
+ *   kiln_tensor *lr = kiln_scalar(0.1);   // used by the body: captured
+ *   ... body: kiln_sub(w, kiln_mul(lr, grad)) ...
+ *   kiln_assign(lr, kiln_scalar(0.05));   // the next call uses 0.05
+ *
+ * kiln_rand and kiln_randn inside a body are ops of the trace: each call
+ * draws new values (the first what eager draws for the seed), the same
+ * sequence for the same seed in every process.
  *
  * Compiled kernels are cached in the process and on disk. Environment:
  * KILN_JIT=0 (run bodies eagerly), KILN_LOG=1, KILN_DUMP=graph,kernels,llvm,cuda

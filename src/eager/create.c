@@ -147,8 +147,8 @@ static void normal_fill(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-static kiln_tensor *random_tensor(const char *fn, int ndim, const int64_t *shape, uint64_t seed,
-                                  bool normal)
+/* A new unowned tensor of random values. */
+static kiln_tensor *random_tensor(const char *fn, int ndim, const int64_t *shape, uint64_t seed, bool normal)
 {
     kiln_tensor *t = tensor_new(fn, KILN_F32, ndim, shape);
     if (!t)
@@ -158,17 +158,45 @@ static kiln_tensor *random_tensor(const char *fn, int ndim, const int64_t *shape
         core_parallel_for((t->numel + 1) / 2, 16 * 1024, normal_fill, &job);
     else
         core_parallel_for(t->numel, 64 * 1024, uniform_fill, &job);
-    return tensor_own(t);
+    return t;
+}
+
+/* Inside a marked body, random values are a node of the trace, drawn
+ * afresh on every call (eager_random), not a constant of its first call. */
+static kiln_tensor *random_op(ir_op op, int ndim, const int64_t *shape, uint64_t seed)
+{
+    const char *fn = op == OP_RANDN ? "kiln_randn" : "kiln_rand";
+    int64_t numel;
+    if (!recording())
+        return tensor_own(random_tensor(fn, ndim, shape, seed, op == OP_RANDN));
+    if (check_shape(fn, ndim, shape, &numel) < 0)
+        return NULL;
+    ir_params params = {.index = (int64_t)seed};
+    return record_op(op, 0, NULL, &params, KILN_F32, ndim, shape);
 }
 
 kiln_tensor *kiln_rand(int ndim, const int64_t *shape, uint64_t seed)
 {
-    return random_tensor("kiln_rand", ndim, shape, seed, false);
+    return random_op(OP_RAND, ndim, shape, seed);
 }
 
 kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed)
 {
-    return random_tensor("kiln_randn", ndim, shape, seed, true);
+    return random_op(OP_RANDN, ndim, shape, seed);
+}
+
+kiln_tensor *eager_random(const ir_node *n, uint64_t stream, kiln_device device)
+{
+    uint64_t seed = (uint64_t)n->params.index;
+    if (stream > 0) /* the first call draws what eager draws for the seed */
+        seed = mix(seed, stream ^ 0xD1B54A32D192ED03ull);
+    kiln_tensor *t = random_tensor(ir_ops[n->op].name, n->ndim, n->shape, seed, n->op == OP_RANDN);
+    if (!t || device == KILN_CPU)
+        return t;
+    kiln_tensor *moved = kiln_to_device(t, device);
+    eager_disown(moved);
+    kiln_release(t);
+    return moved;
 }
 
 /* -- Reading back ---------------------------------------------------------- */

@@ -123,6 +123,10 @@ kiln_tensor *eager_matmul_blocks(const char *fn, kiln_tensor *a, kiln_tensor *b,
 /* Runs one graph node with the eager ops on its operands' tensors: a new
  * unowned tensor, or NULL with an error set. */
 kiln_tensor *eager_dispatch(const ir_node *node, kiln_tensor *const *operands);
+/* Random node n's values for call number stream of its graph (the first,
+ * 0, draws what kiln_rand(n) or kiln_randn does for its seed), on device:
+ * a new unowned tensor, or NULL with an error set. */
+kiln_tensor *eager_random(const ir_node *n, uint64_t stream, kiln_device device);
 /* Constant folding's evaluator (an ir_eval_fn): the eager ops on 0-d
  * tensors, so a folded value is the one eager computes. */
 int eager_eval_const(const ir_node *node, const double *values, const kiln_dtype *dtypes, double *out);

@@ -177,5 +177,7 @@ int64_t ir_node_numel(const ir_node *n)
 bool ir_node_computes(const ir_node *n)
 {
     ir_kind kind = ir_ops[n->op].kind;
-    return kind != KIND_SOURCE && !(kind == KIND_MOVEMENT && n->op != OP_CONCAT && n->op != OP_CONTIGUOUS);
+    if (kind == KIND_SOURCE)
+        return ir_ops[n->op].flags & FLAG_RANDOM;
+    return !(kind == KIND_MOVEMENT && n->op != OP_CONCAT && n->op != OP_CONTIGUOUS);
 }

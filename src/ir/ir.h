@@ -24,6 +24,7 @@ enum {
     FLAG_COMMUTATIVE = 1,
     FLAG_SIDE_EFFECT = 2,
     FLAG_TRANSCENDENTAL = 4, /* costly per element: worth threads sooner */
+    FLAG_RANDOM = 8,         /* a source of random values, drawn afresh each call */
 };
 
 /* How an op's result dtype follows from its operands' dtypes. */
@@ -91,7 +92,7 @@ typedef uint32_t ir_ref;
 /* The parameters an op needs beyond its operands, zeroed where unused so that
  * nodes compare with memcmp. */
 typedef struct {
-    int64_t index;  /* input, capture: which one */
+    int64_t index;  /* input, capture: which one; rand, randn: the seed's bits */
     double value;   /* const */
     int64_t start;  /* slice: first index taken */
     int64_t step;   /* slice */
@@ -149,7 +150,8 @@ static inline const ir_ref *ir_operands(const ir_graph *g, const ir_node *n)
     return g->operands + n->first_operand;
 }
 int64_t ir_node_numel(const ir_node *n);
-/* Nodes that launch a kernel when run: not sources, not views. */
+/* Nodes that launch a kernel when run: not sources (random ones aside: they
+ * fill a buffer), not views. */
 bool ir_node_computes(const ir_node *n);
 
 /* -- Text and pictures ----------------------------------------------------- */

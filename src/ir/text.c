@@ -266,7 +266,8 @@ static int parse_source_param(parser *ps, ir_op op, const char *w, ir_params *p)
         p->value = strtod(w, &end);
         return end != w && !*end ? 0 : fail(ps, "bad constant \"%s\"", w);
     }
-    if (!parse_int(w, &p->index) || p->index < 0 || p->index >= INT32_MAX)
+    bool random = ir_ops[op].flags & FLAG_RANDOM; /* a seed: any 64 bits */
+    if (!parse_int(w, &p->index) || (!random && (p->index < 0 || p->index >= INT32_MAX)))
         return fail(ps, "bad %s number \"%s\"", ir_ops[op].name, w);
     return 0;
 }

@@ -274,6 +274,8 @@ static int check_node(checker *c)
     case KIND_SOURCE:
         if (n->op == OP_CONST && n->ndim != 0)
             return bad(c, "a constant must be 0-d");
+        if (ir_ops[n->op].flags & FLAG_RANDOM)
+            return n->dtype == KILN_F32 ? 0 : bad(c, "random values are f32");
         return n->params.index >= 0 ? 0 : bad(c, "negative index");
     case KIND_ELEMENTWISE: return check_elementwise(c, n);
     case KIND_REDUCTION: return check_reduction(c, n);

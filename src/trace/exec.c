@@ -8,6 +8,7 @@
  * constant are copied before writebacks run, so outputs are fresh and hold
  * the values of this call whatever happens to the caller's tensors
  * afterwards. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ struct executable {
     kernels_entry **loaded;        /* per step: its kernel, NULL for eager steps */
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
+    _Atomic uint64_t calls;        /* so far: random nodes draw a new stream each call */
 };
 
 enum { STACK_VALUES = 128 };
@@ -523,7 +525,8 @@ int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
         return core_fail_status(CORE_NOMEM, "kiln_call");
-    interp_sources src = {in, x->captures, x->consts};
+    interp_sources src = {in, x->captures, x->consts,
+                          atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1), x->device};
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;

@@ -58,6 +58,8 @@ kiln_tensor *interp_source(const ir_graph *g, ir_ref r, const interp_sources *s)
 kiln_tensor *interp_node(const ir_graph *g, ir_ref r, const interp_sources *s, kiln_tensor *const *values)
 {
     const ir_node *n = &g->nodes[r];
+    if (ir_ops[n->op].flags & FLAG_RANDOM)
+        return eager_random(n, s->stream, s->device);
     if (ir_ops[n->op].kind == KIND_SOURCE)
         return kiln_retain(interp_source(g, r, s));
     kiln_tensor *stack[MAX_STACK_OPERANDS] = {NULL};

@@ -33,13 +33,16 @@ typedef struct {
     kiln_tensor *const *inputs;
     kiln_tensor *const *captures;
     kiln_tensor *const *consts;  /* per node: a constant node's 0-d tensor */
+    uint64_t stream;             /* which call of the graph: random nodes draw from it */
+    kiln_device device;          /* where values live */
 } interp_sources;
 
 /* The 0-d tensors of g's constant nodes on device, per node (NULL for the
  * others), unowned; NULL with the error set (no memory, no device). */
 kiln_tensor **interp_consts(const ir_graph *g, kiln_device device);
 void interp_consts_free(const ir_graph *g, kiln_tensor **consts);
-/* Source node r's tensor (borrowed), or NULL for a node that is not one. */
+/* Source node r's tensor (borrowed), or NULL for a node that is not one (or
+ * a random one, whose values interp_node draws). */
 kiln_tensor *interp_source(const ir_graph *g, ir_ref r, const interp_sources *s);
 /* Node r run with the eager ops on its operands' values (indexed by node):
  * a new unowned tensor, or NULL with the op's error set. */
