@@ -345,7 +345,9 @@ static void note_uses(gen *g, const instr *ins, vtype *t)
 {
     progen_program *p = g->p;
     int self = p->n_inputs + p->n_instrs;
-    t->base = is_creation(ins->op) ? self : is_identity(p, ins) ? p->types[ins->a].base : -1;
+    /* Traced random values are values of the trace, not storage to assign. */
+    bool owns_storage = is_creation(ins->op) && ins->op != PROGEN_RAND && ins->op != PROGEN_RANDN;
+    t->base = owns_storage ? self : is_identity(p, ins) ? p->types[ins->a].base : -1;
     if (ins->op == PROGEN_ASSIGN) {
         int b = t->base;
         g->assigned[b] = true;
@@ -1124,6 +1126,14 @@ int progen_n_inputs(const progen_program *p)
 int progen_n_outputs(const progen_program *p)
 {
     return p->n_outputs;
+}
+
+bool progen_draws_random(const progen_program *p)
+{
+    for (int i = 0; i < p->n_instrs; i++)
+        if (p->instrs[i].op == PROGEN_RAND || p->instrs[i].op == PROGEN_RANDN)
+            return true;
+    return false;
 }
 
 int progen_n_instrs(const progen_program *p)

@@ -98,6 +98,9 @@ void progen_free(progen_program *p);
 
 int progen_n_inputs(const progen_program *p);
 int progen_n_outputs(const progen_program *p);
+/* Whether p draws random values: traced, each call draws new ones, and
+ * only the first call's equal eager's (whose seeds are fixed). */
+bool progen_draws_random(const progen_program *p);
 int progen_n_instrs(const progen_program *p);
 /* The op of instruction i (helpers the generator inserted included). */
 progen_op progen_instr_op(const progen_program *p, int i);
