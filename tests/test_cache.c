@@ -30,6 +30,7 @@ typedef struct {
 
 typedef struct {
     int status;              /* exit status, or 128 + signal */
+    long max_rss_kb;         /* the child's peak resident memory */
     char out[OUTPUT_MAX], err[OUTPUT_MAX];
     helper_line lines[MAX_WORKLOADS];
     int n_lines;
@@ -39,6 +40,7 @@ typedef struct {
     bool as_nobody;          /* when root: drop to nobody so permissions hold */
     long file_size_limit;    /* RLIMIT_FSIZE in bytes, 0 for none */
     int kill_after_us;       /* SIGKILL the child after this long, 0 for never */
+    unsigned alarm_s;        /* the child dies of SIGALRM after this long, 0 for never */
 } run_options;
 
 /* -- Processes ------------------------------------------------------------- */
@@ -50,7 +52,16 @@ static const char *program(const char *variable)
     return path;
 }
 
-/* environ with the assignments in extra (NULL-terminated) added or replaced. */
+/* Whether the environment string var assigns the variable that extra
+ * ("NAME=value" or "NAME") names. */
+static bool same_variable(const char *var, const char *extra)
+{
+    size_t name = strcspn(extra, "=");
+    return !strncmp(var, extra, name) && var[name] == '=';
+}
+
+/* environ with the assignments in extra (NULL-terminated) added or replaced;
+ * a bare "NAME" in extra removes NAME. */
 static char **environment_with(const char *const *extra)
 {
     int n = 0, k = 0;
@@ -63,12 +74,13 @@ static char **environment_with(const char *const *extra)
     for (int i = 0; i < n; i++) {
         bool replaced = false;
         for (int j = 0; j < k; j++)
-            replaced |= !strncmp(environ[i], extra[j], strcspn(extra[j], "=") + 1);
+            replaced |= same_variable(environ[i], extra[j]);
         if (!replaced)
             env[used++] = environ[i];
     }
     for (int j = 0; j < k; j++)
-        env[used++] = (char *)extra[j];
+        if (strchr(extra[j], '='))
+            env[used++] = (char *)extra[j];
     return env;
 }
 
@@ -117,9 +129,10 @@ static void run(const char *const *argv, const char *const *extra, const run_opt
         dup2(err_pipe[1] >= 0 ? err_pipe[1] : err, STDERR_FILENO);
         if (o && o->file_size_limit) {
             struct rlimit limit = {(rlim_t)o->file_size_limit, (rlim_t)o->file_size_limit};
-            signal(SIGXFSZ, SIG_IGN);
             setrlimit(RLIMIT_FSIZE, &limit);
         }
+        if (o && o->alarm_s)
+            alarm(o->alarm_s);
         if (o && o->as_nobody && geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
             _exit(125);
         execve(argv[0], (char *const *)argv, env);
@@ -130,8 +143,10 @@ static void run(const char *const *argv, const char *const *extra, const run_opt
         kill(pid, SIGKILL);
     }
     int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    struct rusage usage;
+    ck_assert_int_eq(wait4(pid, &status, 0, &usage), pid);
     r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r->max_rss_kb = usage.ru_maxrss;
     free(env);
     close(out);
     close(err);
@@ -149,6 +164,15 @@ static void run(const char *const *argv, const char *const *extra, const run_opt
     parse_lines(r);
 }
 
+/* The helper with args, in the environment with extra. */
+static void helper_with(const char *const *extra, const char *const *args, const run_options *o, run_result *r)
+{
+    const char *argv[16] = {program("KILN_TEST_CACHE_HELPER")};
+    for (int i = 0; args && args[i]; i++)
+        argv[i + 1] = args[i];
+    run(argv, extra, o, r);
+}
+
 /* The helper over cache root dir (KILN_CACHE=on unless mode says otherwise). */
 static void helper(const char *root, const char *mode, const char *const *args, const run_options *o,
                    run_result *r)
@@ -156,11 +180,7 @@ static void helper(const char *root, const char *mode, const char *const *args, 
     char dir_var[CACHE_PATH_MAX + 32], mode_var[64];
     snprintf(dir_var, sizeof dir_var, "KILN_CACHE_DIR=%s", root);
     snprintf(mode_var, sizeof mode_var, "KILN_CACHE=%s", mode ? mode : "on");
-    const char *argv[16] = {program("KILN_TEST_CACHE_HELPER")};
-    for (int i = 0; args && args[i]; i++)
-        argv[i + 1] = args[i];
-    const char *extra[] = {dir_var, mode_var, NULL};
-    run(argv, extra, o, r);
+    helper_with((const char *[]){dir_var, mode_var, NULL}, args, o, r);
 }
 
 /* kiln-cache --dir root args... */
@@ -190,6 +210,38 @@ static int occurrences(const char *text, const char *needle)
     return n;
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f && fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+static void read_text(const char *path, char *text, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "cannot read %s", path);
+    text[fread(text, 1, size - 1, f)] = '\0';
+    fclose(f);
+}
+
+static bool is_regular(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Files in dir whose names start with prefix. */
+static int files_starting(const char *dir, const char *prefix)
+{
+    char cmd[CACHE_PATH_MAX + 128];
+    snprintf(cmd, sizeof cmd, "ls -a '%s' 2>/dev/null | grep -c '^%s'", dir, prefix);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    ck_assert(p && fscanf(p, "%d", &n) == 1);
+    pclose(p);
+    return n;
+}
+
 #define ck_assert_ran(r, want_lines)                                                                   \
     ck_assert_msg((r)->status == 0 && (r)->n_lines == (want_lines),                                    \
                   "exit %d, %d lines (want %d)\nstdout:\n%s\nstderr:\n%s", (r)->status, (r)->n_lines, \
@@ -206,9 +258,7 @@ static void make_cache_dir(cache_dir *c)
 {
     snprintf(c->root, sizeof c->root, "/tmp/kiln-cache-test-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(c->root));
-    cache_dir_of_root(c->root, c->dir, sizeof c->dir);
-    if (geteuid() == 0) /* so that nobody can use it too */
-        ck_assert_int_eq(chown(c->root, 65534, 65534), 0);
+    ck_assert_int_eq(cache_dir_of_root(c->root, c->dir, sizeof c->dir), 0);
 }
 
 static void remove_cache_dir(const cache_dir *c)
@@ -218,6 +268,8 @@ static void remove_cache_dir(const cache_dir *c)
     ck_assert_int_eq(system(cmd), 0);
 }
 
+/* When root: c becomes nobody's, for runs as nobody (kiln uses only a
+ * cache directory of its own user's). */
 static void give_to_nobody(const cache_dir *c)
 {
     char cmd[256];
@@ -671,25 +723,6 @@ START_TEST(test_off_and_readonly_modes_write_nothing)
 }
 END_TEST
 
-/* Code in the cache runs as the user: a directory others can write is worth a warning. */
-START_TEST(test_shared_directory_is_warned_about)
-{
-    cache_dir c;
-    make_cache_dir(&c);
-    ck_assert_int_eq(mkdir(c.dir, 0777), 0);
-    ck_assert_int_eq(chmod(c.dir, 0777), 0);
-    static run_result r;
-    helper(c.root, "on", (const char *[]){"gelu", "softmax", NULL}, NULL, &r);
-    ck_assert_ran(&r, 2);
-    ck_assert_msg(occurrences(r.err, "writable by others") == 1, "%s", r.err);
-    ck_assert_int_eq(chmod(c.dir, 0700), 0);
-    helper(c.root, "on", (const char *[]){"gelu", NULL}, NULL, &r);
-    ck_assert_ran(&r, 1);
-    ck_assert_msg(!strstr(r.err, "warning"), "%s", r.err);
-    remove_cache_dir(&c);
-}
-END_TEST
-
 /* A cache directory nobody may write: hits load, misses compile, one warning. */
 START_TEST(test_readonly_directory_works_with_one_warning)
 {
@@ -698,6 +731,7 @@ START_TEST(test_readonly_directory_works_with_one_warning)
     static run_result first, r;
     const char *args[] = {"gelu", "softmax", "layernorm", NULL};
     run_options nobody = {.as_nobody = true};
+    give_to_nobody(&c);
     helper(c.root, "on", (const char *[]){"gelu", NULL}, &nobody, &first);
     ck_assert_ran(&first, 1);
     give_to_nobody(&c);
@@ -717,7 +751,9 @@ START_TEST(test_readonly_directory_works_with_one_warning)
 }
 END_TEST
 
-/* Writes that fail for want of space: one warning, results right. */
+/* A file size limit (ulimit -f, whose SIGXFSZ kills by default) is a full
+ * disk: one warning, results right, no temporary file left; and kiln-cache
+ * export fails with a message. */
 START_TEST(test_full_disk_works_with_one_warning)
 {
     cache_dir c;
@@ -730,6 +766,15 @@ START_TEST(test_full_disk_works_with_one_warning)
     int n;
     free(entries(&c, &n));
     ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(files_starting(c.dir, ".tmp-"), 0);
+    fill(&c, (const char *[]){"gelu", NULL}, &r);
+    ck_assert_ran(&r, 1);
+    char bundle[128];
+    snprintf(bundle, sizeof bundle, "%s/b.kbundle", c.root);
+    tool(c.root, (const char *[]){"export", bundle, "--all", NULL}, &full, &r);
+    ck_assert_msg(r.status == 1 && strstr(r.err, "File too large"), "exit %d: %s", r.status, r.err);
+    ck_assert_int_eq(files_starting(c.root, "b.kbundle"), 0);
+    ck_assert_int_eq(files_starting(c.root, ".tmp-"), 0);
     remove_cache_dir(&c);
 }
 END_TEST
@@ -1083,6 +1128,341 @@ START_TEST(test_threads_share_and_unload_kernels)
 }
 END_TEST
 
+/* -- Hostile and careless files -------------------------------------------- */
+
+static const struct {
+    const char *name;
+    const char *path;      /* made untrusted, under the cache root (or HOME) */
+    unsigned mode;         /* chmod'd to it, unless 0 */
+    bool other_owner;      /* chown'd to nobody (root only) */
+    bool under_home;       /* the cache is HOME's default, $HOME/.cache/kiln */
+    const char *why;       /* in the warning */
+} untrusted[] = {
+    {"the cache directory, writable by others", "1", 0707, false, false, "writable by others"},
+    {"the cache directory, writable by its group", "1", 0770, false, false, "writable by its group"},
+    {"KILN_CACHE_DIR itself, writable by others", "", 0703, false, false, "writable by others"},
+    {"a directory between HOME and the cache, writable by all", ".cache", 0777, false, true,
+     "writable by its group and others"},
+    {"the cache directory, another user's", "1", 0, true, false, "owned by user 65534"},
+};
+
+/* Code from a directory that others can change is never loaded: the disk
+ * cache is off, with one warning saying why, and nothing is written. */
+START_TEST(test_untrusted_directories_are_not_used)
+{
+    if (untrusted[_i].other_owner && geteuid() != 0) {
+        printf("skipped: %s: needs root to give a directory to another user\n", untrusted[_i].name);
+        return;
+    }
+    cache_dir c;
+    make_cache_dir(&c);
+    char env_dir[CACHE_PATH_MAX], path[CACHE_PATH_MAX];
+    const char *env[6] = {env_dir, "KILN_CACHE=on", NULL};
+    if (untrusted[_i].under_home) {
+        snprintf(env_dir, sizeof env_dir, "HOME=%s", c.root);
+        env[2] = "KILN_CACHE_DIR";
+        env[3] = "XDG_CACHE_HOME";
+    } else {
+        snprintf(env_dir, sizeof env_dir, "KILN_CACHE_DIR=%s", c.root);
+    }
+    const char *args[] = {"gelu", "softmax", NULL};
+    static run_result clean, r;
+    static char before[OUTPUT_MAX], after[OUTPUT_MAX];
+    helper_with(env, args, NULL, &clean);
+    ck_assert_ran(&clean, 2);
+    ck_assert_msg(!strstr(clean.err, "warning"), "%s", clean.err);
+    snprintf(path, sizeof path, "%s%s%s", c.root, *untrusted[_i].path ? "/" : "", untrusted[_i].path);
+    if (untrusted[_i].mode)
+        ck_assert_int_eq(chmod(path, untrusted[_i].mode), 0);
+    if (untrusted[_i].other_owner)
+        ck_assert_int_eq(chown(path, 65534, 65534), 0);
+    snapshot(&c, before, sizeof before);
+    helper_with(env, args, NULL, &r);
+    ck_assert_ran(&r, 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(r.lines[i].from_disk == 0 && r.lines[i].compiled > 0, "%s: loaded from the disk:\n%s",
+                      untrusted[_i].name, r.out);
+        ck_assert_int_eq(r.lines[i].hash, line_of(&clean, r.lines[i].name)->hash);
+    }
+    ck_assert_msg(occurrences(r.err, "warning") == 1 && occurrences(r.err, "not using the disk cache") == 1 &&
+                      strstr(r.err, path) && strstr(r.err, untrusted[_i].why),
+                  "%s:\n%s", untrusted[_i].name, r.err);
+    snapshot(&c, after, sizeof after);
+    ck_assert_msg(!strcmp(before, after), "%s: the cache changed:\n%s\nbecame\n%s", untrusted[_i].name, before,
+                  after);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* No HOME (nor KILN_CACHE_DIR or XDG_CACHE_HOME): no disk cache, rather
+ * than a shared one in /tmp that another user could have made first. */
+START_TEST(test_no_home_means_no_disk_cache)
+{
+    static run_result r;
+    const char *homes[] = {"HOME", "HOME="};
+    for (int i = 0; i < 2; i++) {
+        const char *env[] = {homes[i], "KILN_CACHE_DIR", "XDG_CACHE_HOME", "KILN_CACHE=on", NULL};
+        for (int run_ = 0; run_ < 2; run_++) {
+            helper_with(env, (const char *[]){"gelu", "softmax", NULL}, NULL, &r);
+            ck_assert_ran(&r, 2);
+            ck_assert_msg(r.lines[0].from_disk == 0 && r.lines[1].from_disk == 0, "%s", r.out);
+            ck_assert_msg(occurrences(r.err, "warning") == 1 && strstr(r.err, "HOME is not set"), "%s", r.err);
+        }
+    }
+}
+END_TEST
+
+/* A cache directory that does not exist yet, in a directory where others
+ * could make it (/tmp): read-only mode, which does not make it, does not
+ * use it. Mode on makes it private first, and uses it. */
+START_TEST(test_missing_directory_others_could_make)
+{
+    char root[64], var[96];
+    snprintf(root, sizeof root, "/tmp/kiln-cache-missing-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    ck_assert_int_eq(rmdir(root), 0);
+    snprintf(var, sizeof var, "KILN_CACHE_DIR=%s", root);
+    static run_result r;
+    helper_with((const char *[]){var, "KILN_CACHE=readonly", NULL}, (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_msg(occurrences(r.err, "warning") == 1 && strstr(r.err, "does not exist, and others can create it"),
+                  "%s", r.err);
+    helper_with((const char *[]){var, "KILN_CACHE=on", NULL}, (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_msg(!strstr(r.err, "warning"), "%s", r.err);
+    helper_with((const char *[]){var, "KILN_CACHE=readonly", NULL}, (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_msg(r.lines[0].from_disk > 0 && !strstr(r.err, "warning"), "%s%s", r.out, r.err);
+    struct stat st;
+    ck_assert_int_eq(stat(root, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0700);
+    cache_dir c;
+    snprintf(c.root, sizeof c.root, "%s", root);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* Links planted where kiln writes (the stats file, a dump, the temporary
+ * file of an export) are replaced, never written through. */
+START_TEST(test_planted_links_are_never_followed)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    char victim[128], stats[160], dumps[128], dump[192], bundle[128], text[256];
+    snprintf(victim, sizeof victim, "%s/victim", c.root);
+    write_text(victim, "precious\n");
+    static run_result r;
+    fill(&c, (const char *[]){"gelu", NULL}, &r);
+    ck_assert_ran(&r, 1);
+    snprintf(stats, sizeof stats, "%s/stats", c.dir);
+    ck_assert_int_eq(unlink(stats), 0);
+    ck_assert_int_eq(symlink(victim, stats), 0);
+    helper(c.root, "on", (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    read_text(victim, text, sizeof text);
+    ck_assert_msg(!strcmp(text, "precious\n"), "the stats file wrote through a link: %s", text);
+    ck_assert(is_regular(stats));
+    read_text(stats, text, sizeof text);
+    ck_assert_msg(strstr(text, "hits 1"), "%s", text);
+
+    snprintf(dumps, sizeof dumps, "%s/dumps", c.root);
+    ck_assert_int_eq(mkdir(dumps, 0700), 0);
+    snprintf(dump, sizeof dump, "%s/gelu.0.graph-before.txt", dumps);
+    ck_assert_int_eq(symlink(victim, dump), 0);
+    char dump_var[160];
+    snprintf(dump_var, sizeof dump_var, "KILN_DUMP_DIR=%s", dumps);
+    helper_with((const char *[]){"KILN_CACHE=off", "KILN_DUMP=graph", dump_var, NULL}, (const char *[]){"gelu", NULL},
+                NULL, &r);
+    ck_assert_ran(&r, 1);
+    read_text(victim, text, sizeof text);
+    ck_assert_msg(!strcmp(text, "precious\n"), "a dump wrote through a link: %s", text);
+    ck_assert(is_regular(dump));
+
+    /* An export's temporary file was <file>.tmp-<pid>: links for the pids
+     * that come next. */
+    snprintf(bundle, sizeof bundle, "%s/b.kbundle", c.root);
+    char last[32] = "";
+    read_text("/proc/sys/kernel/ns_last_pid", last, sizeof last);
+    long next = atol(last) + 1;
+    for (long pid = next; pid < next + 400; pid++) {
+        char link[192];
+        snprintf(link, sizeof link, "%s.tmp-%ld", bundle, pid);
+        ck_assert_int_eq(symlink(victim, link), 0);
+    }
+    tool(c.root, (const char *[]){"export", bundle, "--all", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    read_text(victim, text, sizeof text);
+    ck_assert_msg(!strcmp(text, "precious\n"), "an export wrote through a link");
+    ck_assert(is_regular(bundle));
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* A FIFO (or a directory) named like an entry is never waited on, and
+ * kiln-cache reports it. */
+START_TEST(test_fifos_are_reported_never_waited_on)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result clean, r;
+    fill(&c, (const char *[]){"gelu", NULL}, &clean);
+    ck_assert_ran(&clean, 1);
+    int n;
+    cache_file *files = entries(&c, &n);
+    ck_assert_int_eq(n, 1);
+    char path[256], fifo[256], directory[256];
+    entry_path(&c, &files[0], path, sizeof path);
+    free(files);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    run_options bounded = {.alarm_s = 120};
+    helper(c.root, "on", (const char *[]){"gelu", NULL}, &bounded, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_int_eq(r.lines[0].hash, clean.lines[0].hash);
+    ck_assert_msg(occurrences(r.err, "is a FIFO") == 1, "%s", r.err);
+    ck_assert_msg(is_regular(path), "the entry was not compiled again in the FIFO's place");
+
+    snprintf(fifo, sizeof fifo, "%s/%064d.kiln", c.dir, 0);
+    snprintf(directory, sizeof directory, "%s/%063d1.kiln", c.dir, 0);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(mkdir(directory, 0700), 0);
+    tool(c.root, (const char *[]){"verify", NULL}, &bounded, &r);
+    ck_assert_msg(r.status == 1 && occurrences(r.out, "is a FIFO") == 1 && occurrences(r.out, "is a directory") == 1 &&
+                      strstr(r.out, "2 unreadable"),
+                  "exit %d\n%s%s", r.status, r.out, r.err);
+    tool(c.root, (const char *[]){"ls", NULL}, &bounded, &r);
+    ck_assert_msg(r.status == 0 && occurrences(r.out, "is a FIFO") == 1 && occurrences(r.out, "is a directory") == 1,
+                  "exit %d\n%s%s", r.status, r.out, r.err);
+    tool(c.root, (const char *[]){"prune", "--max-bytes", "0", NULL}, &bounded, &r);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "is a FIFO") && strstr(r.err, "is a directory") &&
+                      strstr(r.out, "removed 1 entries"),
+                  "exit %d\n%s%s", r.status, r.out, r.err);
+    struct stat st;
+    ck_assert(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* A file's header is checked against its size before anything else is
+ * read: a huge file named like an entry or given as a bundle costs neither
+ * its size in memory nor the time to read it. */
+START_TEST(test_huge_files_are_not_read_whole)
+{
+    const off_t huge = (off_t)256 << 20;
+    const long small_kb = 128 << 10; /* half of it */
+    /* A child's peak memory includes what it had before exec, as a fork of
+     * this process: under valgrind, valgrind's own. */
+    const bool measures_parent = UNDER_VALGRIND();
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    fill(&c, (const char *[]){"gelu", NULL}, &r);
+    ck_assert_ran(&r, 1);
+    char bundle[128], sparse[256], grown[128], zeros[128];
+    snprintf(bundle, sizeof bundle, "%s/b.kbundle", c.root);
+    tool(c.root, (const char *[]){"export", bundle, "--all", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    int n;
+    cache_file *files = entries(&c, &n);
+    ck_assert_int_eq(n, 1);
+    char entry[256];
+    entry_path(&c, &files[0], entry, sizeof entry);
+    free(files);
+    /* A sparse file of zeros, and a sound entry grown to the same size. */
+    snprintf(sparse, sizeof sparse, "%s/%064d.kiln", c.dir, 0);
+    write_text(sparse, "");
+    ck_assert_int_eq(truncate(sparse, huge), 0);
+    ck_assert_int_eq(truncate(entry, huge), 0);
+    tool(c.root, (const char *[]){"verify", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 1 && strstr(r.out, "2 damaged"), "%s%s", r.out, r.err);
+    ck_assert_msg(r.max_rss_kb < small_kb || measures_parent, "verify took %ld KiB", r.max_rss_kb);
+    /* Bundles likewise: one of zeros, and a sound one grown. */
+    snprintf(zeros, sizeof zeros, "%s/zeros.kbundle", c.root);
+    write_text(zeros, "");
+    ck_assert_int_eq(truncate(zeros, huge), 0);
+    snprintf(grown, sizeof grown, "%s/grown.kbundle", c.root);
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "cp %s %s", bundle, grown);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(truncate(grown, huge), 0);
+    const char *bad[] = {zeros, grown};
+    for (int i = 0; i < 2; i++) {
+        cache_dir to;
+        make_cache_dir(&to);
+        tool(to.root, (const char *[]){"import", bad[i], NULL}, NULL, &r);
+        ck_assert_msg(r.status == 1 && strstr(r.err, "rejected"), "%s", r.err);
+        ck_assert_msg(r.max_rss_kb < small_kb || measures_parent, "import of %s took %ld KiB", bad[i],
+                      r.max_rss_kb);
+        remove_cache_dir(&to);
+    }
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* Metadata from a bundle is shown with its control characters escaped, and
+ * so are names. */
+START_TEST(test_ls_escapes_what_entries_say)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    cache_entry e = sample_entry();
+    snprintf(e.meta.function, sizeof e.meta.function, "evil\x1b]0;owned\x07");
+    snprintf(e.meta.signature, sizeof e.meta.signature, "f32[4]\x1b[2J\x9b");
+    char why[256];
+    ck_assert_msg(cache_write(c.dir, &e, why, sizeof why) == 0, "%s", why);
+    cache_entry_free(&e);
+    char odd[160];
+    snprintf(odd, sizeof odd, "%s/\x1b[31m.kiln", c.dir);
+    write_text(odd, "");
+    static run_result r;
+    tool(c.root, (const char *[]){"ls", NULL}, NULL, &r);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(!strpbrk(r.out, "\x1b\x07\x9b"), "raw control characters in:\n%s", r.out);
+    ck_assert_msg(strstr(r.out, "evil\\x1b]0;owned\\x07 (f32[4]\\x1b[2J\\x9b)") && strstr(r.out, "\\x1b[31m.kiln"),
+                  "%s", r.out);
+    remove_cache_dir(&c);
+}
+END_TEST
+
+/* The longest prefix of root padded with "/." (and one more "/" when
+ * needed) to exactly length characters. */
+static void padded(const char *root, size_t length, char *out, size_t size)
+{
+    ck_assert(length < size);
+    snprintf(out, size, "%s%s", root, (length - strlen(root)) % 2 ? "/" : "");
+    while (strlen(out) < length)
+        strcat(out, "/.");
+}
+
+/* Paths longer than kiln keeps are refused with a message; they were cut
+ * short, and entries or dumps went to the directory the cut named. */
+START_TEST(test_long_paths_are_refused)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static char long_dir[2048], var[2100];
+    static run_result r;
+    padded(c.root, 1000, long_dir, sizeof long_dir);
+    strcat(long_dir, "/beyond-the-cut-and-past-the-limit-of-1021");
+    snprintf(var, sizeof var, "KILN_CACHE_DIR=%s", long_dir);
+    helper_with((const char *[]){var, "KILN_CACHE=on", NULL}, (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_msg(occurrences(r.err, "warning") == 1 && strstr(r.err, "KILN_CACHE_DIR is 1042 characters long"),
+                  "%s", r.err);
+    ck_assert_msg(access(c.dir, F_OK) < 0, "entries went to %s", c.dir);
+
+    padded(c.root, 511, long_dir, sizeof long_dir);
+    strcat(long_dir, "/missing");
+    snprintf(var, sizeof var, "KILN_DUMP_DIR=%s", long_dir);
+    helper_with((const char *[]){var, "KILN_DUMP=graph", "KILN_CACHE=off", NULL}, (const char *[]){"gelu", NULL}, NULL,
+                &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_msg(strstr(r.err, "KILN_DUMP_DIR is 519 characters long"), "%s", r.err);
+    ck_assert_msg(files_starting(c.root, "gelu") == 0, "dumps went to %s", c.root);
+    remove_cache_dir(&c);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -1103,7 +1483,15 @@ static Suite *cache_suite(void)
     tcase_add_test(processes, test_four_processes_fill_one_cache);
     tcase_add_test(processes, test_require_names_the_missing_kernel);
     tcase_add_test(processes, test_off_and_readonly_modes_write_nothing);
-    tcase_add_test(processes, test_shared_directory_is_warned_about);
+    tcase_add_loop_test(processes, test_untrusted_directories_are_not_used, 0,
+                        (int)(sizeof untrusted / sizeof *untrusted));
+    tcase_add_test(processes, test_no_home_means_no_disk_cache);
+    tcase_add_test(processes, test_missing_directory_others_could_make);
+    tcase_add_test(processes, test_planted_links_are_never_followed);
+    tcase_add_test(processes, test_fifos_are_reported_never_waited_on);
+    tcase_add_test(processes, test_huge_files_are_not_read_whole);
+    tcase_add_test(processes, test_ls_escapes_what_entries_say);
+    tcase_add_test(processes, test_long_paths_are_refused);
     tcase_add_test(processes, test_readonly_directory_works_with_one_warning);
     tcase_add_test(processes, test_full_disk_works_with_one_warning);
     tcase_add_test(processes, test_size_cap_evicts_least_recently_used);

@@ -5,7 +5,9 @@
  *
  * ROOT defaults to what kiln itself uses (KILN_CACHE_DIR, else
  * $XDG_CACHE_HOME/kiln, else ~/.cache/kiln). Exit status: 0, 1 when verify
- * finds damage or a command fails, 2 on bad usage. */
+ * finds damage or a command fails, 2 on bad usage. What entries and their
+ * names say is printed with control characters escaped: anyone may have
+ * made a bundle. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <kiln/kiln.h>
 
 #include "cache/cache.h"
+#include "core/core.h"
 
 static const char USAGE[] =
     "usage: kiln-cache [--dir ROOT] COMMAND\n"
@@ -47,14 +50,38 @@ static int list_or_fail(const char *dir, cache_file **files, int *n)
     return -1;
 }
 
-/* Reads and checks one listed file, changing nothing; 0, or -1 with why. */
+/* text with every byte outside printable ASCII, and the backslash, written
+ * as \xHH into out (cut short, never inside an escape, when out is small). */
+static const char *shown(const char *text, char *out, size_t size)
+{
+    size_t used = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        bool plain = *p >= 0x20 && *p < 0x7f && *p != '\\';
+        if (used + (plain ? 1 : 4) >= size)
+            break;
+        if (plain)
+            out[used++] = (char)*p;
+        else
+            used += (size_t)snprintf(out + used, size - used, "\\x%02x", *p);
+    }
+    out[used] = '\0';
+    return out;
+}
+
+enum { SHOWN_MAX = 4 * 4400 + 1 };
+
+/* Reads and checks one listed file, changing nothing: CACHE_FOUND, or
+ * CACHE_DAMAGED or CACHE_UNREADABLE with why. */
 static int check_file(const char *dir, const cache_file *f, cache_entry *e, char *why, size_t size)
 {
     if (!f->keyed) {
         snprintf(why, size, "%.300s/%s: its name is not a key", dir, f->name);
-        return -1;
+        return CACHE_DAMAGED;
     }
-    return cache_read(dir, &f->key, NULL, false, e, why, size) == CACHE_FOUND ? 0 : -1;
+    int found = cache_read(dir, &f->key, NULL, false, e, why, size);
+    if (found == CACHE_ABSENT) /* removed since it was listed */
+        snprintf(why, size, "%.300s/%s: removed meanwhile", dir, f->name);
+    return found == CACHE_ABSENT ? CACHE_UNREADABLE : found;
 }
 
 static int cmd_ls(const char *dir)
@@ -64,22 +91,27 @@ static int cmd_ls(const char *dir)
     if (list_or_fail(dir, &files, &n) < 0)
         return 1;
     printf("%-16s  %-7s %-28s %10s  %-19s  %s\n", "KEY", "BACKEND", "TARGET", "BYTES", "LAST USE", "FUNCTION (SIGNATURE)");
+    static char name[SHOWN_MAX], backend[SHOWN_MAX], target[SHOWN_MAX], function[SHOWN_MAX], signature[SHOWN_MAX];
     for (int i = 0; i < n; i++) {
         cache_entry e;
-        char why[512], when[32];
+        char why[1024], when[32];
         struct tm tm;
         time_t t = (time_t)files[i].last_use;
         strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
-        if (check_file(dir, &files[i], &e, why, sizeof why) < 0) {
-            printf("%-16.16s  damaged: %s\n", files[i].name, why);
+        shown(files[i].name, name, 17);
+        int found = check_file(dir, &files[i], &e, why, sizeof why);
+        if (found != CACHE_FOUND) {
+            printf("%-16s  %s: %s\n", name, found == CACHE_DAMAGED ? "damaged" : "unreadable",
+                   shown(why, signature, sizeof signature));
             continue;
         }
-        char target[29];
+        char cut[29];
         const char *cpu = strstr(e.meta.target, "cpu=");
-        snprintf(target, sizeof target, "%.*s", (int)strcspn(cpu ? cpu + 4 : e.meta.target, " "),
+        snprintf(cut, sizeof cut, "%.*s", (int)strcspn(cpu ? cpu + 4 : e.meta.target, " "),
                  cpu ? cpu + 4 : e.meta.target);
-        printf("%-16.16s  %-7s %-28s %10lld  %-19s  %s (%s)\n", files[i].name, e.meta.backend, target,
-               (long long)files[i].bytes, when, e.meta.function, e.meta.signature);
+        printf("%-16s  %-7s %-28s %10lld  %-19s  %s (%s)\n", name, shown(e.meta.backend, backend, sizeof backend),
+               shown(cut, target, sizeof target), (long long)files[i].bytes, when,
+               shown(e.meta.function, function, sizeof function), shown(e.meta.signature, signature, sizeof signature));
         cache_entry_free(&e);
     }
     free(files);
@@ -93,13 +125,20 @@ static int cmd_stat(const char *dir)
     if (list_or_fail(dir, &files, &n) < 0)
         return 1;
     int64_t bytes = 0, hits, misses;
-    for (int i = 0; i < n; i++)
+    int entries = 0;
+    for (int i = 0; i < n; i++) {
         bytes += files[i].bytes;
+        entries += S_ISREG(files[i].mode);
+    }
     cache_counts_read(dir, &hits, &misses);
     cache_config config;
-    cache_config_from_env(&config);
+    cache_settings_from_env(&config);
+    static char shown_dir[SHOWN_MAX];
     printf("directory  %s\nentries    %d\nbytes      %lld\nlimit      %lld\nhits       %lld\nmisses     %lld\n",
-           dir, n, (long long)bytes, (long long)config.max_bytes, (long long)hits, (long long)misses);
+           shown(dir, shown_dir, sizeof shown_dir), entries, (long long)bytes, (long long)config.max_bytes,
+           (long long)hits, (long long)misses);
+    if (n > entries)
+        printf("other      %d files named like entries that are not regular files\n", n - entries);
     free(files);
     return 0;
 }
@@ -110,19 +149,39 @@ static int cmd_verify(const char *dir)
     int n, bad = 0;
     if (list_or_fail(dir, &files, &n) < 0)
         return 1;
+    int unreadable = 0;
+    static char text[SHOWN_MAX];
     for (int i = 0; i < n; i++) {
         cache_entry e;
-        char why[512];
-        if (check_file(dir, &files[i], &e, why, sizeof why) < 0) {
-            printf("damaged  %s\n", why);
-            bad++;
-        } else {
+        char why[1024];
+        int found = check_file(dir, &files[i], &e, why, sizeof why);
+        if (found == CACHE_FOUND)
             cache_entry_free(&e);
-        }
+        else
+            printf("%-10s %s\n", found == CACHE_DAMAGED ? "damaged" : "unreadable", shown(why, text, sizeof text));
+        bad += found == CACHE_DAMAGED;
+        unreadable += found == CACHE_UNREADABLE;
     }
-    printf("%d entries, %d damaged\n", n, bad);
+    printf("%d entries, %d damaged, %d unreadable\n", n, bad, unreadable);
+    bad += unreadable;
     free(files);
     return bad ? 1 : 0;
+}
+
+/* Says which files named like entries are not regular files (a FIFO, a
+ * directory): nothing kiln wrote, and never read as entries. */
+static void report_irregular(const char *dir, const char *what_then)
+{
+    cache_file *files;
+    int n;
+    if (cache_list(dir, &files, &n) < 0)
+        return;
+    static char name[SHOWN_MAX];
+    for (int i = 0; i < n; i++)
+        if (!S_ISREG(files[i].mode))
+            fprintf(stderr, "kiln-cache: %s is %s, not an entry file; %s\n", shown(files[i].name, name, sizeof name),
+                    core_file_kind(files[i].mode), what_then);
+    free(files);
 }
 
 static int cmd_prune(const char *dir, int argc, char **argv)
@@ -131,6 +190,7 @@ static int cmd_prune(const char *dir, int argc, char **argv)
     long long max = argc == 2 && !strcmp(argv[0], "--max-bytes") ? strtoll(argv[1], &end, 10) : -1;
     if (!end || *end || max < 0)
         return usage("prune takes --max-bytes N");
+    report_irregular(dir, "left alone");
     printf("removed %d entries\n", cache_evict(dir, max, NULL));
     return 0;
 }
@@ -159,26 +219,12 @@ static int chosen_keys(const char *dir, int argc, char **argv, cache_key **keys,
         }
     }
     for (int i = 0; status == 0 && all && i < count; i++)
-        if (files[i].keyed)
+        if (files[i].keyed && S_ISREG(files[i].mode))
             (*keys)[(*n)++] = files[i].key;
+    if (all)
+        report_irregular(dir, "not exported");
     free(files);
     return status;
-}
-
-static int write_file(const char *path, const void *bytes, size_t size)
-{
-    char temp[CACHE_PATH_MAX + 32];
-    snprintf(temp, sizeof temp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(temp, "wb");
-    bool ok = f && fwrite(bytes, 1, size, f) == size;
-    ok = f && fclose(f) == 0 && ok;
-    if (ok && rename(temp, path) == 0)
-        return 0;
-    int saved = errno;
-    if (f)
-        remove(temp);
-    errno = saved;
-    return -1;
 }
 
 static int cmd_export(const char *dir, int argc, char **argv)
@@ -199,7 +245,7 @@ static int cmd_export(const char *dir, int argc, char **argv)
         fprintf(stderr, "kiln-cache: export: %s\n", why);
         return 1;
     }
-    int status = write_file(argv[0], bundle, size);
+    int status = core_write_file(argv[0], bundle, size, 0666);
     if (status < 0)
         fprintf(stderr, "kiln-cache: export: cannot write %s: %s\n", argv[0], strerror(errno));
     else
@@ -214,15 +260,14 @@ static int cmd_import(const char *dir, int argc, char **argv)
         return usage("import takes FILE");
     void *bytes;
     size_t size;
-    if (cache_read_file(argv[0], &bytes, &size) < 0) {
-        fprintf(stderr, "kiln-cache: import: cannot read %s: %s\n", argv[0], strerror(errno));
-        return 1;
-    }
     cache_entry *entries;
     int n;
     char why[1024];
-    int status = cache_bundle_unpack(bytes, size, &entries, &n, why, sizeof why);
-    free(bytes);
+    int status = cache_bundle_read(argv[0], &bytes, &size, why, sizeof why);
+    if (status == 0) {
+        status = cache_bundle_unpack(bytes, size, &entries, &n, why, sizeof why);
+        free(bytes);
+    }
     if (status < 0) {
         fprintf(stderr, "kiln-cache: import: %s rejected, nothing installed: %s\n", argv[0], why);
         return 1;
@@ -241,15 +286,41 @@ static int cmd_import(const char *dir, int argc, char **argv)
     return status < 0 ? 1 : 0;
 }
 
+/* The cache directory to work on (under --dir ROOT, else the one the
+ * environment names) and its anchor (see cache_dir_trusted): 0, or -1
+ * after saying why there is none. */
+static int cache_dir_of(const char *given, char *dir, char *anchor, size_t size)
+{
+    char root[CACHE_PATH_MAX], why[CACHE_PATH_MAX + 128] = "";
+    if (!given && cache_root_from_env(root, anchor, size, why, sizeof why) < 0) {
+        fprintf(stderr, "kiln-cache: no cache directory: %s; name one with --dir ROOT\n", why);
+        return -1;
+    }
+    if (given)
+        snprintf(anchor, size, "%s", given);
+    if (cache_dir_of_root(given ? given : root, dir, size) < 0) {
+        fprintf(stderr, "kiln-cache: the cache directory under %.200s... is too long\n", given ? given : root);
+        return -1;
+    }
+    return 0;
+}
+
+/* Says so when kiln would not load what dir holds. */
+static void note_untrusted(const char *dir, const char *anchor)
+{
+    char why[CACHE_PATH_MAX + 128];
+    static char text[SHOWN_MAX];
+    if (!cache_dir_trusted(anchor, dir, why, sizeof why))
+        fprintf(stderr, "kiln-cache: note: kiln does not load code from this directory: %s\n",
+                shown(why, text, sizeof text));
+}
+
 int main(int argc, char **argv)
 {
-    char dir[CACHE_PATH_MAX];
-    cache_config config;
-    cache_config_from_env(&config);
-    snprintf(dir, sizeof dir, "%s", config.dir);
     int a = 1;
+    const char *given = NULL;
     if (a + 1 < argc && !strcmp(argv[a], "--dir")) {
-        cache_dir_of_root(argv[a + 1], dir, sizeof dir);
+        given = argv[a + 1];
         a += 2;
     }
     if (a >= argc)
@@ -257,18 +328,6 @@ int main(int argc, char **argv)
     const char *cmd = argv[a++];
     int rest = argc - a;
     char **args = argv + a;
-    if (!strcmp(cmd, "ls") && !rest)
-        return cmd_ls(dir);
-    if (!strcmp(cmd, "stat") && !rest)
-        return cmd_stat(dir);
-    if (!strcmp(cmd, "verify") && !rest)
-        return cmd_verify(dir);
-    if (!strcmp(cmd, "prune"))
-        return cmd_prune(dir, rest, args);
-    if (!strcmp(cmd, "export"))
-        return cmd_export(dir, rest, args);
-    if (!strcmp(cmd, "import"))
-        return cmd_import(dir, rest, args);
     if (!strcmp(cmd, "target") && !rest) {
         const char *target = kiln_host_target();
         if (!target)
@@ -281,5 +340,25 @@ int main(int argc, char **argv)
         fputs(USAGE, stdout);
         return 0;
     }
-    return usage("unknown command or arguments");
+    char dir[CACHE_PATH_MAX], anchor[CACHE_PATH_MAX];
+    if (cache_dir_of(given, dir, anchor, sizeof dir) < 0)
+        return 1;
+    int status = 2;
+    if (!strcmp(cmd, "ls") && !rest)
+        status = cmd_ls(dir);
+    else if (!strcmp(cmd, "stat") && !rest)
+        status = cmd_stat(dir);
+    else if (!strcmp(cmd, "verify") && !rest)
+        status = cmd_verify(dir);
+    else if (!strcmp(cmd, "prune"))
+        return cmd_prune(dir, rest, args);
+    else if (!strcmp(cmd, "export"))
+        return cmd_export(dir, rest, args);
+    else if (!strcmp(cmd, "import"))
+        status = cmd_import(dir, rest, args);
+    else
+        return usage("unknown command or arguments");
+    if (status != 2)
+        note_untrusted(dir, anchor);
+    return status;
 }

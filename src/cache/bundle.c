@@ -1,14 +1,18 @@
 /* Bundles: cache entries packed into one file to ship.
  *
- * Layout (docs/bundle-format.md): magic, version, entry count, a text
+ * Layout (docs/cache-format.md): magic, version, entry count, a text
  * manifest, the entries as their own files' bytes each behind its length, and
  * a SHA-256 of everything before it. Unpacking checks the whole bundle and
- * every entry before returning any, so an importer installs all or nothing. */
+ * every entry before returning any, so an importer installs all or nothing;
+ * reading one checks the lengths it declares against its size first. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache/cache.h"
+#include "core/core.h"
 
 static const char MAGIC[8] = {'K', 'I', 'L', 'N', 'B', 'N', 'D', 'L'};
 
@@ -71,8 +75,11 @@ void *cache_bundle_pack(const char *dir, const cache_key *keys, int n, size_t *s
         void *bytes = NULL;
         size_t len = 0;
         cache_entry e;
-        if (cache_read_file(path, &bytes, &len) < 0) {
-            snprintf(why, why_size, "entry %s: cannot read %s", hex, path);
+        int found = cache_entry_read(path, &keys[i], &bytes, &len, line, sizeof line);
+        if (found == CACHE_ABSENT)
+            snprintf(line, sizeof line, "%s does not exist", path);
+        if (found != CACHE_FOUND) {
+            snprintf(why, why_size, "entry %s: %.400s", hex, line);
             ok = false;
         } else if (cache_entry_decode(bytes, len, &keys[i], &e, line, sizeof line) < 0) {
             snprintf(why, why_size, "entry %s is damaged: %.400s", hex, line);
@@ -212,4 +219,86 @@ int cache_bundle_unpack(const void *data, size_t size, cache_entry **entries, in
     *entries = out;
     *n_entries = (int)n;
     return 0;
+}
+
+/* The size the header and manifest read from fd declare for the whole
+ * bundle (file_size bytes): 0 with *declared, or -1 with why. */
+static int declared_size(int fd, uint64_t file_size, uint64_t *declared, char *why, size_t why_size)
+{
+    uint8_t header[FIXED_BYTES];
+    ssize_t got = core_pread_full(fd, header, sizeof header, 0);
+    if (got < 0) {
+        snprintf(why, why_size, "cannot read it: %s", strerror(errno));
+        return -1;
+    }
+    if (got < FIXED_BYTES || file_size < FIXED_BYTES + CACHE_KEY_BYTES || memcmp(header, MAGIC, 8)) {
+        snprintf(why, why_size, "it is not a kiln bundle");
+        return -1;
+    }
+    uint64_t version = get_u64(header + 8, 4), n = get_u64(header + 12, 4), manifest = get_u64(header + 16, 8);
+    if (version != BUNDLE_VERSION) {
+        snprintf(why, why_size, "it has bundle version %llu, not %d", (unsigned long long)version, BUNDLE_VERSION);
+        return -1;
+    }
+    /* Each manifest line holds at least a key, a tab and a newline. */
+    if (manifest > file_size - FIXED_BYTES - CACHE_KEY_BYTES || n > manifest / (CACHE_HEX_CHARS + 2)) {
+        snprintf(why, why_size, "its manifest does not fit in it");
+        return -1;
+    }
+    char *text = malloc(manifest ? manifest : 1);
+    if (!text || core_pread_full(fd, text, manifest, FIXED_BYTES) != (ssize_t)manifest) {
+        snprintf(why, why_size, text ? "cannot read its manifest" : "out of memory");
+        free(text);
+        return -1;
+    }
+    *declared = FIXED_BYTES + manifest + CACHE_KEY_BYTES;
+    const char *at = text, *end = text + manifest;
+    bool ok = true;
+    for (uint64_t i = 0; ok && i < n; i++) {
+        cache_key key;
+        uint64_t bytes;
+        const char *line;
+        size_t len;
+        ok = manifest_entry(&at, end, &key, &bytes, &line, &len) && bytes <= file_size &&
+             (*declared += 8 + bytes) <= file_size;
+    }
+    free(text);
+    if (!ok || *declared != file_size) {
+        snprintf(why, why_size, "it is %llu bytes, and its manifest does not account for them",
+                 (unsigned long long)file_size);
+        return -1;
+    }
+    return 0;
+}
+
+int cache_bundle_read(const char *path, void **bytes, size_t *size, char *why, size_t why_size)
+{
+    *bytes = NULL;
+    struct stat st;
+    int fd = core_open_regular(path, &st);
+    if (fd < 0) {
+        if (st.st_mode)
+            snprintf(why, why_size, "it is %s, not a bundle", core_file_kind(st.st_mode));
+        else
+            snprintf(why, why_size, "cannot open it: %s", strerror(errno));
+        return -1;
+    }
+    uint64_t declared;
+    int status = declared_size(fd, (uint64_t)st.st_size, &declared, why, why_size);
+    if (status == 0 && !(*bytes = malloc(declared))) {
+        snprintf(why, why_size, "out of memory for its %llu bytes", (unsigned long long)declared);
+        status = -1;
+    }
+    if (status == 0 && core_pread_full(fd, *bytes, declared, 0) != (ssize_t)declared) {
+        snprintf(why, why_size, "cannot read it whole");
+        status = -1;
+    }
+    if (status == 0)
+        *size = declared;
+    else {
+        free(*bytes);
+        *bytes = NULL;
+    }
+    close(fd);
+    return status;
 }

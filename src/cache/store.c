@@ -4,13 +4,20 @@
  * payload length, SHA-256 of metadata and payload), the metadata as text
  * lines, then the payload. Integers are little-endian. A reader checks all of
  * it before the payload is used, so a truncated, bit-flipped or foreign file
- * is rejected and removed, never loaded. Writers write a temporary file in
- * the same directory and rename it into place: a killed writer leaves only a
+ * is rejected and removed, never loaded; its header is checked against the
+ * file's size before the rest is read. Writers write a temporary file in the
+ * same directory and rename it into place: a killed writer leaves only a
  * temporary file, and racing writers of one key each install a whole entry.
- * Last use is the file's modification time, refreshed on each hit. */
+ * Last use is the file's modification time, refreshed on each hit.
+ *
+ * Entries are native code kiln runs, so the directory they come from, and
+ * every directory above it up to the user's home (or the root the user
+ * named), must be the user's own and writable by no one else; else the disk
+ * cache is not used at all. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +27,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "core/core.h"
 
 static const char MAGIC[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '\n'};
 
@@ -32,12 +40,164 @@ static const int64_t DEFAULT_MAX_BYTES = INT64_C(1) << 30;
 
 /* -- Configuration --------------------------------------------------------- */
 
-void cache_dir_of_root(const char *root, char *dir, size_t size)
+int cache_dir_of_root(const char *root, char *dir, size_t size)
 {
-    snprintf(dir, size, "%.1000s/%d", root, CACHE_FORMAT_VERSION);
+    char version[16];
+    size_t root_len = strlen(root), len = (size_t)snprintf(version, sizeof version, "/%d", CACHE_FORMAT_VERSION);
+    if (root_len + len >= size)
+        return -1;
+    memcpy(dir, root, root_len);
+    memcpy(dir + root_len, version, len + 1);
+    return 0;
 }
 
-void cache_config_from_env(cache_config *c)
+int cache_root_from_env(char *root, char *anchor, size_t size, char *why, size_t why_size)
+{
+    const char *dir = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *name = "KILN_CACHE_DIR", *base = dir, *rest = "";
+    if (!(dir && *dir)) {
+        bool use_xdg = xdg && *xdg;
+        name = use_xdg ? "XDG_CACHE_HOME" : "HOME";
+        base = use_xdg ? xdg : home;
+        rest = use_xdg ? "/kiln" : "/.cache/kiln";
+    }
+    if (!(base && *base)) {
+        snprintf(why, why_size, "HOME is not set, nor is KILN_CACHE_DIR or XDG_CACHE_HOME");
+        return -1;
+    }
+    /* The longest base whose "<base><rest>/<format version>" fits. */
+    size_t most = size - 1 - strlen(rest) - 2;
+    if (strlen(base) > most) {
+        snprintf(why, why_size, "%s is %zu characters long, more than the %zu a cache directory may have", name,
+                 strlen(base), most);
+        return -1;
+    }
+    snprintf(anchor, size, "%s", base);
+    snprintf(root, size, "%s%s", base, rest);
+    return 0;
+}
+
+/* Whether what path's status st describes is a directory only the user can
+ * change; why says why not. */
+static bool private_dir(const char *path, const struct stat *st, char *why, size_t why_size)
+{
+    unsigned mode = (unsigned)st->st_mode & 07777;
+    if (!S_ISDIR(st->st_mode))
+        snprintf(why, why_size, "%s is %s, not a directory", path, core_file_kind(st->st_mode));
+    else if (st->st_uid != geteuid())
+        snprintf(why, why_size, "%s is owned by user %u, not by you (user %u)", path, (unsigned)st->st_uid,
+                 (unsigned)geteuid());
+    else if (mode & 022)
+        snprintf(why, why_size, "%s is writable by %s (mode %04o)", path,
+                 (mode & 022) == 022 ? "its group and others" : mode & 020 ? "its group" : "others", mode);
+    else
+        return true;
+    return false;
+}
+
+/* path's parent, in place (textually); false when path is "/" or ".". */
+static bool to_parent(char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    if (n == 1 && (path[0] == '/' || path[0] == '.'))
+        return false;
+    while (n > 0 && path[n - 1] != '/')
+        n--;
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    if (n == 0)
+        snprintf(path, 2, ".");
+    else
+        path[n] = '\0';
+    return true;
+}
+
+/* A missing anchor: whether no one else can create it, in the nearest
+ * directory above it that exists (owned by the user or root, and writable
+ * by neither its group nor others). */
+static bool only_user_can_create(const char *anchor, char *why, size_t why_size)
+{
+    char path[CACHE_PATH_MAX];
+    snprintf(path, sizeof path, "%s", anchor);
+    struct stat st;
+    while (to_parent(path) && stat(path, &st) < 0 && errno == ENOENT)
+        continue;
+    if (stat(path, &st) < 0) {
+        snprintf(why, why_size, "cannot check %s: %s", path, strerror(errno));
+        return false;
+    }
+    if ((st.st_uid == geteuid() || st.st_uid == 0) && !(st.st_mode & 022))
+        return true;
+    snprintf(why, why_size, "%s does not exist, and others can create it in %s", anchor, path);
+    return false;
+}
+
+bool cache_dir_trusted(const char *anchor, const char *dir, char *why, size_t why_size)
+{
+    char path[CACHE_PATH_MAX];
+    size_t end = strlen(anchor);
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path || strncmp(path, anchor, end)) {
+        snprintf(why, why_size, "%.200s is not under %.200s", dir, anchor);
+        return false;
+    }
+    /* From the anchor down: a directory that does not exist yet holds nothing
+     * to load, and can only be made by whoever can write the one above. */
+    for (;;) {
+        char next = path[end];
+        path[end] = '\0';
+        struct stat st;
+        if (stat(path, &st) < 0) {
+            if (errno == ENOENT)
+                return !strcmp(path, anchor) ? only_user_can_create(anchor, why, why_size) : true;
+            snprintf(why, why_size, "cannot check %s: %s", path, strerror(errno));
+            return false;
+        }
+        if (!private_dir(path, &st, why, why_size))
+            return false;
+        if (!next)
+            return true;
+        path[end] = next;
+        while (path[end] == '/')
+            end++;
+        while (path[end] && path[end] != '/')
+            end++;
+    }
+}
+
+/* Adds a problem to c's list of them. */
+static void add_problem(cache_config *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_problem(cache_config *c, const char *fmt, ...)
+{
+    size_t used = strlen(c->problem);
+    if (used)
+        used += (size_t)snprintf(c->problem + used, sizeof c->problem - used, "; ");
+    if (used >= sizeof c->problem)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->problem + used, sizeof c->problem - used, fmt, ap);
+    va_end(ap);
+}
+
+/* mkdir -p with mode 0700 for what it creates. */
+static int make_dirs(const char *dir)
+{
+    char path[CACHE_PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0700) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0700) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+void cache_settings_from_env(cache_config *c)
 {
     *c = (cache_config){.mode = CACHE_ON, .max_bytes = DEFAULT_MAX_BYTES};
     const char *mode = getenv("KILN_CACHE");
@@ -48,8 +208,7 @@ void cache_config_from_env(cache_config *c)
             if (!strcmp(mode, names[i]))
                 found = i;
         if (found < 0)
-            snprintf(c->problem, sizeof c->problem, "KILN_CACHE=%.64s is not off, on, readonly or require; using on",
-                     mode);
+            add_problem(c, "KILN_CACHE=%.64s is not off, on, readonly or require; using on", mode);
         else
             c->mode = (cache_mode)found;
     }
@@ -58,20 +217,32 @@ void cache_config_from_env(cache_config *c)
         char *end;
         long long v = strtoll(max, &end, 10);
         if (*end || v < 0)
-            snprintf(c->problem, sizeof c->problem, "KILN_CACHE_MAX_BYTES=%.64s is not a byte count; using %lld",
-                     max, (long long)DEFAULT_MAX_BYTES);
+            add_problem(c, "KILN_CACHE_MAX_BYTES=%.64s is not a byte count; using %lld", max,
+                        (long long)DEFAULT_MAX_BYTES);
         else
             c->max_bytes = v;
     }
-    char root[CACHE_PATH_MAX];
-    const char *dir = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (dir && *dir)
-        snprintf(root, sizeof root, "%s", dir);
-    else if (xdg && *xdg)
-        snprintf(root, sizeof root, "%s/kiln", xdg);
-    else
-        snprintf(root, sizeof root, "%s/.cache/kiln", home && *home ? home : "/tmp");
+}
+
+void cache_config_from_env(cache_config *c)
+{
+    cache_settings_from_env(c);
+    if (c->mode == CACHE_OFF)
+        return;
+    char root[CACHE_PATH_MAX], anchor[CACHE_PATH_MAX], why[CACHE_PATH_MAX + 128];
+    if (cache_root_from_env(root, anchor, sizeof root, why, sizeof why) < 0) {
+        c->mode = CACHE_OFF;
+        add_problem(c, "not using the disk cache: %s", why);
+        return;
+    }
     cache_dir_of_root(root, c->dir, sizeof c->dir);
+    /* Made now, so that no one else can make it first. */
+    if (c->mode == CACHE_ON)
+        make_dirs(c->dir);
+    if (!cache_dir_trusted(anchor, c->dir, why, sizeof why)) {
+        c->mode = CACHE_OFF;
+        add_problem(c, "not using the disk cache: %s, and whoever can change it could run code as you", why);
+    }
 }
 
 /* -- Encoding -------------------------------------------------------------- */
@@ -182,17 +353,18 @@ void *cache_entry_encode(const cache_entry *e, size_t *size)
     return out;
 }
 
-int cache_entry_decode(const void *bytes, size_t size, const cache_key *expect, cache_entry *e, char *why,
-                       size_t why_size)
+/* Checks an entry's header (its first have bytes) against the size of the
+ * file it starts: magic, version, that the lengths it declares add up to
+ * file_size, and the key when expect is not NULL. 0, or -1 with why. */
+static int check_header(const uint8_t *p, size_t have, uint64_t file_size, const cache_key *expect, char *why,
+                        size_t why_size)
 {
-    const uint8_t *p = bytes;
-    *e = (cache_entry){0};
-    if (size == 0) {
+    if (file_size == 0) {
         snprintf(why, why_size, "it is empty");
         return -1;
     }
-    if (size < HEADER_BYTES) {
-        snprintf(why, why_size, "it is %zu bytes, shorter than a header", size);
+    if (have < HEADER_BYTES || file_size < HEADER_BYTES) {
+        snprintf(why, why_size, "it is %llu bytes, shorter than a header", (unsigned long long)file_size);
         return -1;
     }
     if (memcmp(p, MAGIC, 8)) {
@@ -205,16 +377,28 @@ int cache_entry_decode(const void *bytes, size_t size, const cache_key *expect, 
         snprintf(why, why_size, "it has format version %u, not %d", version, CACHE_FORMAT_VERSION);
         return -1;
     }
-    if (meta_len > META_MAX || payload > size || HEADER_BYTES + meta_len + payload != size) {
-        snprintf(why, why_size, "it is %zu bytes, but its header says %llu", size,
+    if (meta_len > META_MAX || payload > file_size || HEADER_BYTES + meta_len + payload != file_size) {
+        snprintf(why, why_size, "it is %llu bytes, but its header says %llu", (unsigned long long)file_size,
                  (unsigned long long)(HEADER_BYTES + (uint64_t)meta_len + payload));
         return -1;
     }
-    memcpy(e->key.bytes, p + 16, CACHE_KEY_BYTES);
-    if (expect && memcmp(expect->bytes, e->key.bytes, CACHE_KEY_BYTES)) {
+    if (expect && memcmp(expect->bytes, p + 16, CACHE_KEY_BYTES)) {
         snprintf(why, why_size, "it holds another key");
         return -1;
     }
+    return 0;
+}
+
+int cache_entry_decode(const void *bytes, size_t size, const cache_key *expect, cache_entry *e, char *why,
+                       size_t why_size)
+{
+    const uint8_t *p = bytes;
+    *e = (cache_entry){0};
+    if (check_header(p, size, size, expect, why, why_size) < 0)
+        return -1;
+    uint32_t meta_len = get_u32(p + 12);
+    uint64_t payload = get_u64(p + 16 + CACHE_KEY_BYTES);
+    memcpy(e->key.bytes, p + 16, CACHE_KEY_BYTES);
     cache_key sum;
     cache_hash(p + HEADER_BYTES, meta_len + payload, &sum);
     if (memcmp(sum.bytes, p + 24 + CACHE_KEY_BYTES, CACHE_KEY_BYTES)) {
@@ -244,37 +428,97 @@ void cache_entry_path(const char *dir, const cache_key *key, char *path, size_t 
     snprintf(path, size, "%s/%s.kiln", dir, hex);
 }
 
-static int read_fd(int fd, void **bytes, size_t *size)
+/* Reads the rest of the regular file on fd from offset done on (st its
+ * status) into the malloc'd *bytes, which holds done bytes: 0, or -1 with
+ * errno. Shorter if the file shrank meanwhile: decoders reject that. */
+static int read_rest(int fd, const struct stat *st, size_t done, void **bytes, size_t *size)
 {
-    struct stat st;
-    if (fstat(fd, &st) < 0)
+    *size = (size_t)st->st_size;
+    void *grown = realloc(*bytes, *size > done ? *size : done + 1);
+    if (!grown)
         return -1;
-    *size = (size_t)st.st_size;
-    *bytes = malloc(*size ? *size : 1);
-    if (!*bytes)
+    *bytes = grown;
+    ssize_t got = core_pread_full(fd, (char *)*bytes + done, *size > done ? *size - done : 0, (off_t)done);
+    if (got < 0)
         return -1;
-    size_t done = 0;
-    while (done < *size) {
-        ssize_t got = read(fd, (char *)*bytes + done, *size - done);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            break;
-        done += (size_t)got;
-    }
-    *size = done; /* shorter if the file shrank: the decoder rejects it */
+    *size = done + (size_t)got;
     return 0;
 }
 
 int cache_read_file(const char *path, void **bytes, size_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = core_open_regular(path, &st);
     if (fd < 0)
         return -1;
-    int status = read_fd(fd, bytes, size);
+    *bytes = NULL;
+    int status = read_rest(fd, &st, 0, bytes, size);
     int saved = errno;
+    if (status < 0) {
+        free(*bytes);
+        *bytes = NULL;
+    }
     close(fd);
     errno = saved;
+    return status;
+}
+
+/* Opens an entry file: CACHE_FOUND with *fd and *st, CACHE_ABSENT, or
+ * CACHE_UNREADABLE with why (what is there is no regular file, or cannot be
+ * opened). A FIFO or a device is never waited on. */
+static int open_entry(const char *path, int *fd, struct stat *st, char *why, size_t why_size)
+{
+    if ((*fd = core_open_regular(path, st)) >= 0)
+        return CACHE_FOUND;
+    if (st->st_mode) {
+        snprintf(why, why_size, "%s is %s, not an entry file", path, core_file_kind(st->st_mode));
+        return CACHE_UNREADABLE;
+    }
+    if (errno == ENOENT || errno == ENOTDIR)
+        return CACHE_ABSENT;
+    snprintf(why, why_size, "cannot open %s: %s", path, strerror(errno));
+    return CACHE_UNREADABLE;
+}
+
+/* Reads the entry file open on fd: its header first, checked against the
+ * file's size, then only the bytes that header declares. CACHE_FOUND with
+ * *bytes malloc'd (not yet checked beyond the header), CACHE_DAMAGED or
+ * CACHE_UNREADABLE with why. */
+static int read_entry(int fd, const struct stat *st, const char *path, const cache_key *expect, void **bytes,
+                      size_t *size, char *why, size_t why_size)
+{
+    *bytes = malloc(HEADER_BYTES);
+    ssize_t got = *bytes ? core_pread_full(fd, *bytes, HEADER_BYTES, 0) : -1;
+    char reason[256];
+    int status = CACHE_FOUND;
+    if (got < 0) {
+        snprintf(why, why_size, "cannot read %s: %s", path, strerror(errno));
+        status = CACHE_UNREADABLE;
+    } else if (check_header(*bytes, (size_t)got, (uint64_t)st->st_size, expect, reason, sizeof reason) < 0) {
+        snprintf(why, why_size, "%s: %s", path, reason);
+        status = CACHE_DAMAGED;
+    } else if (read_rest(fd, st, (size_t)got, bytes, size) < 0) {
+        snprintf(why, why_size, "cannot read %s: %s", path, strerror(errno));
+        status = CACHE_UNREADABLE;
+    }
+    if (status != CACHE_FOUND) {
+        free(*bytes);
+        *bytes = NULL;
+    }
+    return status;
+}
+
+int cache_entry_read(const char *path, const cache_key *expect, void **bytes, size_t *size, char *why,
+                     size_t why_size)
+{
+    int fd;
+    struct stat st;
+    *bytes = NULL;
+    int status = open_entry(path, &fd, &st, why, why_size);
+    if (status != CACHE_FOUND)
+        return status;
+    status = read_entry(fd, &st, path, expect, bytes, size, why, why_size);
+    close(fd);
     return status;
 }
 
@@ -303,64 +547,27 @@ int cache_read(const char *dir, const cache_key *key, const cache_meta *expect, 
 {
     char path[CACHE_PATH_MAX + 80];
     cache_entry_path(dir, key, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return CACHE_ABSENT;
-        snprintf(why, why_size, "cannot open %s: %s", path, strerror(errno));
-        return CACHE_UNREADABLE;
-    }
+    int fd;
+    struct stat st;
+    int status = open_entry(path, &fd, &st, why, why_size);
+    if (status != CACHE_FOUND)
+        return status;
     void *bytes = NULL;
     size_t size = 0;
-    int status = CACHE_FOUND;
     char reason[256];
-    if (read_fd(fd, &bytes, &size) < 0) {
-        snprintf(why, why_size, "cannot read %s: %s", path, strerror(errno));
-        status = CACHE_UNREADABLE;
-    } else if (cache_entry_decode(bytes, size, key, e, reason, sizeof reason) < 0 ||
-               (!as_expected(e, expect, reason, sizeof reason) && (cache_entry_free(e), true))) {
+    status = read_entry(fd, &st, path, key, &bytes, &size, why, why_size);
+    if (status == CACHE_FOUND && (cache_entry_decode(bytes, size, key, e, reason, sizeof reason) < 0 ||
+                                  (!as_expected(e, expect, reason, sizeof reason) && (cache_entry_free(e), true)))) {
         snprintf(why, why_size, "%s: %s", path, reason);
-        if (writable)
-            remove_if_same(path, fd);
         status = CACHE_DAMAGED;
-    } else if (writable) {
-        futimens(fd, NULL); /* last use, for eviction */
     }
+    if (status == CACHE_DAMAGED && writable)
+        remove_if_same(path, fd);
+    else if (status == CACHE_FOUND && writable)
+        futimens(fd, NULL); /* last use, for eviction */
     free(bytes);
     close(fd);
     return status;
-}
-
-/* mkdir -p with mode 0700 for what it creates. */
-static int make_dirs(const char *dir)
-{
-    char path[CACHE_PATH_MAX];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0700) < 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(path, 0700) < 0 && errno != EEXIST ? -1 : 0;
-}
-
-static int write_all(int fd, const void *bytes, size_t size)
-{
-    for (size_t done = 0; done < size;) {
-        ssize_t put = write(fd, (const char *)bytes + done, size - done);
-        if (put < 0 && errno == EINTR)
-            continue;
-        if (put <= 0) {
-            if (put == 0)
-                errno = ENOSPC;
-            return -1;
-        }
-        done += (size_t)put;
-    }
-    return 0;
 }
 
 int cache_write(const char *dir, const cache_entry *e, char *why, size_t why_size)
@@ -372,27 +579,13 @@ int cache_write(const char *dir, const cache_entry *e, char *why, size_t why_siz
         snprintf(why, why_size, "out of memory encoding an entry");
         return -1;
     }
-    char temp[CACHE_PATH_MAX + 80], path[CACHE_PATH_MAX + 80];
-    static unsigned counter;
-    snprintf(temp, sizeof temp, "%s/.tmp-%ld-%u-%lx", dir, (long)getpid(),
-             __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED), (unsigned long)time(NULL));
+    char path[CACHE_PATH_MAX + 80];
     cache_entry_path(dir, &e->key, path, sizeof path);
-    int fd = make_dirs(dir) < 0 ? -1 : open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    int status = fd < 0 ? -1 : write_all(fd, bytes, size);
+    bool made = make_dirs(dir) == 0;
+    int status = made ? core_write_file(path, bytes, size, 0600) : -1;
     int saved = errno;
-    if (fd >= 0 && close(fd) < 0 && status == 0) {
-        status = -1;
-        saved = errno;
-    }
-    if (status == 0 && rename(temp, path) < 0) {
-        status = -1;
-        saved = errno;
-    }
-    if (status < 0) {
-        if (fd >= 0)
-            unlink(temp);
-        snprintf(why, why_size, "cannot write %s: %s", fd < 0 ? dir : path, strerror(saved));
-    }
+    if (status < 0)
+        snprintf(why, why_size, "cannot write %s: %s", made ? path : dir, strerror(saved));
     free(bytes);
     errno = saved;
     return status;
@@ -421,7 +614,7 @@ int cache_list(const char *dir, cache_file **files, int *n)
         char path[CACHE_PATH_MAX + 300];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
+        if (stat(path, &st) < 0)
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
@@ -436,7 +629,8 @@ int cache_list(const char *dir, cache_file **files, int *n)
             *files = grown;
         }
         cache_file *f = &(*files)[(*n)++];
-        *f = (cache_file){.bytes = st.st_size, .last_use = st.st_mtime};
+        bool regular = S_ISREG(st.st_mode);
+        *f = (cache_file){.bytes = regular ? st.st_size : 0, .last_use = st.st_mtime, .mode = st.st_mode};
         snprintf(f->name, sizeof f->name, "%s", ent->d_name);
         char hex[CACHE_HEX_CHARS + 1];
         snprintf(hex, sizeof hex, "%.*s", (int)(len - 5), ent->d_name);
@@ -455,7 +649,7 @@ static void remove_stale_temps(const char *dir)
         char path[CACHE_PATH_MAX + 300];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        if (!strncmp(ent->d_name, ".tmp-", 5) && stat(path, &st) == 0 &&
+        if (!strncmp(ent->d_name, ".tmp-", 5) && lstat(path, &st) == 0 &&
             st.st_mtime < time(NULL) - STALE_TEMP_SECONDS)
             unlink(path);
     }
@@ -478,7 +672,7 @@ int cache_evict(const char *dir, int64_t max_bytes, int64_t *kept)
     for (int i = n - 1; i >= 0 && total > max_bytes; i--) {
         char path[CACHE_PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
-        if (unlink(path) == 0 || errno == ENOENT) {
+        if (S_ISREG(files[i].mode) && (unlink(path) == 0 || errno == ENOENT)) {
             total -= files[i].bytes;
             removed++;
         }
@@ -500,28 +694,25 @@ static void parse_counts(const char *text, int64_t *hits, int64_t *misses)
     }
 }
 
+/* Counters are rewritten whole, under a lock on the directory: the stats
+ * file is replaced, never written through, so a link planted there is
+ * replaced too. */
 void cache_count(const char *dir, int64_t hits, int64_t misses)
 {
-    char path[CACHE_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/stats", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
+    int lock = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock < 0)
         return;
-    if (flock(fd, LOCK_EX) == 0) {
-        char text[128] = "";
-        ssize_t got = pread(fd, text, sizeof text - 1, 0);
-        int64_t h = 0, m = 0;
-        if (got > 0) {
-            text[got] = '\0';
-            parse_counts(text, &h, &m);
-        }
+    if (flock(lock, LOCK_EX) == 0) {
+        int64_t h, m;
+        cache_counts_read(dir, &h, &m);
+        char path[CACHE_PATH_MAX + 16], text[128];
+        snprintf(path, sizeof path, "%s/stats", dir);
         int len = snprintf(text, sizeof text, "hits %lld\nmisses %lld\n", (long long)(h + hits),
                            (long long)(m + misses));
-        if (pwrite(fd, text, (size_t)len, 0) == len)
-            (void)ftruncate(fd, len);
-        flock(fd, LOCK_UN);
+        (void)core_write_file(path, text, (size_t)len, 0600); /* counts are worth no warning */
+        flock(lock, LOCK_UN);
     }
-    close(fd);
+    close(lock);
 }
 
 void cache_counts_read(const char *dir, int64_t *hits, int64_t *misses)
@@ -529,11 +720,12 @@ void cache_counts_read(const char *dir, int64_t *hits, int64_t *misses)
     char path[CACHE_PATH_MAX + 16], text[128] = "";
     snprintf(path, sizeof path, "%s/stats", dir);
     *hits = *misses = 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
+    struct stat st;
+    int fd = core_open_regular(path, &st);
+    if (fd < 0)
         return;
-    size_t got = fread(text, 1, sizeof text - 1, f);
-    text[got] = '\0';
-    fclose(f);
+    ssize_t got = core_pread_full(fd, text, sizeof text - 1, 0);
+    close(fd);
+    text[got > 0 ? got : 0] = '\0';
     parse_counts(text, hits, misses);
 }

@@ -1,12 +1,15 @@
-/* Plumbing every module uses: errors, memory, the thread pool, environment options. */
+/* Plumbing every module uses: errors, memory, the thread pool, environment options, files. */
 #ifndef KILN_CORE_H
 #define KILN_CORE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 
 #include <kiln/kiln.h>
 
@@ -108,5 +111,24 @@ char *strbuf_finish(strbuf *b);
 
 /* An integer environment variable, or fallback when unset or malformed. */
 int64_t core_env_int(const char *name, int64_t fallback);
+
+/* -- Files ----------------------------------------------------------------- */
+
+/* Writes size bytes to path atomically and safely: into a new file in path's
+ * directory, ".tmp-<pid>-<n>-<random>", created exclusively (never through a
+ * planted link) with mode (less the umask), then renamed over path, which
+ * replaces a link there rather than following it. More bytes than
+ * RLIMIT_FSIZE allows fail with EFBIG before anything is created (writing
+ * them would raise SIGXFSZ). 0, or -1 with errno and nothing left behind. */
+int core_write_file(const char *path, const void *bytes, size_t size, mode_t mode);
+/* Opens path for reading only if it is a regular file, never blocking on a
+ * FIFO or a device: the descriptor with *st filled, or -1 with errno and
+ * st->st_mode 0 when it cannot be opened, else the mode of what is there. */
+int core_open_regular(const char *path, struct stat *st);
+/* What mode is, for messages: "a FIFO", "a directory", ... */
+const char *core_file_kind(mode_t mode);
+/* Reads up to size bytes at offset at, retrying short reads: the bytes read
+ * (fewer only at the end of the file), or -1 with errno. */
+ssize_t core_pread_full(int fd, void *buf, size_t size, off_t at);
 
 #endif

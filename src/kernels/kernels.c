@@ -60,7 +60,7 @@ static struct {
     generic_entry *generic[BUCKETS];
     cache_key reported[REPORTED_MAX]; /* damaged entries already reported */
     int n_reported;
-    bool warned_write, warned_config, checked_dir;
+    bool warned_write, warned_config;
 } table = {.lock = PTHREAD_MUTEX_INITIALIZER, .ready = PTHREAD_COND_INITIALIZER};
 
 /* What this process knows of the disk cache's size (see the top). */
@@ -223,19 +223,6 @@ static void report_write_failure(const char *why, int error)
     fprintf(stderr, "kiln: warning: %s (%s); compiled kernels are not stored this run\n", what, why);
 }
 
-/* Code in the cache runs as the user: say so once if others can write it. */
-static void check_private(const char *dir)
-{
-    struct stat st;
-    if (stat(dir, &st) < 0 || !first_time(&table.checked_dir))
-        return;
-    if ((st.st_mode & 022) || st.st_uid != geteuid())
-        fprintf(stderr,
-                "kiln: warning: the cache directory %s is %s (mode %03o): whoever can write there can run "
-                "code as you\n", dir, st.st_uid != geteuid() ? "owned by another user" : "writable by others",
-                (unsigned)(st.st_mode & 0777));
-}
-
 /* -- The disk --------------------------------------------------------------------- */
 
 static bool uses_disk(const lookup *l)
@@ -271,7 +258,6 @@ static bool load(lookup *l, const void *object, size_t size, char *err, size_t e
  * when there is none to use. */
 static int from_disk(lookup *l)
 {
-    check_private(l->config->dir);
     bool writable = l->config->mode != CACHE_READONLY;
     cache_meta expect = meta_of(l);
     cache_entry e;
@@ -514,13 +500,22 @@ static int one_kernel(lookup *l, kernels_entry **handle, kernels_counts *counts,
     return status;
 }
 
-/* The cache as the environment sets it; warns once about a malformed
- * variable. */
-static void read_config(cache_config *config)
+/* The cache as the environment sets it (off where the directory is not
+ * trusted: src/cache checks it); warns once about what is wrong. 0, or
+ * KERNELS_FAILED with why when KILN_CACHE=require asked for a cache it
+ * cannot use: a deployment proving its bundle complete must not compile. */
+static int read_config(cache_config *config, char *err, size_t err_size)
 {
+    cache_config asked;
+    cache_settings_from_env(&asked);
     cache_config_from_env(config);
+    if (asked.mode == CACHE_REQUIRE && config->mode != CACHE_REQUIRE) {
+        snprintf(err, err_size, "KILN_CACHE=require, and the cache cannot be used: %s", config->problem);
+        return KERNELS_FAILED;
+    }
     if (config->problem[0] && first_time(&table.warned_config))
         fprintf(stderr, "kiln: warning: %s\n", config->problem);
+    return 0;
 }
 
 int kernels_get(kx_kernel *const *kernels, const kx_kernel_options *options, int n, const kernels_request *r,
@@ -528,10 +523,13 @@ int kernels_get(kx_kernel *const *kernels, const kx_kernel_options *options, int
 {
     *counts = (kernels_counts){0};
     cache_config config;
-    read_config(&config);
+    if (read_config(&config, err, err_size) < 0)
+        return KERNELS_REQUIRED_MISSING;
     if (!(r->target->runs_here && loaded) && (config.mode == CACHE_OFF || r->no_disk)) {
         snprintf(err, err_size, "code for %s is only stored in the disk cache, and %s", r->target->name,
-                 r->no_disk ? "this function skips it (no_cache)" : "KILN_CACHE=off turns it off");
+                 r->no_disk           ? "this function skips it (no_cache)"
+                 : config.problem[0] ? config.problem
+                                     : "KILN_CACHE=off turns it off");
         return KERNELS_FAILED;
     }
     int status = 0, i = 0;
@@ -626,7 +624,8 @@ int kernels_generic(kiln_device device, const kg_kernel *k, kg_code *code, char 
     if (!target || kg_name(k, name, sizeof name, err, err_size) < 0)
         return KERNELS_FAILED;
     cache_config config;
-    read_config(&config);
+    if (read_config(&config, err, err_size) < 0)
+        return KERNELS_REQUIRED_MISSING;
     kernels_request r = {.target = target, .function = "eager", .signature = name,
                          .log = core_env_int("KILN_LOG", 0) > 0};
     lookup l = {.generic = k, .r = &r, .config = &config, .target = target, .load = true};

@@ -133,13 +133,9 @@ static void dump_file(const kiln_fn *f, int spec, const char *stage, const char 
     for (char *p = path + strlen(f->dump_dir) + 1; *p; p++)
         if (*p == '/' || *p == ' ')
             *p = '_';
-    FILE *out = text ? fopen(path, "w") : NULL;
-    if (out) {
-        fputs(text, out);
-        fclose(out);
-    }
-    if (!out)
-        fprintf(stderr, "kiln: '%s': cannot write the dump %s\n", f->name, path);
+    if (!text || core_write_file(path, text, strlen(text), 0666) < 0)
+        fprintf(stderr, "kiln: '%s': cannot write the dump %s: %s\n", f->name, path,
+                text ? strerror(errno) : "out of memory");
 }
 
 static void dump_graph(const kiln_fn *f, int spec, const char *stage, const ir_graph *g)
@@ -700,7 +696,13 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     f->dump_llvm = dump && strstr(dump, "llvm");
     f->dump_cuda = dump && strstr(dump, "cuda");
     const char *dir = getenv("KILN_DUMP_DIR");
-    snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir && *dir ? dir : ".");
+    dir = dir && *dir ? dir : ".";
+    if (strlen(dir) >= sizeof f->dump_dir && (f->dump_graph || f->dump_kernels || f->dump_llvm || f->dump_cuda)) {
+        fprintf(stderr, "kiln: '%s': KILN_DUMP_DIR is %zu characters long, more than %zu: nothing is dumped\n",
+                f->name, strlen(dir), sizeof f->dump_dir - 1);
+        f->dump_graph = f->dump_kernels = f->dump_llvm = f->dump_cuda = false;
+    }
+    snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir);
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->built, NULL);
     return f;
