@@ -479,6 +479,79 @@ START_TEST(test_each_tracing_error_is_distinct)
 }
 END_TEST
 
+/* -- Shapes too large ------------------------------------------------------ */
+
+typedef enum { HUGE_CONCAT, HUGE_EXPAND, HUGE_BROADCAST, HUGE_MATMUL } huge_op;
+
+/* One op whose result has more than 2^59 elements, on views of in[0]. */
+static int too_large(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const int64_t p58 = INT64_C(1) << 58, p40 = INT64_C(1) << 40;
+    kiln_tensor *one = kiln_reshape(in[0], 2, (int64_t[]){1, 1});
+    kiln_tensor *col = kiln_expand(one, 2, (int64_t[]){p40, 1}), *row = kiln_expand(one, 2, (int64_t[]){1, p40});
+    kiln_tensor *part = kiln_expand(in[0], 1, &p58), *parts[64];
+    for (int i = 0; i < 64; i++)
+        parts[i] = part;
+    switch (*(huge_op *)user) {
+    case HUGE_CONCAT: out[0] = kiln_concat(parts, 64, 0); break;
+    case HUGE_EXPAND: out[0] = kiln_expand(one, 3, (int64_t[]){1 << 30, 1 << 30, 1 << 30}); break;
+    case HUGE_BROADCAST: out[0] = kiln_add(col, row); break;
+    case HUGE_MATMUL: out[0] = kiln_matmul(col, row); break;
+    }
+    return out[0] ? 0 : -1;
+}
+
+/* Tracing checks every shape as eager does: a concat whose sizes wrapped
+ * once made an empty buffer that the run then copied into. */
+START_TEST(test_traced_shapes_too_large_are_the_ops_errors)
+{
+    static const struct {
+        huge_op op;
+        const char *needles[2];
+    } HUGE[] = {
+        {HUGE_CONCAT, {"kiln_concat: ts[0] [288230376151711744] f32", "2^59"}},
+        {HUGE_EXPAND, {"kiln_expand: cannot expand [1,1] to [1073741824,1073741824,1073741824]", "2^59"}},
+        {HUGE_BROADCAST, {"kiln_add: shapes [1099511627776,1] and [1,1099511627776]", "2^59"}},
+        {HUGE_MATMUL, {"kiln_matmul: shapes [1099511627776,1] f32 and [1,1099511627776] f32", "2^59"}},
+    };
+    kiln_jit_options o = interp();
+    o.strict = true;
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){1}), *out = NULL;
+    for (size_t i = 0; i < sizeof HUGE / sizeof *HUGE; i++) {
+        kiln_fn *f = kiln_jit("too_large", too_large, 1, 1, (void *)&HUGE[i].op, &o);
+        kiln_clear_error();
+        ck_assert_msg(kiln_call(f, &x, &out) < 0, "case %zu ran", i);
+        ck_assert_kiln_error(HUGE[i].needles[0], HUGE[i].needles[1]);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* Values of 2^61 bytes each: a plan of them is counted without overflow
+ * (and would fail to allocate when run). */
+static int huge_values(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const int64_t p58 = INT64_C(1) << 58;
+    kiln_tensor *b = kiln_add_scalar(kiln_expand(in[0], 1, &p58), 1);
+    kiln_tensor *sum = kiln_add(kiln_add(kiln_exp(b), kiln_sin(b)), kiln_add(kiln_cos(b), kiln_tanh(b)));
+    out[0] = kiln_sum(sum, KILN_ALL, false);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_plan_of_values_too_large_to_allocate)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("huge_values", huge_values, 1, 1, NULL, &o);
+    kiln_spec spec = {.dtype = KILN_F64, .ndim = 1, .shape = {1}, .device = KILN_CPU};
+    ck_assert_int_eq(kiln_fn_precompile(f, &spec, "host"), 0);
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_int_eq(s.peak_bytes, INT64_MAX);
+    ck_assert_int_eq(s.eager_peak_bytes, INT64_MAX);
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* A body that keeps failing to trace runs eagerly after the third try. */
 START_TEST(test_body_that_keeps_failing_runs_eagerly_loudly)
 {
@@ -742,6 +815,8 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_failed_trace_then_good_call);
     tcase_add_test(tc, test_tracer_used_after_body_returned);
     tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_traced_shapes_too_large_are_the_ops_errors);
+    tcase_add_test(tc, test_plan_of_values_too_large_to_allocate);
     suite_add_tcase(s, tc);
 
     TCase *modes = tcase_create("modes");

@@ -24,6 +24,10 @@
  *   (an f32 0-d tensor times an f64 tensor stays f64; times an i32 tensor
  *   gives f32). Scalars act as Python numbers do in PyTorch (see *_scalar).
  * - Axes may be negative, counting from the end.
+ * - A tensor has at most 2^59 elements, and an empty one's nonzero sizes
+ *   multiply to at most 2^59 too: a larger shape, given or computed (by
+ *   broadcasting, expand, reshape, concat or matmul, eagerly or traced), is
+ *   an error naming the function and its operands, never a wrapped size.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H

@@ -43,6 +43,14 @@ char *core_shape_str(char buf[CORE_SHAPE_STR_MAX], int ndim, const int64_t *shap
 
 /* -- Memory ---------------------------------------------------------------- */
 
+/* a + b for byte counts (nonnegative), INT64_MAX when the sum passes it: a
+ * plan of values too large to allocate together is still counted without
+ * overflow (and then fails to allocate). */
+static inline int64_t core_bytes_add(int64_t a, int64_t b)
+{
+    return b > INT64_MAX - a ? INT64_MAX : a + b;
+}
+
 /* 64-byte aligned (16 below 1 KiB), or NULL (with no error set) when out of memory. Large blocks
  * come from a bounded cache of freed ones, sparing the page faults of fresh
  * mappings. */

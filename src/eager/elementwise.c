@@ -322,7 +322,7 @@ static kiln_tensor *record_elementwise(const char *fn, ir_op op, int n, kiln_ten
     int64_t shape[KILN_MAX_DIMS];
     if (broadcast_shapes(fn, n, (const kiln_tensor *const *)in, &ndim, shape) < 0)
         return NULL;
-    return record_op(op, n, in, NULL, dt, ndim, shape);
+    return record_op(fn, op, n, in, NULL, dt, ndim, shape);
 }
 
 static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor *b)
@@ -351,7 +351,7 @@ static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
     if (result < 0)
         return fail_dtype(fn, 1, in, "bool is not supported");
     if (recording())
-        return record_op(op, 1, &a, NULL, (kiln_dtype)result, a->ndim, a->shape);
+        return record_op(fn, op, 1, &a, NULL, (kiln_dtype)result, a->ndim, a->shape);
     kiln_dtype compute = (kiln_dtype)result;
     return tensor_own(apply(fn, op, ir_ops[op].flags & FLAG_TRANSCENDENTAL, 1, in, &compute, compute));
 }
@@ -455,7 +455,7 @@ kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt)
     if (a->dtype == dt)
         return tensor_own(kiln_retain(a));
     if (recording())
-        return record_op(OP_CAST, 1, &a, NULL, dt, a->ndim, a->shape);
+        return record_op("kiln_cast", OP_CAST, 1, &a, NULL, dt, a->ndim, a->shape);
     return tensor_own(copy_as("kiln_cast", a, dt));
 }
 

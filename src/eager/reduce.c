@@ -287,7 +287,7 @@ static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, b
     output_shape(a, axis, keepdim, &ndim, shape);
     if (recording()) {
         ir_params params = {.axis = axis, .keepdim = keepdim};
-        return record_op(op, 1, &a, &params, result, ndim, shape);
+        return record_op(fn, op, 1, &a, &params, result, ndim, shape);
     }
 
     if (a->device == KILN_CUDA)

@@ -155,6 +155,8 @@ static int check_concat(checker *c, const ir_node *n)
         for (int d = 0; d < a->ndim; d++)
             if (d != axis && o->shape[d] != n->shape[d])
                 return bad(c, "operands differ off the axis");
+        if (o->shape[axis] > n->shape[axis] - total)
+            return bad(c, "shape or dtype is not the operands' join");
         total += o->shape[axis];
         dt = ir_promote(dt, IR_DIMS, o->dtype, IR_DIMS);
     }
@@ -253,14 +255,12 @@ static int check_node(checker *c)
     if ((unsigned)n->op >= OP__COUNT || (unsigned)n->dtype > KILN_BOOL || n->ndim < 0 ||
         n->ndim > KILN_MAX_DIMS)
         return bad(c, "bad op, dtype or rank");
-    int64_t nonzero = 1;
-    for (int d = 0; d < n->ndim; d++) {
+    for (int d = 0; d < n->ndim; d++)
         if (n->shape[d] < 0)
             return bad(c, "negative size");
-        if (n->shape[d] > 0 && nonzero > (INT64_C(1) << 59) / n->shape[d])
-            return bad(c, "too many elements");
-        nonzero *= n->shape[d] > 0 ? n->shape[d] : 1;
-    }
+    int64_t numel;
+    if (!ir_shape_numel(n->ndim, n->shape, &numel))
+        return bad(c, "too many elements");
     ir_params used = used_params(n);
     if (memcmp(&used, &n->params, sizeof used))
         return bad(c, "a parameter the op does not use is set");

@@ -331,11 +331,20 @@ static int64_t bytes_dying_at(const interp_plan *p, ir_ref r, ir_ref kept)
 static void plan_memory(interp_plan *p)
 {
     const ir_graph *g = p->graph;
-    int64_t live = 0;
+    int64_t live = 0, total = 0;
+    for (ir_ref r = 0; r < g->count; r++) {
+        if (stored(p, r)) {
+            p->kernels++;
+            total = core_bytes_add(total, bytes_of(&g->nodes[r]));
+        }
+    }
+    if (total == INT64_MAX) { /* values too large to allocate together: live counts would overflow */
+        p->peak_bytes = INT64_MAX;
+        return;
+    }
     for (ir_ref r = 0; r < g->count; r++) {
         if (!stored(p, r))
             continue;
-        p->kernels++;
         int step = native(p) ? p->step_of[r] : -1;
         ir_ref reused = step >= 0 && p->in_place[step] >= 0 ? p->low.steps[step].buffers[p->in_place[step]] : IR_NONE;
         if (reused == IR_NONE)

@@ -295,7 +295,7 @@ static int64_t eager_bytes(const ir_graph *g)
     int64_t bytes = 0;
     for (ir_ref r = 0; r < g->count; r++)
         if (ir_node_computes(&g->nodes[r]))
-            bytes += ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype);
+            bytes = core_bytes_add(bytes, ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype));
     return bytes;
 }
 
