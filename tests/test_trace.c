@@ -95,6 +95,8 @@ CASE(c_permute, kiln_permute(a, (const int[]){1, 0}))
 CASE(c_transpose, kiln_transpose(a, 0, 1))
 CASE(c_expand, kiln_expand(kiln_unsqueeze(a, 0), 3, (const int64_t[]){3, -1, -1}))
 CASE(c_slice, kiln_slice(a, 1, -1, INT64_MIN, -2))
+/* Python takes a step of -2^63: one element, whose magnitude has no int64. */
+CASE(c_slice_min_step, kiln_add(kiln_slice(a, 1, -1, INT64_MIN, INT64_MIN), kiln_slice(b, 0, 2, 0, INT64_MIN)))
 CASE(c_concat, kiln_concat((kiln_tensor *[]){a, b, a}, 3, 0))
 CASE(c_squeeze, kiln_squeeze(kiln_unsqueeze(a, 1), 1))
 CASE(c_contiguous, kiln_contiguous(kiln_transpose(a, 0, 1)))
@@ -120,7 +122,8 @@ static const struct {
     {"cast_i32", c_cast_i32}, {"cast_bool", c_cast_bool}, {"cast_f64", c_cast_f64},
     {"sum", c_sum}, {"sum_all", c_sum_all}, {"mean", c_mean}, {"max", c_max}, {"min", c_min},
     {"argmax", c_argmax}, {"reshape", c_reshape}, {"permute", c_permute},
-    {"transpose", c_transpose}, {"expand", c_expand}, {"slice", c_slice}, {"concat", c_concat},
+    {"transpose", c_transpose}, {"expand", c_expand}, {"slice", c_slice},
+    {"slice_min_step", c_slice_min_step}, {"concat", c_concat},
     {"squeeze", c_squeeze}, {"contiguous", c_contiguous}, {"matmul", c_matmul},
     {"softmax", c_softmax}, {"log_softmax", c_log_softmax}, {"layer_norm", c_layer_norm},
     {"gelu", c_gelu}, {"silu", c_silu},

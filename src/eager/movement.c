@@ -238,17 +238,18 @@ kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, i
         return NULL;
     if (check_axis(fn, axis, a, 0, &axis) < 0)
         return NULL;
-    if (step == 0 || step == INT64_MIN) {
+    if (step == 0) {
         char d[DESCRIBE_MAX];
-        core_fail(CORE_VALUE, fn, "step %lld on axis %d of %s: must be nonzero and above INT64_MIN",
-                  (long long)step, axis, describe(d, a));
+        core_fail(CORE_VALUE, fn, "step 0 on axis %d of %s: must be nonzero", axis, describe(d, a));
         return NULL;
     }
     int64_t n = a->shape[axis];
     start = slice_bound(start, n, step > 0);
     stop = slice_bound(stop, n, step > 0);
-    int64_t len = step > 0 ? (stop > start ? (stop - start - 1) / step + 1 : 0)
-                           : (start > stop ? (start - stop - 1) / -step + 1 : 0);
+    /* Unsigned: INT64_MIN's magnitude has no int64 (Python takes it). */
+    uint64_t magnitude = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
+    int64_t span = step > 0 ? stop - start : start - stop; /* bounds within [-1, n]: no overflow */
+    int64_t len = span > 0 ? (int64_t)(((uint64_t)span - 1) / magnitude + 1) : 0;
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     memcpy(strides, a->strides, sizeof strides);

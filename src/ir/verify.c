@@ -128,11 +128,11 @@ static int check_slice(checker *c, const ir_node *n, const ir_node *a)
     if (axis < 0 || axis >= a->ndim)
         return bad(c, "axis %d out of range", axis);
     int64_t len = n->shape[axis], size = a->shape[axis], start = n->params.start, step = n->params.step;
-    if (step == 0 || step == INT64_MIN)
+    if (step == 0)
         return bad(c, "bad step");
     int64_t reach = step > 0 ? size - 1 - start : start; /* room along the step's direction */
-    int64_t magnitude = step > 0 ? step : -step;
-    if (len > 0 && (start < 0 || start >= size || (len - 1) > reach / magnitude))
+    uint64_t magnitude = step > 0 ? (uint64_t)step : 0 - (uint64_t)step; /* INT64_MIN's too */
+    if (len > 0 && (start < 0 || start >= size || (uint64_t)(len - 1) > (uint64_t)reach / magnitude))
         return bad(c, "slice leaves the axis");
     for (int d = 0; d < a->ndim; d++)
         if (d != axis && n->shape[d] != a->shape[d])
