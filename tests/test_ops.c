@@ -1875,6 +1875,62 @@ START_TEST(test_gelu_silu)
 }
 END_TEST
 
+/* Integers and bools become f32 before a composite computes, as PyTorch's
+ * x.float() (the references are PyTorch 1.13's): gelu's cube and softmax's
+ * shift wrapped in i32. */
+START_TEST(test_composites_on_integers)
+{
+    const int64_t n3 = 3, n2 = 2, row[2] = {1, 4};
+    kiln_tensor *x = tensor_of(KILN_I32, 1, &n3, (const double[]){46341, 2000, -1291});
+    expect_values(kiln_gelu(x), KILN_F32, 1, &n3, (const double[]){46341, 2000, -0.0}, F32_COMPOSITE, NULL,
+                  "gelu of i32");
+    kiln_tensor *ends = tensor_of(KILN_I32, 1, &n2, (const double[]){INT32_MIN, INT32_MAX});
+    expect_values(kiln_softmax(ends, 0), KILN_F32, 1, &n2, (const double[]){0, 1}, F32_COMPOSITE, NULL,
+                  "softmax of i32 extremes");
+    expect_values(kiln_log_softmax(ends, 0), KILN_F32, 1, &n2, (const double[]){-4294967296.0, 0}, F32_COMPOSITE,
+                  NULL, "log_softmax of i32 extremes");
+    kiln_tensor *flags = tensor_of(KILN_BOOL, 1, &n2, (const double[]){1, 0});
+    expect_values(kiln_gelu(flags), KILN_F32, 1, &n2, (const double[]){0.8411920070648193, 0}, F32_COMPOSITE,
+                  NULL, "gelu of bool");
+    kiln_tensor *big = tensor_of(KILN_I32, 1, &n3, (const double[]){-100000, 3, INT32_MAX});
+    expect_values(kiln_silu(big), KILN_F32, 1, &n3, (const double[]){-0.0, 2.857722520828247, 2147483648.0},
+                  F32_COMPOSITE, NULL, "silu of i32");
+    kiln_tensor *spread = tensor_of(KILN_I64, 2, row, (const double[]){INT32_MAX, INT32_MIN, 0, 7});
+    expect_values(kiln_layer_norm(spread, NULL, NULL, 1e-5), KILN_F32, 2, row,
+                  (const double[]){1.4142135381698608, -1.4142135381698608, 0, 0}, F32_COMPOSITE, NULL,
+                  "layer_norm of i64");
+}
+END_TEST
+
+/* PyTorch gives an empty result over an empty axis, and softmax 1 (log 0)
+ * of a 0-d tensor, whose axis is 0 or -1 as for kiln_sum. */
+START_TEST(test_softmax_empty_axis_and_zero_dim)
+{
+    static const kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_I32};
+    static const int64_t shapes[][3] = {{3, 0, 2}, {0, 4, 2}, {2, 3, 0}};
+    for (int k = 0; k < COUNT(dts); k++) {
+        kiln_dtype res = dts[k] == KILN_F64 ? KILN_F64 : KILN_F32;
+        kiln_tensor *scalar = tensor_of(dts[k], 0, NULL, (const double[]){3});
+        for (int axis = -1; axis <= 0; axis++) {
+            expect_values(kiln_softmax(scalar, axis), res, 0, NULL, (const double[]){1}, EXACT, NULL, "0-d softmax");
+            expect_values(kiln_log_softmax(scalar, axis), res, 0, NULL, (const double[]){0}, EXACT, NULL,
+                          "0-d log_softmax");
+        }
+        for (int s = 0; s < COUNT(shapes); s++) {
+            kiln_tensor *empty = kiln_zeros(dts[k], 3, shapes[s]);
+            for (int axis = -3; axis < 3; axis++) {
+                expect_values(kiln_softmax(empty, axis), res, 3, shapes[s], NULL, EXACT, NULL, "empty softmax");
+                expect_values(kiln_log_softmax(empty, axis), res, 3, shapes[s], NULL, EXACT, NULL,
+                              "empty log_softmax");
+            }
+        }
+    }
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_softmax(kiln_scalar(1), 1));
+    ck_assert_kiln_error("kiln_softmax", "axis 1", "[]");
+}
+END_TEST
+
 /* -- Assign ------------------------------------------------------------------ */
 
 START_TEST(test_assign_broadcast_and_convert)
@@ -2196,6 +2252,8 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_softmax_large_inputs);
     tcase_add_test(tc, test_layer_norm);
     tcase_add_test(tc, test_gelu_silu);
+    tcase_add_test(tc, test_composites_on_integers);
+    tcase_add_test(tc, test_softmax_empty_axis_and_zero_dim);
 
     tc = make_tcase(s, "assign");
     tcase_add_test(tc, test_assign_broadcast_and_convert);

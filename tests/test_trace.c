@@ -482,6 +482,48 @@ START_TEST(test_each_tracing_error_is_distinct)
 }
 END_TEST
 
+/* -- PyTorch's edges ------------------------------------------------------- */
+
+/* Composites of integers, over an empty axis and of a 0-d tensor. */
+static int composite_edges(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_gelu(in[0]);
+    out[1] = kiln_softmax(in[1], 0);
+    out[2] = kiln_log_softmax(in[2], 0);
+    out[3] = kiln_log_softmax(in[3], -1);
+    return 0;
+}
+
+/* Traced and compiled as eagerly, with PyTorch 1.13's values: x.float() first,
+ * an empty result, and 1 or 0 for a 0-d tensor. */
+START_TEST(test_composite_edges_traced)
+{
+    const int32_t ints[3] = {46341, 2000, -1291}, ends[2] = {INT32_MIN, INT32_MAX}, three = 3;
+    kiln_tensor *in[4] = {kiln_from_data(KILN_I32, 1, (int64_t[]){3}, ints),
+                          kiln_from_data(KILN_I32, 1, (int64_t[]){2}, ends),
+                          kiln_from_data(KILN_I32, 0, NULL, &three), kiln_zeros(KILN_F64, 2, (int64_t[]){2, 0})};
+    static const double want[3][3] = {{46341, 2000, -0.0}, {0, 1}, {0}};
+    kiln_jit_options opts[2] = {interp(), kiln_jit_defaults()};
+    for (int k = 0; k < 2; k++) {
+        kiln_fn *f = kiln_jit("edges", composite_edges, 4, 4, NULL, &opts[k]);
+        kiln_tensor *out[4];
+        ck_assert_msg(kiln_call(f, in, out) == 0, "%s", kiln_last_error());
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(kiln_dtype_of(out[i]), KILN_F32);
+            float got[3];
+            ck_assert_int_eq(kiln_copy_to_host(out[i], got, sizeof got), 0);
+            for (int64_t e = 0; e < kiln_numel(out[i]); e++)
+                ck_assert_msg(got[e] == want[i][e] && !signbit(got[e]) == !signbit(want[i][e]),
+                              "output %d element %lld: %g", i, (long long)e, got[e]);
+        }
+        ck_assert_int_eq(kiln_dtype_of(out[3]), KILN_F64);
+        ck_assert_int_eq(kiln_numel(out[3]), 0);
+        ck_assert_int_eq(kiln_shape(out[3])[0], 2);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
 /* -- Shapes too large ------------------------------------------------------ */
 
 typedef enum { HUGE_CONCAT, HUGE_EXPAND, HUGE_BROADCAST, HUGE_MATMUL } huge_op;
@@ -818,6 +860,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_failed_trace_then_good_call);
     tcase_add_test(tc, test_tracer_used_after_body_returned);
     tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_composite_edges_traced);
     tcase_add_test(tc, test_traced_shapes_too_large_are_the_ops_errors);
     tcase_add_test(tc, test_plan_of_values_too_large_to_allocate);
     suite_add_tcase(s, tc);

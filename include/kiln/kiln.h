@@ -255,8 +255,13 @@ KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis);
 KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
 
 /* -- Composites, built from the ops above ---------------------------------- */
+/* Integer and bool operands are converted to f32 first (PyTorch's x.float()),
+ * so nothing is computed in an integer dtype. */
 
+/* exp(a) / sum(exp(a)) along axis. Over an empty axis the result is empty;
+ * a 0-d tensor takes axis 0 or -1 (as kiln_sum does) and gives 1. */
 KILN_API kiln_tensor *kiln_softmax(kiln_tensor *a, int axis);
+/* log(softmax(a, axis)), computed stably; 0 for a 0-d tensor. */
 KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis);
 /* Normalizes over the last axis; gamma and beta broadcast against x. Either
  * may be NULL for none, unless an error is pending: then NULL is taken for a
