@@ -1274,6 +1274,25 @@ START_TEST(test_sum_f32_accumulates_in_f64)
 }
 END_TEST
 
+/* Means of integers sum in f64, where nothing wraps: i64 [2^62, 2^62] gave
+ * -4.6e18. Rows, columns, and a row long enough to be split across threads. */
+START_TEST(test_mean_of_integers_does_not_wrap)
+{
+    const double p62 = 0x1p62, p50 = 0x1p50;
+    const int64_t two = 2, rows[2] = {2, 3}, long_row = 1 << 18;
+    kiln_tensor *pair = kiln_full(KILN_I64, 1, &two, p62);
+    expect_exact(kiln_mean(pair, KILN_ALL, false), KILN_F32, 0, NULL, (double[]){p62}, "mean i64 [2^62,2^62]");
+    kiln_tensor *grid = kiln_full(KILN_I64, 2, rows, p62);
+    expect_exact(kiln_mean(grid, 1, false), KILN_F32, 1, &two, (double[]){p62, p62}, "row means of 2^62");
+    expect_exact(kiln_mean(grid, 0, true), KILN_F32, 2, (int64_t[]){1, 3}, (double[]){p62, p62, p62},
+                 "column means of 2^62");
+    kiln_tensor *ints = kiln_full(KILN_I32, 2, rows, INT32_MAX);
+    expect_exact(kiln_mean(ints, -1, false), KILN_F32, 1, &two, (double[]){0x1p31, 0x1p31}, "mean i32 max");
+    expect_exact(kiln_mean(kiln_full(KILN_I64, 1, &long_row, p50), 0, false), KILN_F32, 0, NULL, (double[]){p50},
+                 "mean of 2^18 values 2^50");
+}
+END_TEST
+
 /* A sum over an empty axis is 0. */
 START_TEST(test_sum_empty)
 {
@@ -2233,6 +2252,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_argmax_first_occurrence);
     tcase_add_test(tc, test_sum_f32_accumulates_in_f64);
     tcase_add_test(tc, test_sum_empty);
+    tcase_add_test(tc, test_mean_of_integers_does_not_wrap);
 
     tc = make_tcase(s, "movement");
     tcase_add_test(tc, test_reshape);

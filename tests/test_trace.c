@@ -524,6 +524,35 @@ START_TEST(test_composite_edges_traced)
 }
 END_TEST
 
+/* Means of integers: whole, by rows and by columns. */
+static int integer_means(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_mean(in[0], KILN_ALL, false);
+    out[1] = kiln_mean(in[0], 1, false);
+    out[2] = kiln_mean(in[0], 0, false);
+    return 0;
+}
+
+/* They sum in f64 traced and compiled too: 2^62 twice wrapped in i64. */
+START_TEST(test_integer_means_do_not_wrap_traced)
+{
+    kiln_tensor *x = kiln_full(KILN_I64, 2, (int64_t[]){2, 2}, 0x1p62);
+    kiln_jit_options opts[2] = {interp(), kiln_jit_defaults()};
+    for (int k = 0; k < 2; k++) {
+        kiln_fn *f = kiln_jit("means", integer_means, 1, 3, NULL, &opts[k]);
+        kiln_tensor *out[3];
+        ck_assert_msg(kiln_call(f, &x, out) == 0, "%s", kiln_last_error());
+        for (int i = 0; i < 3; i++) {
+            float got[2];
+            ck_assert_int_eq(kiln_copy_to_host(out[i], got, sizeof got), 0);
+            for (int64_t e = 0; e < kiln_numel(out[i]); e++)
+                ck_assert_msg(got[e] == 0x1p62f, "%s output %d: %g", kiln_fn_backend(f), i, got[e]);
+        }
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
 /* -- Shapes too large ------------------------------------------------------ */
 
 typedef enum { HUGE_CONCAT, HUGE_EXPAND, HUGE_BROADCAST, HUGE_MATMUL } huge_op;
@@ -861,6 +890,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_tracer_used_after_body_returned);
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_composite_edges_traced);
+    tcase_add_test(tc, test_integer_means_do_not_wrap_traced);
     tcase_add_test(tc, test_traced_shapes_too_large_are_the_ops_errors);
     tcase_add_test(tc, test_plan_of_values_too_large_to_allocate);
     suite_add_tcase(s, tc);

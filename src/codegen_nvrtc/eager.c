@@ -235,8 +235,8 @@ static bool is_extreme(ir_op op)
 static int expected_acc(ir_op op, kiln_dtype compute)
 {
     switch (op) {
-    case OP_SUM:
-    case OP_MEAN: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
+    case OP_SUM: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
+    case OP_MEAN: return KILN_F64;
     case OP_MAX:
     case OP_MIN: return compute;
     case OP_ARGMAX: return KILN_I64;
