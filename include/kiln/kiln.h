@@ -216,9 +216,9 @@ KILN_API kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt);
 /* -- Reductions ------------------------------------------------------------ */
 /* Over one axis, or every axis with KILN_ALL; keepdim keeps reduced axes as 1.
  * sum of integers or bools gives i64 (wrapping); mean of them gives f32,
- * summed in f64 so that nothing wraps; f32 sums accumulate in f64 (compiled code keeps a sum of exponentials over a row of
- * at most 4096 in f32 partial sums, within 2^-15). max and min propagate NaN
- * and refuse empty axes. */
+ * summed in f64 so that nothing wraps; f32 sums accumulate in f64 (compiled
+ * code keeps a sum of exponentials over a row of at most 4096 in f32 partial
+ * sums, within 2^-15). max and min propagate NaN and refuse empty axes. */
 
 KILN_API kiln_tensor *kiln_sum(kiln_tensor *a, int axis, bool keepdim);
 KILN_API kiln_tensor *kiln_mean(kiln_tensor *a, int axis, bool keepdim);
