@@ -253,6 +253,20 @@ static void expect_exact(kiln_tensor *t, kiln_dtype dt, int ndim, const int64_t 
     expect_values(t, dt, ndim, shape, ref, EXACT, NULL, what);
 }
 
+/* expect_exact, and each zero with ref's sign. */
+static void expect_signed(kiln_tensor *t, kiln_dtype dt, int ndim, const int64_t *shape, const double *ref,
+                          const char *what)
+{
+    expect_exact(t, dt, ndim, shape, ref, what);
+    double *got = test_values(t);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < numel_of(ndim, shape) && bad < 0; i++)
+        if (ref[i] == 0 && !signbit(got[i]) != !signbit(ref[i]))
+            bad = i;
+    free(got);
+    ck_assert_msg(bad < 0, "%s: element %lld has the wrong sign of zero", what, (long long)bad);
+}
+
 /* For i64 values beyond 2^53, which test_values' doubles cannot hold. */
 static void expect_i64(kiln_tensor *t, int ndim, const int64_t *shape, const int64_t *ref,
                        const char *what)
@@ -769,6 +783,39 @@ START_TEST(test_maximum_minimum_nan)
         expect_exact(kiln_minimum_scalar(b, NAN), dt, 1, SHAPE, (double[]){NAN, NAN, NAN, NAN},
                      "minimum_scalar(x, NaN)");
     }
+}
+END_TEST
+
+/* PyTorch's signs of zero (its scalar loop's: std::max and std::min, and
+ * clamp_min for relu): of two equal operands maximum and minimum give the
+ * first, at every position of a long tensor; relu keeps -0. -0.0 as a scalar
+ * is a float, as only a Python float can be: i32 / -0.0 is -inf for 3. */
+START_TEST(test_signed_zeros)
+{
+    enum { N = 100 };
+    const int64_t n = N, three = 3;
+    double neg[N], pos[N];
+    for (int i = 0; i < N; i++) {
+        neg[i] = -0.0;
+        pos[i] = 0.0;
+    }
+    for (int k = 0; k < 2; k++) {
+        kiln_dtype dt = k ? KILN_F64 : KILN_F32;
+        kiln_tensor *a = tensor_of(dt, 1, &n, neg), *b = tensor_of(dt, 1, &n, pos);
+        expect_signed(kiln_maximum(a, b), dt, 1, &n, neg, "maximum(-0, +0)");
+        expect_signed(kiln_maximum(b, a), dt, 1, &n, pos, "maximum(+0, -0)");
+        expect_signed(kiln_minimum(a, b), dt, 1, &n, neg, "minimum(-0, +0)");
+        expect_signed(kiln_minimum(b, a), dt, 1, &n, pos, "minimum(+0, -0)");
+        expect_signed(kiln_maximum_scalar(a, 0.0), dt, 1, &n, neg, "maximum_scalar(-0, 0.0)");
+        expect_signed(kiln_minimum_scalar(b, -0.0), dt, 1, &n, pos, "minimum_scalar(+0, -0.0)");
+        expect_signed(kiln_relu(a), dt, 1, &n, neg, "relu(-0)");
+        expect_signed(kiln_relu(tensor_of(dt, 1, &three, (const double[]){-2, NAN, 3})), dt, 1, &three,
+                      (const double[]){0, NAN, 3}, "relu(-2, NaN, 3)");
+    }
+    kiln_tensor *ints = tensor_of(KILN_I32, 1, &three, (const double[]){3, -3, 0});
+    expect_signed(kiln_div_scalar(ints, -0.0), KILN_F32, 1, &three, (const double[]){-INFINITY, INFINITY, NAN},
+                  "i32 / -0.0");
+    expect_signed(kiln_add_scalar(ints, -0.0), KILN_F32, 1, &three, (const double[]){3, -3, 0}, "i32 + -0.0");
 }
 END_TEST
 
@@ -2235,6 +2282,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_bool_arithmetic_refusals);
     tcase_add_test(tc, test_div_by_zero);
     tcase_add_test(tc, test_maximum_minimum_nan);
+    tcase_add_test(tc, test_signed_zeros);
 
     tc = make_tcase(s, "compare");
     tcase_add_loop_test(tc, test_compare, 0, COUNT(COMPARE_OPS));

@@ -162,7 +162,11 @@ KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
 /* -- Elementwise ops ------------------------------------------------------- */
 /* Binary ops broadcast and promote their operands. Arithmetic on two bools:
  * add is or, mul is and; sub and pow refuse bool. div is true division (ints
- * give f32). Integer overflow wraps. maximum and minimum propagate NaN. */
+ * give f32). Integer overflow wraps. maximum and minimum propagate NaN and,
+ * of two equal operands (-0.0 and +0.0), give the first, eagerly, traced and
+ * compiled alike: PyTorch 1.13's rule on the CPU for small tensors and 0-d
+ * or scalar operands (its vector loop, on the bulk of a large tensor, gives
+ * the second). */
 
 KILN_API kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);     /* a + b */
 KILN_API kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);     /* a - b */
@@ -173,7 +177,8 @@ KILN_API kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b); /* max(a, b)
 KILN_API kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b); /* min(a, b) */
 /* The same ops with a scalar b: floats keep their dtype; integers keep theirs
  * when b is a whole number and become f32 otherwise; bools become i64 with a
- * whole number. */
+ * whole number. -0.0 is not a whole number (only a Python float has its
+ * sign): kiln_div_scalar(i32 [3], -0.0) is f32 [-inf]. */
 KILN_API kiln_tensor *kiln_add_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_sub_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_mul_scalar(kiln_tensor *a, double b);
@@ -205,7 +210,7 @@ KILN_API kiln_tensor *kiln_sqrt(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_rsqrt(kiln_tensor *a);   /* 1 / sqrt(a) */
 KILN_API kiln_tensor *kiln_tanh(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_sigmoid(kiln_tensor *a); /* 1 / (1 + exp(-a)) */
-KILN_API kiln_tensor *kiln_relu(kiln_tensor *a);    /* max(a, 0), NaN stays NaN */
+KILN_API kiln_tensor *kiln_relu(kiln_tensor *a);    /* a < 0 ? +0 : a, so -0 and NaN stay (PyTorch's) */
 KILN_API kiln_tensor *kiln_sin(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_cos(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_erf(kiln_tensor *a);

@@ -6,6 +6,7 @@
  * operand is gathered, converted, into a small buffer that stays in L1. The
  * output is written in place unless it is a strided view (kiln_assign), which
  * gets a scatter. Large outputs are split across the thread pool. */
+#include <math.h>
 #include <string.h>
 
 #include "eager/internal.h"
@@ -372,7 +373,8 @@ static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
 /* A 0-d operand on the stack: scalar forms allocate nothing but the result.
  * As with Python numbers in PyTorch, a float tensor keeps its dtype (the
  * scalar is an f64), a whole number is an i64 (keeping an integer tensor's
- * dtype), and any other number makes an integer tensor f32. */
+ * dtype), and any other number makes an integer tensor f32. -0.0 is not
+ * whole: only a Python float has that sign (x / -0.0 is -inf for x > 0). */
 typedef struct {
     kiln_tensor tensor;
     eager_storage storage;
@@ -399,7 +401,8 @@ static kiln_tensor *stack_scalar_init(stack_scalar *s, kiln_dtype dt, double val
 
 static kiln_tensor *scalar_for(stack_scalar *s, const kiln_tensor *a, double value)
 {
-    bool whole = value > -0x1p63 && value < 0x1p63 && value == (double)(int64_t)value;
+    bool whole = value > -0x1p63 && value < 0x1p63 && value == (double)(int64_t)value &&
+                 !(value == 0 && signbit(value));
     kiln_dtype dt = ir_dtype_is_float(a->dtype) ? KILN_F64 : whole ? KILN_I64 : KILN_F32;
     return stack_scalar_init(s, dt, value);
 }
