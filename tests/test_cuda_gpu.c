@@ -110,6 +110,19 @@ START_TEST(test_i64_scalar_operand_exact)
 }
 END_TEST
 
+/* progen's references (PyTorch's values for signed zeros, integer extremes,
+ * empty axes and 0-d softmax), eagerly on CUDA and fused. */
+START_TEST(test_references_match_pytorch)
+{
+    kiln_jit_options o = kiln_jit_defaults();
+    o.strict = true;
+    for (int i = 0; i < progen_n_references(); i++) {
+        ck_assert_msg(progen_check_reference(i, NULL, KILN_CUDA, 1e-6) == 0, "eager: %s", progen_last_error());
+        ck_assert_msg(progen_check_reference(i, &o, KILN_CUDA, 1e-6) == 0, "traced: %s", progen_last_error());
+    }
+}
+END_TEST
+
 static int mean_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -250,6 +263,7 @@ static Suite *gpu_suite(void)
     tcase_add_test(tc, test_random_programs_traced);
     tcase_add_test(tc, test_i64_scalar_operand_exact);
     tcase_add_test(tc, test_integer_mean_does_not_wrap);
+    tcase_add_test(tc, test_references_match_pytorch);
     tcase_add_test(tc, test_workload_traced_and_allocator_steady);
     tcase_add_test(tc, test_second_process_loads_cubins_from_disk);
     suite_add_tcase(s, tc);

@@ -331,6 +331,17 @@ START_TEST(test_random_programs_compiled_match_eager)
 }
 END_TEST
 
+/* progen's references (PyTorch's values for signed zeros, integer extremes,
+ * empty axes and 0-d softmax), compiled. */
+START_TEST(test_references_compiled_match_pytorch)
+{
+    kiln_jit_options o = llvm();
+    o.strict = true;
+    for (int i = 0; i < progen_n_references(); i++)
+        ck_assert_msg(progen_check_reference(i, &o, KILN_CPU, 1e-6) == 0, "%s", progen_last_error());
+}
+END_TEST
+
 /* Compiled float sums accumulate in f64, as eager's do: 1e8 + 1 - 1e8 is 1. */
 static int cancelling_sums(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
@@ -718,6 +729,7 @@ static Suite *llvm_suite(void)
     tcase_add_checked_fixture(random, test_scoped_setup, test_scoped_teardown);
     tcase_set_timeout(random, 600);
     tcase_add_test(random, test_random_programs_compiled_match_eager);
+    tcase_add_test(random, test_references_compiled_match_pytorch);
     tcase_add_test(random, test_compiles_from_several_threads);
     suite_add_tcase(s, random);
     return s;
