@@ -145,6 +145,53 @@ START_TEST(test_null_operand_after_clear)
 }
 END_TEST
 
+/* A handled error poisons nothing: the next call that succeeds clears it, so
+ * a NULL operand then reports itself, and an optional NULL (layer_norm's
+ * gamma and beta) means none even while an error is pending. */
+START_TEST(test_success_clears_a_handled_error)
+{
+    open_scope();
+    kiln_tensor *x = T(KILN_F32, 3, 4), *bad = T(KILN_F32, 5);
+    ck_assert_ptr_null(kiln_add(x, bad));
+    ck_assert_msg(kiln_layer_norm(x, NULL, NULL, 1e-5) != NULL, "%s", kiln_last_error());
+    ck_assert_str_eq(kiln_last_error(), "");
+
+    ck_assert_ptr_null(kiln_matmul(x, bad));
+    ck_assert_ptr_nonnull(kiln_exp(x));
+    ck_assert_str_eq(kiln_last_error(), "");
+    ck_assert_ptr_null(kiln_neg(NULL));
+    ck_assert_kiln_error("kiln_neg: operand a is NULL");
+
+    /* An int or a double returned is a success too. */
+    float buf[12];
+    ck_assert_ptr_null(kiln_matmul(x, bad));
+    ck_assert_int_eq(kiln_copy_to_host(x, buf, sizeof buf), 0);
+    ck_assert_str_eq(kiln_last_error(), "");
+    ck_assert_ptr_null(kiln_matmul(x, bad));
+    ck_assert_int_eq(kiln_assign(x, kiln_scalar(1)), 0);
+    ck_assert_str_eq(kiln_last_error(), "");
+    close_scope();
+}
+END_TEST
+
+/* The same failure gives the same message every time: none nests another. */
+START_TEST(test_messages_never_nest)
+{
+    open_scope();
+    kiln_tensor *x = T(KILN_F32, 3, 4), *bad = T(KILN_F32, 5);
+    ck_assert_ptr_null(kiln_layer_norm(x, bad, NULL, 1e-5));
+    char first[1024];
+    snprintf(first, sizeof first, "%s", kiln_last_error());
+    for (int i = 0; i < 3; i++) {
+        ck_assert_ptr_null(kiln_layer_norm(x, bad, NULL, 1e-5));
+        ck_assert_str_eq(kiln_last_error(), first);
+        ck_assert_ptr_null(kiln_layer_norm(NULL, NULL, NULL, 1e-5));
+        ck_assert_str_eq(kiln_last_error(), first); /* the NULL keeps the pending error */
+    }
+    close_scope();
+}
+END_TEST
+
 /* -- Queries, ownership and scopes ----------------------------------------- */
 
 START_TEST(test_queries_of_null)
@@ -787,6 +834,8 @@ static Suite *errors_suite(void)
     tcase_add_test(state, test_message_format_example);
     tcase_add_test(state, test_null_propagation_keeps_first_error);
     tcase_add_test(state, test_null_operand_after_clear);
+    tcase_add_test(state, test_success_clears_a_handled_error);
+    tcase_add_test(state, test_messages_never_nest);
     suite_add_tcase(s, state);
 
     TCase *basics = tcase_create("queries");

@@ -626,6 +626,38 @@ START_TEST(test_plan_of_values_too_large_to_allocate)
 }
 END_TEST
 
+static int occurrences(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *at = strstr(text, needle); at; at = strstr(at + 1, needle))
+        n++;
+    return n;
+}
+
+static int fails_silently(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    return 7;
+}
+
+/* A failing call's message is its own, traced or run eagerly (after three
+ * failed traces): it never embeds the one before. */
+START_TEST(test_failed_calls_do_not_nest_messages)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("silent", fails_silently, 1, 1, NULL, &o);
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){2}), *out;
+    char last[1024] = "";
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_lt(kiln_call(f, &x, &out), 0);
+        ck_assert_msg(occurrences(kiln_last_error(), "'silent'") == 1, "call %d: %s", i, kiln_last_error());
+        if (i >= 4)
+            ck_assert_str_eq(kiln_last_error(), last);
+        snprintf(last, sizeof last, "%s", kiln_last_error());
+    }
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* A body that keeps failing to trace runs eagerly after the third try. */
 START_TEST(test_body_that_keeps_failing_runs_eagerly_loudly)
 {
@@ -889,6 +921,7 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_failed_trace_then_good_call);
     tcase_add_test(tc, test_tracer_used_after_body_returned);
     tcase_add_test(tc, test_bad_arguments);
+    tcase_add_test(tc, test_failed_calls_do_not_nest_messages);
     tcase_add_test(tc, test_composite_edges_traced);
     tcase_add_test(tc, test_integer_means_do_not_wrap_traced);
     tcase_add_test(tc, test_traced_shapes_too_large_are_the_ops_errors);

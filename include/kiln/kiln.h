@@ -16,9 +16,14 @@
  *   calls kiln_release().
  * - Failure returns NULL or a negative int and sets a thread-local message,
  *   read with kiln_last_error(), naming the function, the operands' shapes and
- *   dtypes and what was wrong. A NULL operand is an error, never a crash; it
- *   keeps an earlier pending error so a nested expression reports the first
- *   thing that went wrong.
+ *   dtypes and what was wrong; it stays pending until a call succeeds (returns
+ *   a tensor, 0 or a value), which clears it as kiln_clear_error() does.
+ *   Messages never nest. A NULL operand is an error, never a crash; while an
+ *   error is pending it keeps that error, so a nested expression reports the
+ *   first thing that went wrong: kiln_add(kiln_mul(a, b), c) reports
+ *   kiln_mul's. (C leaves the order of a call's arguments open: a sibling
+ *   argument that succeeds after the failing one clears its error first.) An
+ *   optional operand's NULL (kiln_layer_norm's gamma and beta) means none.
  * - Broadcasting follows numpy. Type promotion follows PyTorch: bool < i32 <
  *   i64 < f32 < f64, and a 0-d tensor counts only when it raises the category
  *   (an f32 0-d tensor times an f64 tensor stays f64; times an i32 tensor
@@ -65,7 +70,8 @@ typedef enum {
 
 /* The message of the last error on this thread, or "" if there is none. */
 KILN_API const char *kiln_last_error(void);
-/* Forgets this thread's pending error, so the next NULL operand reports itself. */
+/* Forgets this thread's pending error (as any call that succeeds does), so the
+ * next NULL operand reports itself. */
 KILN_API void kiln_clear_error(void);
 /* Adds a reference to t and returns t (NULL stays NULL). */
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
@@ -269,8 +275,7 @@ KILN_API kiln_tensor *kiln_softmax(kiln_tensor *a, int axis);
 /* log(softmax(a, axis)), computed stably; 0 for a 0-d tensor. */
 KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis);
 /* Normalizes over the last axis; gamma and beta broadcast against x. Either
- * may be NULL for none, unless an error is pending: then NULL is taken for a
- * failed operand and the call fails. */
+ * may be NULL for none. */
 KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *beta, double eps);
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 KILN_API kiln_tensor *kiln_gelu(kiln_tensor *a);

@@ -31,8 +31,16 @@ int core_fail(core_status status, const char *fn, const char *fmt, ...)
 /* Reports a NULL operand named what, unless an earlier error is pending (it
  * most likely produced the NULL). Returns -CORE_NULL_ARG. */
 int core_fail_null(const char *fn, const char *what);
-/* True while an error is pending (set and not cleared by kiln_clear_error). */
+/* True while an error is pending (set and not cleared since). */
 bool core_error_pending(void);
+/* A call succeeded: this thread's error is cleared, as kiln_clear_error()
+ * does, unless the call is a step of another one still running. */
+void core_succeeded(void);
+/* Bracket the steps of a call made of other calls (a composite): while they
+ * run, a step's success leaves an error pending, so that the step that
+ * failed first is still the one reported even if a sibling succeeds after it. */
+void core_steps_begin(void);
+void core_steps_end(void);
 /* Reports a NULL argument that is not a tensor operand (a shape, a buffer):
  * no earlier error can explain it. Returns -CORE_NULL_ARG. */
 int core_fail_null_arg(const char *fn, const char *what);

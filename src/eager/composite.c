@@ -4,15 +4,20 @@
 
 #include "eager/internal.h"
 
-/* Opens a scope for a composite's temporaries. */
+/* Opens a scope for a composite's temporaries; its ops are steps (see
+ * core_steps_begin). */
 static void composite_begin(void)
 {
     kiln_scope_begin();
+    core_steps_begin();
 }
 
-/* Closes it, keeping result; an inner failure is reported under fn's name. */
+/* Closes it, keeping result; a step's failure (always one of this call's:
+ * the operands were checked, and NULL gamma or beta is none) is reported
+ * under fn's name. */
 static kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
 {
+    core_steps_end();
     if (!result) {
         char inner[1024];
         snprintf(inner, sizeof inner, "%s", kiln_last_error());
@@ -22,6 +27,7 @@ static kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
     }
     kiln_keep(result);
     kiln_scope_end();
+    core_succeeded();
     return result;
 }
 
@@ -84,16 +90,6 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *be
     const char *fn = "kiln_layer_norm";
     if (!check_operand(fn, x, -1, true))
         return NULL;
-    /* NULL means "none", but not when an error is pending: then the NULL is
-     * more likely a failed gamma or beta than a choice. */
-    if ((!gamma || !beta) && core_error_pending()) {
-        char first[1024];
-        snprintf(first, sizeof first, "%s", kiln_last_error());
-        core_fail(CORE_NULL_ARG, fn, "%s is NULL while an error is pending (%s); call "
-                  "kiln_clear_error() first if no %s is meant", !gamma ? "gamma" : "beta", first,
-                  !gamma ? "gamma" : "beta");
-        return NULL;
-    }
     composite_begin();
     x = as_float(x);
     kiln_tensor *centered = kiln_sub(x, kiln_mean(x, -1, true));

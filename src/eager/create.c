@@ -187,17 +187,16 @@ int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes)
         char d[DESCRIBE_MAX];
         return core_fail(CORE_VALUE, fn, "%s needs %zu bytes, dst has %zu", describe(d, t), need, nbytes);
     }
-    if (!need)
-        return 0;
-    if (t->device == KILN_CPU) {
+    if (need && t->device == KILN_CPU) {
         copy_to_memory(dst, t);
-        return 0;
+    } else if (need) {
+        kiln_tensor *host = cuda_to_host(fn, t);
+        if (!host)
+            return -CORE_DEVICE;
+        memcpy(dst, host->storage->data, need);
+        kiln_release(host);
     }
-    kiln_tensor *host = cuda_to_host(fn, t);
-    if (!host)
-        return -CORE_DEVICE;
-    memcpy(dst, host->storage->data, need);
-    kiln_release(host);
+    core_succeeded();
     return 0;
 }
 
@@ -220,12 +219,14 @@ double kiln_item(const kiln_tensor *t)
     double value = NAN;
     if (t->device == KILN_CPU) {
         convert(&value, KILN_F64, eager_data(t), t->dtype, 1, 1);
-        return value;
-    }
-    kiln_tensor *host = cuda_to_host("kiln_item", t);
-    if (host)
+    } else {
+        kiln_tensor *host = cuda_to_host("kiln_item", t);
+        if (!host)
+            return value;
         convert(&value, KILN_F64, host->storage->data, t->dtype, 1, 1);
-    kiln_release(host);
+        kiln_release(host);
+    }
+    core_succeeded();
     return value;
 }
 

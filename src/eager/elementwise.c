@@ -488,8 +488,12 @@ int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
     if ((status = check_broadcasts_to("kiln_assign", src, dst)) < 0)
         return status;
     if (recording())
-        return eager_active_trace()->record_assign(eager_active_trace(), dst, src);
-    return copy_into("kiln_assign", dst, src);
+        status = eager_active_trace()->record_assign(eager_active_trace(), dst, src);
+    else
+        status = copy_into("kiln_assign", dst, src);
+    if (status == 0)
+        core_succeeded();
+    return status;
 }
 
 /* -- Fills and copies to plain memory -------------------------------------- */

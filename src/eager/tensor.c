@@ -299,7 +299,10 @@ static bool scope_push(scope *sc, kiln_tensor *t)
 
 kiln_tensor *tensor_own(kiln_tensor *t)
 {
-    if (!t || !stack || stack->depth == 0)
+    if (!t)
+        return NULL;
+    core_succeeded(); /* every op's result comes through here */
+    if (!stack || stack->depth == 0)
         return t;
     scope *sc = &stack->levels[stack->depth - 1];
     if (!scope_push(sc, t)) {
