@@ -760,14 +760,14 @@ END_TEST
 /* -- Shape arithmetic ------------------------------------------------------ */
 
 /* A zero broadcast to shape: a view of any size, holding one element. */
-static kiln_tensor *huge(int ndim, const int64_t *shape)
+static kiln_tensor *zero_view(int ndim, const int64_t *shape)
 {
     const int64_t ones[KILN_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1};
     kiln_tensor *t = kiln_expand(make(KILN_F32, ndim, ones), ndim, shape);
     ck_assert_msg(t != NULL, "%s", kiln_last_error());
     return t;
 }
-#define HUGE(...) huge(SHAPE(__VA_ARGS__))
+#define VIEW(...) zero_view(SHAPE(__VA_ARGS__))
 #define P58 (INT64_C(1) << 58)
 #define P40 (INT64_C(1) << 40)
 
@@ -776,11 +776,11 @@ static kiln_tensor *huge(int ndim, const int64_t *shape)
 START_TEST(test_concat_size_overflow)
 {
     open_scope();
-    kiln_tensor *part = HUGE(P58), *parts[64];
+    kiln_tensor *part = VIEW(P58), *parts[64];
     for (int i = 0; i < 64; i++)
         parts[i] = part;
     EXPECT_NULL(kiln_concat(parts, 64, 0), "kiln_concat", "[288230376151711744] f32", "2^59");
-    kiln_tensor *rows = HUGE(2, P58);
+    kiln_tensor *rows = VIEW(2, P58);
     EXPECT_NULL(kiln_concat((kiln_tensor *const[]){rows, rows, rows}, 3, 1), "kiln_concat",
                 "[2,288230376151711744] f32", "axis 1", "2^59");
     close_scope();
@@ -802,7 +802,7 @@ END_TEST
 START_TEST(test_broadcast_size_overflow)
 {
     open_scope();
-    kiln_tensor *col = HUGE(P40, 1), *row = HUGE(1, P40);
+    kiln_tensor *col = VIEW(P40, 1), *row = VIEW(1, P40);
     EXPECT_NULL(kiln_add(col, row), "kiln_add", "[1099511627776,1] and [1,1099511627776]", "2^59");
     EXPECT_NULL(kiln_where(T(KILN_BOOL, 1), col, row), "kiln_where", "[1,1099511627776]", "2^59");
     close_scope();
@@ -812,10 +812,10 @@ END_TEST
 START_TEST(test_matmul_size_overflow)
 {
     open_scope();
-    EXPECT_NULL(kiln_matmul(HUGE(P40, 1), HUGE(1, P40)), "kiln_matmul", "[1099511627776,1] f32",
+    EXPECT_NULL(kiln_matmul(VIEW(P40, 1), VIEW(1, P40)), "kiln_matmul", "[1099511627776,1] f32",
                 "[1,1099511627776] f32", "2^59");
     /* The batch axes broadcast to 2^80 matrices, each empty. */
-    EXPECT_NULL(kiln_matmul(HUGE(P40, 1, 0, 1), HUGE(1, P40, 1, 5)), "kiln_matmul", "[1099511627776,1,0,1] f32",
+    EXPECT_NULL(kiln_matmul(VIEW(P40, 1, 0, 1), VIEW(1, P40, 1, 5)), "kiln_matmul", "[1099511627776,1,0,1] f32",
                 "[1,1099511627776,1,5] f32", "2^59");
     close_scope();
 }

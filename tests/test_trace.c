@@ -582,7 +582,7 @@ START_TEST(test_traced_shapes_too_large_are_the_ops_errors)
     static const struct {
         huge_op op;
         const char *needles[2];
-    } HUGE[] = {
+    } LARGE[] = {
         {HUGE_CONCAT, {"kiln_concat: ts[0] [288230376151711744] f32", "2^59"}},
         {HUGE_EXPAND, {"kiln_expand: cannot expand [1,1] to [1073741824,1073741824,1073741824]", "2^59"}},
         {HUGE_BROADCAST, {"kiln_add: shapes [1099511627776,1] and [1,1099511627776]", "2^59"}},
@@ -591,11 +591,11 @@ START_TEST(test_traced_shapes_too_large_are_the_ops_errors)
     kiln_jit_options o = interp();
     o.strict = true;
     kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){1}), *out = NULL;
-    for (size_t i = 0; i < sizeof HUGE / sizeof *HUGE; i++) {
-        kiln_fn *f = kiln_jit("too_large", too_large, 1, 1, (void *)&HUGE[i].op, &o);
+    for (size_t i = 0; i < sizeof LARGE / sizeof *LARGE; i++) {
+        kiln_fn *f = kiln_jit("too_large", too_large, 1, 1, (void *)&LARGE[i].op, &o);
         kiln_clear_error();
         ck_assert_msg(kiln_call(f, &x, &out) < 0, "case %zu ran", i);
-        ck_assert_kiln_error(HUGE[i].needles[0], HUGE[i].needles[1]);
+        ck_assert_kiln_error(LARGE[i].needles[0], LARGE[i].needles[1]);
         kiln_fn_free(f);
     }
 }
