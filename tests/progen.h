@@ -109,7 +109,9 @@ kiln_spec progen_input_spec(const progen_program *p, int i);
 /* A new tensor (a new reference, as kiln's creation functions return) for
  * input i, its values drawn from seed in ranges suited to its dtype: small
  * floats with a rare zero, infinity or NaN, small integers (never negative
- * where the program relies on it), random bools. */
+ * where the program relies on it), random bools; now and then a tensor
+ * mostly of zeros of both signs, or of integer extremes. Inputs now and then
+ * have an empty axis. */
 kiln_tensor *progen_make_input(const progen_program *p, int i, uint64_t seed);
 
 /* Runs the program on in (borrowed), writing progen_n_outputs new references
