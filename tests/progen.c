@@ -140,9 +140,10 @@ static kiln_dtype float_of(kiln_dtype dt)
     return is_float(dt) ? dt : KILN_F32;
 }
 
+/* A whole number acts as a Python int; -0.0 is only ever a Python float. */
 static bool whole(double v)
 {
-    return v == floor(v) && fabs(v) < 0x1p62;
+    return v == floor(v) && fabs(v) < 0x1p62 && !(v == 0 && signbit(v));
 }
 
 /* The dtype a *_scalar op gives: floats keep theirs; integers keep theirs
@@ -302,7 +303,6 @@ static int pick(gen *g, unsigned mask, int min_ndim)
     return n ? choose(g, n) : -1;
 }
 
-static const unsigned FLOATS = PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64);
 static const unsigned NUMBERS = PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64) |
                                 PROGEN_DTYPE_BIT(KILN_I32) | PROGEN_DTYPE_BIT(KILN_I64);
 
@@ -790,30 +790,28 @@ static bool gen_matmul(gen *g, instr *ins, vtype *out)
     return true;
 }
 
+/* Any dtype (composites take x.float() of integers and bools), empty axes
+ * (an empty result) and 0-d values (axis 0 or -1) included. */
 static bool gen_softmax(gen *g, instr *ins, vtype *out)
 {
-    ins->a = pick(g, FLOATS, 1);
-    if (ins->a < 0)
-        return false;
+    ins->a = pick(g, 0, 0);
     const vtype *a = type_of(g, ins->a);
-    int axes[KILN_MAX_DIMS], n = 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] > 0) /* its max refuses an empty axis */
-            axes[n++] = d;
-    if (n == 0)
-        return false;
-    ins->axis = random_axis(g, a->ndim, axes[below(&g->r, n)]);
+    static const int zero_d_axes[] = {0, -1};
+    ins->axis = a->ndim == 0 ? PICK(&g->r, zero_d_axes) : random_axis(g, a->ndim, (int)below(&g->r, a->ndim));
     *out = *a;
+    out->dtype = float_of(a->dtype);
+    out->nonneg = false;
     return true;
 }
 
 /* y = normalized x, then y * gamma, then y + beta: each may broadcast and promote. */
 static bool gen_layer_norm(gen *g, instr *ins, vtype *out)
 {
-    ins->a = pick(g, FLOATS, 1);
+    ins->a = pick(g, 0, 1);
     if (ins->a < 0)
         return false;
     *out = *type_of(g, ins->a);
+    out->dtype = float_of(out->dtype);
     out->nonneg = false;
     ins->x = PICK(&g->r, eps_values);
     int *affine[2] = {&ins->b, &ins->c};
@@ -837,10 +835,10 @@ static bool gen_layer_norm(gen *g, instr *ins, vtype *out)
 
 static bool gen_float_composite(gen *g, instr *ins, vtype *out)
 {
-    ins->a = pick(g, FLOATS, 0);
-    if (ins->a < 0)
-        return false;
+    ins->a = pick(g, 0, 0);
     *out = *type_of(g, ins->a);
+    out->dtype = float_of(out->dtype);
+    out->nonneg = false;
     return true;
 }
 
@@ -1012,6 +1010,8 @@ static void gen_inputs(gen *g)
             t->shape[d] = own ? between(&g->r, 1, g->o.max_dim) : base[base_rank - t->ndim + d];
             if (chance(&g->r, 1, 5))
                 t->shape[d] = 1;
+            else if (chance(&g->r, 1, 40)) /* an empty axis */
+                t->shape[d] = 0;
         }
     }
 }
@@ -1251,23 +1251,28 @@ fail:
 /* -- Values ---------------------------------------------------------------- */
 
 /* n values of dt drawn from seed: floats mostly in [-2, 2) with, in one
- * tensor in four, a rare zero, infinity, NaN or huge value; integers in
- * [-5, 5] ([0, 5] when nonneg) with a rare extreme; bools at random. */
+ * tensor in four, a rare zero, infinity, NaN or huge value, and in one in
+ * eight mostly zeros of either sign (where maximum, minimum, relu and
+ * division show their signs); integers in [-5, 5] ([0, 5] when nonneg) with a
+ * rare extreme, and in one tensor in eight extremes half the time; bools at
+ * random. */
 static void fill_values(void *buf, kiln_dtype dt, int64_t n, uint64_t seed, bool nonneg_ints)
 {
     static const double special[] = {0, -0.0, 1, -1, INFINITY, -INFINITY, NAN, 1e30, -1e-30, 88, 1e300};
+    static const double zeros[] = {0, -0.0, 0, -0.0, 0, -0.0, 1, -1, NAN};
     static const int64_t big32[] = {INT32_MAX, INT32_MIN, 65536, -65537, 46341};
     static const int64_t big32_nonneg[] = {INT32_MAX, 65536, 46341};
     static const int64_t big64[] = {INT64_MAX, INT64_MIN, INT64_C(1) << 40, -(INT64_C(1) << 33),
                                     INT64_C(3037000500)};
     static const int64_t big64_nonneg[] = {INT64_MAX, INT64_C(1) << 40, INT64_C(3037000500)};
     rng r = {seed * UINT64_C(0xD1342543DE82EF95) + 1};
-    bool specials = chance(&r, 1, 4);
+    bool specials = chance(&r, 1, 4), signed_zeros = chance(&r, 1, 8), extremes = chance(&r, 1, 8);
     for (int64_t i = 0; i < n; i++) {
-        double f = specials && chance(&r, 1, 24) ? PICK(&r, special)
-                                                 : (double)(next_u64(&r) >> 11) * 0x1p-53 * 4 - 2;
+        double f = signed_zeros && chance(&r, 3, 4)   ? PICK(&r, zeros)
+                   : specials && chance(&r, 1, 24) ? PICK(&r, special)
+                                                   : (double)(next_u64(&r) >> 11) * 0x1p-53 * 4 - 2;
         int64_t k = nonneg_ints ? between(&r, 0, 5) : between(&r, -5, 5);
-        bool extreme = chance(&r, 1, 64);
+        bool extreme = extremes ? chance(&r, 1, 2) : chance(&r, 1, 64);
         switch (dt) {
         case KILN_F32: ((float *)buf)[i] = (float)f; break;
         case KILN_F64: ((double *)buf)[i] = f; break;
@@ -1704,4 +1709,212 @@ int progen_run(const progen_program *p, kiln_tensor *const *in, kiln_tensor **ou
 int progen_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     return progen_run(user, in, out);
+}
+
+/* -- References ------------------------------------------------------------ */
+
+typedef struct {
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[2];
+    double f[8];  /* values of floats */
+    int64_t i[8]; /* values of integers and bools */
+} ref_tensor;
+
+typedef struct {
+    const char *pytorch; /* the expression PyTorch evaluates */
+    instr ins;           /* the call, on values 0 and 1 (the inputs) */
+    int n_inputs;
+    ref_tensor in[2], want;
+} reference;
+
+#define Z (-0.0)
+#define UNARY(OP, ...) {.op = PROGEN_##OP, .a = 0, .b = -1, .c = -1, __VA_ARGS__}
+#define BINARY(OP) {.op = PROGEN_##OP, .a = 0, .b = 1, .c = -1}
+#define FLOATS(dt, n, ...) {dt, 1, {n}, {__VA_ARGS__}, {0}}
+#define INTS(dt, n, ...) {dt, 1, {n}, {0}, {__VA_ARGS__}}
+#define FLOAT_0D(dt, v) {dt, 0, {0}, {v}, {0}}
+#define EMPTY(dt, rows, cols) {dt, 2, {rows, cols}, {0}, {0}}
+/* Zeros of both signs, NaN and numbers around them; their results. */
+#define ZEROS_A(dt) FLOATS(dt, 7, Z, 0, Z, 0, NAN, 1, -1)
+#define ZEROS_B(dt) FLOATS(dt, 7, 0, Z, Z, 0, 0, NAN, 2)
+
+/* Checked against PyTorch 1.13.1 (Debian's python3-torch) on the CPU. Of
+ * two equal operands maximum and minimum give the first, as its scalar loop
+ * and its 0-d and clamp forms do (its vectorized loop gives the second). */
+static const reference references[] = {
+    {"torch.maximum(a, b)", BINARY(MAXIMUM), 2, {ZEROS_A(KILN_F32), ZEROS_B(KILN_F32)},
+     FLOATS(KILN_F32, 7, Z, 0, Z, 0, NAN, NAN, 2)},
+    {"torch.minimum(a, b)", BINARY(MINIMUM), 2, {ZEROS_A(KILN_F64), ZEROS_B(KILN_F64)},
+     FLOATS(KILN_F64, 7, Z, 0, Z, 0, NAN, NAN, -1)},
+    {"torch.clamp_min(a, 0.0)", UNARY(MAXIMUM_SCALAR, .x = 0), 1, {ZEROS_A(KILN_F32)},
+     FLOATS(KILN_F32, 7, Z, 0, Z, 0, NAN, 1, 0)},
+    {"torch.clamp_max(a, -0.0)", UNARY(MINIMUM_SCALAR, .x = Z), 1, {ZEROS_A(KILN_F64)},
+     FLOATS(KILN_F64, 7, Z, 0, Z, 0, NAN, Z, -1)},
+    {"torch.relu(a)", UNARY(RELU), 1, {ZEROS_A(KILN_F32)}, FLOATS(KILN_F32, 7, Z, 0, Z, 0, NAN, 1, 0)},
+    {"a / -0.0", UNARY(DIV_SCALAR, .x = Z), 1, {INTS(KILN_I32, 3, 3, -3, 0)},
+     FLOATS(KILN_F32, 3, -INFINITY, INFINITY, NAN)},
+    {"a + -0.0", UNARY(ADD_SCALAR, .x = Z), 1, {INTS(KILN_I64, 2, 5, -5)}, FLOATS(KILN_F32, 2, 5, -5)},
+    {"a.sum()", UNARY(SUM, .axis = KILN_ALL), 1, {INTS(KILN_I64, 2, INT64_MAX, 1)},
+     {KILN_I64, 0, {0}, {0}, {INT64_MIN}}},
+    {"a * b", BINARY(MUL), 2, {INTS(KILN_I32, 2, 46341, -46341), INTS(KILN_I32, 2, 46341, 46341)},
+     INTS(KILN_I32, 2, -2147479015, 2147479015)},
+    {"torch.neg(a)", UNARY(NEG), 1, {INTS(KILN_I32, 2, INT32_MIN, INT32_MAX)},
+     INTS(KILN_I32, 2, INT32_MIN, -INT32_MAX)},
+    {"torch.abs(a)", UNARY(ABS), 1, {INTS(KILN_I64, 2, INT64_MIN, -7)}, INTS(KILN_I64, 2, INT64_MIN, 7)},
+    {"torch.maximum(a, b)", BINARY(MAXIMUM), 2,
+     {INTS(KILN_I32, 2, INT32_MIN, INT32_MAX), INTS(KILN_I32, 2, INT32_MAX, INT32_MIN)},
+     INTS(KILN_I32, 2, INT32_MAX, INT32_MAX)},
+    {"a.double().mean().float()", UNARY(MEAN, .axis = KILN_ALL), 1,
+     {INTS(KILN_I64, 2, INT64_C(1) << 62, INT64_C(1) << 62)}, FLOAT_0D(KILN_F32, 0x1p62)},
+    {"torch.nn.functional.gelu(a.float(), approximate='tanh')", UNARY(GELU), 1,
+     {INTS(KILN_I32, 3, 46341, 2000, -1291)}, FLOATS(KILN_F32, 3, 46341, 2000, Z)},
+    {"torch.nn.functional.gelu(a.float(), approximate='tanh')", UNARY(GELU), 1, {INTS(KILN_BOOL, 2, 1, 0)},
+     FLOATS(KILN_F32, 2, 0.8411920070648193, 0)},
+    {"torch.softmax(a.float(), 0)", UNARY(SOFTMAX, .axis = 0), 1, {INTS(KILN_I32, 2, INT32_MIN, INT32_MAX)},
+     FLOATS(KILN_F32, 2, 0, 1)},
+    {"torch.log_softmax(a.float(), 0)", UNARY(LOG_SOFTMAX, .axis = 0), 1,
+     {INTS(KILN_I32, 2, INT32_MIN, INT32_MAX)}, FLOATS(KILN_F32, 2, -4294967296.0, 0)},
+    {"torch.softmax(a, 0)", UNARY(SOFTMAX, .axis = 0), 1, {FLOAT_0D(KILN_F32, 3)}, FLOAT_0D(KILN_F32, 1)},
+    {"torch.log_softmax(a, -1)", UNARY(LOG_SOFTMAX, .axis = -1), 1, {FLOAT_0D(KILN_F64, -2.5)},
+     FLOAT_0D(KILN_F64, 0)},
+    {"torch.softmax(a, 1)", UNARY(SOFTMAX, .axis = 1), 1, {EMPTY(KILN_F32, 2, 0)}, EMPTY(KILN_F32, 2, 0)},
+    {"torch.log_softmax(a, 0)", UNARY(LOG_SOFTMAX, .axis = 0), 1, {EMPTY(KILN_F64, 0, 3)}, EMPTY(KILN_F64, 0, 3)},
+    {"a[::-2**63] (a Python list)", UNARY(SLICE, .start = -1, .stop = INT64_MIN, .step = INT64_MIN), 1,
+     {FLOATS(KILN_F32, 4, 1, 2, 3, 4)}, FLOATS(KILN_F32, 1, 4)},
+};
+
+int progen_n_references(void)
+{
+    return (int)(sizeof references / sizeof *references);
+}
+
+static vtype type_of_ref(const ref_tensor *t)
+{
+    vtype v = {.dtype = t->dtype, .ndim = t->ndim, .base = -1};
+    memcpy(v.shape, t->shape, sizeof t->shape);
+    return v;
+}
+
+/* A new tensor holding t's values, on device. */
+static kiln_tensor *ref_tensor_new(const ref_tensor *t, kiln_device device)
+{
+    union { float f32[8]; double f64[8]; int32_t i32[8]; int64_t i64[8]; uint8_t b8[8]; } data;
+    for (int k = 0; k < 8; k++) {
+        switch (t->dtype) {
+        case KILN_F32: data.f32[k] = (float)t->f[k]; break;
+        case KILN_F64: data.f64[k] = t->f[k]; break;
+        case KILN_I32: data.i32[k] = (int32_t)t->i[k]; break;
+        case KILN_I64: data.i64[k] = t->i[k]; break;
+        case KILN_BOOL: data.b8[k] = (uint8_t)t->i[k]; break;
+        }
+    }
+    return kiln_to_device(kiln_from_data(t->dtype, t->ndim, t->shape, &data), device);
+}
+
+/* Element k of got (host bytes of want's dtype) against want's. */
+static bool ref_element_matches(const ref_tensor *want, const void *got, int k, double rel, char *why, size_t size)
+{
+    if (!is_float(want->dtype)) {
+        int64_t g = want->dtype == KILN_I64 ? ((const int64_t *)got)[k]
+                    : want->dtype == KILN_I32 ? ((const int32_t *)got)[k] : ((const uint8_t *)got)[k];
+        snprintf(why, size, "element %d is %lld, PyTorch's %lld", k, (long long)g, (long long)want->i[k]);
+        return g == want->i[k];
+    }
+    double g = want->dtype == KILN_F32 ? ((const float *)got)[k] : ((const double *)got)[k], w = want->f[k];
+    snprintf(why, size, "element %d is %.9g, PyTorch's %.9g", k, g, w); /* %g shows -0 */
+    if (isnan(w) || isnan(g))
+        return isnan(w) && isnan(g);
+    if (w == 0 || isinf(w))
+        return g == w && !signbit(g) == !signbit(w);
+    return fabs(g - w) <= rel * fabs(w);
+}
+
+/* got (any device) against want; false with why set when they differ. */
+static bool ref_matches(const kiln_tensor *got, const ref_tensor *want, double rel, char *why, size_t size)
+{
+    vtype have = {.dtype = kiln_dtype_of(got), .ndim = kiln_ndim(got)}, expected = type_of_ref(want);
+    memcpy(have.shape, kiln_shape(got), (size_t)have.ndim * sizeof *have.shape);
+    if (have.dtype != expected.dtype || have.ndim != expected.ndim ||
+        memcmp(have.shape, expected.shape, (size_t)have.ndim * sizeof *have.shape)) {
+        strbuf a = {0}, b = {0};
+        sb_type(&a, &have);
+        sb_type(&b, &expected);
+        snprintf(why, size, "gave %s, PyTorch %s", a.text ? a.text : "?", b.text ? b.text : "?");
+        free(a.text);
+        free(b.text);
+        return false;
+    }
+    int64_t n = numel(want->ndim, want->shape);
+    double bytes[8];
+    if (kiln_copy_to_host(got, bytes, sizeof bytes) < 0) {
+        snprintf(why, size, "kiln_copy_to_host failed: %s", kiln_last_error());
+        return false;
+    }
+    for (int k = 0; k < n; k++)
+        if (!ref_element_matches(want, bytes, k, rel, why, size))
+            return false;
+    return true;
+}
+
+/* A program of reference r's one call. */
+static progen_program *ref_program(const reference *r, uint64_t seed)
+{
+    progen_program *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->seed = seed;
+    p->n_inputs = r->n_inputs;
+    p->n_instrs = 1;
+    p->n_outputs = 1;
+    p->outputs[0] = r->n_inputs;
+    p->types = calloc((size_t)r->n_inputs + 1, sizeof *p->types);
+    p->instrs = calloc(1, sizeof *p->instrs);
+    if (!p->types || !p->instrs) {
+        progen_free(p);
+        return NULL;
+    }
+    for (int i = 0; i < r->n_inputs; i++)
+        p->types[i] = type_of_ref(&r->in[i]);
+    p->types[r->n_inputs] = type_of_ref(&r->want);
+    p->instrs[0] = r->ins;
+    return p;
+}
+
+/* Runs p on in eagerly or marked with opts; its output, owned by the open scope. */
+static kiln_tensor *ref_run(progen_program *p, kiln_tensor *const *in, const kiln_jit_options *opts)
+{
+    kiln_tensor *out = NULL;
+    if (!opts)
+        return progen_run(p, in, &out) == 0 ? out : NULL;
+    kiln_fn *f = kiln_jit("reference", progen_body, p->n_inputs, 1, p, opts);
+    if (f && kiln_call(f, in, &out) < 0)
+        out = NULL;
+    kiln_fn_free(f);
+    return out;
+}
+
+int progen_check_reference(int i, const kiln_jit_options *opts, kiln_device device, double rel)
+{
+    if (i < 0 || i >= progen_n_references())
+        return -1;
+    const reference *r = &references[i];
+    progen_program *p = ref_program(r, (uint64_t)i);
+    if (!p) {
+        snprintf(last_error, sizeof last_error, "reference %d: out of memory", i);
+        return -1;
+    }
+    char why[1024] = "";
+    kiln_scope_begin();
+    kiln_tensor *in[2] = {NULL, NULL};
+    for (int k = 0; k < r->n_inputs; k++)
+        in[k] = ref_tensor_new(&r->in[k], device);
+    kiln_tensor *out = in[0] && (r->n_inputs < 2 || in[1]) ? ref_run(p, in, opts) : NULL;
+    bool ok = out && ref_matches(out, &r->want, rel, why, sizeof why);
+    if (!out)
+        snprintf(why, sizeof why, "failed: %.500s %.500s", kiln_last_error(), progen_last_error());
+    kiln_scope_end();
+    int status = ok ? 0 : fail_value(p, p->n_inputs, "%s (reference %d, PyTorch: %s)", why, i, r->pytorch);
+    progen_free(p);
+    return status;
 }

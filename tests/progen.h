@@ -112,7 +112,9 @@ kiln_spec progen_input_spec(const progen_program *p, int i);
 /* A new tensor (a new reference, as kiln's creation functions return) for
  * input i, its values drawn from seed in ranges suited to its dtype: small
  * floats with a rare zero, infinity or NaN, small integers (never negative
- * where the program relies on it), random bools. */
+ * where the program relies on it), random bools; now and then a tensor
+ * mostly of zeros of both signs, or of integer extremes. Inputs now and then
+ * have an empty axis. */
 kiln_tensor *progen_make_input(const progen_program *p, int i, uint64_t seed);
 
 /* Runs the program on in (borrowed), writing progen_n_outputs new references
@@ -134,5 +136,20 @@ char *progen_describe(const progen_program *p);
 /* A new program computing only output k of p, keeping the instructions it
  * depends on and all of p's inputs (so p's input tensors still fit). */
 progen_program *progen_only_output(const progen_program *p, int k);
+
+/* -- References --------------------------------------------------------------
+ * Programs of one call whose output PyTorch 1.13 gives (Python's list
+ * slicing for kiln_slice's negative steps), written down by hand: signed
+ * zeros, integer extremes, empty axes, 0-d softmax, composites of integers. */
+
+/* How many there are. */
+int progen_n_references(void);
+/* Runs reference i on its inputs moved to device, eagerly (opts NULL) or as a
+ * marked function with opts, and compares its output with PyTorch's: the
+ * same dtype and shape, integers and bools equal, floats NaN for NaN and
+ * zeros with their sign, other floats within rel. 0, or -1 with
+ * progen_last_error saying which call, what PyTorch gives and where it
+ * differs. */
+int progen_check_reference(int i, const kiln_jit_options *opts, kiln_device device, double rel);
 
 #endif

@@ -111,6 +111,46 @@ START_TEST(test_i64_scalar_operand_exact)
 }
 END_TEST
 
+/* progen's references (PyTorch's values for signed zeros, integer extremes,
+ * empty axes and 0-d softmax), eagerly on CUDA and fused. */
+START_TEST(test_references_match_pytorch)
+{
+    kiln_jit_options o = kiln_jit_defaults();
+    o.strict = true;
+    for (int i = 0; i < progen_n_references(); i++) {
+        ck_assert_msg(progen_check_reference(i, NULL, KILN_CUDA, 1e-6) == 0, "eager: %s", progen_last_error());
+        ck_assert_msg(progen_check_reference(i, &o, KILN_CUDA, 1e-6) == 0, "traced: %s", progen_last_error());
+    }
+}
+END_TEST
+
+static int mean_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_mean(in[0], -1, false);
+    return out[0] ? 0 : -1;
+}
+
+/* Means of integers sum in f64, eagerly and fused: 2^62 twice wrapped in i64. */
+START_TEST(test_integer_mean_does_not_wrap)
+{
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_to_device(kiln_full(KILN_I64, 2, (int64_t[]){3, 2}, 0x1p62), KILN_CUDA), *traced;
+    kiln_jit_options o = kiln_jit_defaults();
+    kiln_fn *f = kiln_jit("mean", mean_body, 1, 1, NULL, &o);
+    ck_assert_msg(kiln_call(f, &x, &traced) == 0, "%s", kiln_last_error());
+    kiln_tensor *results[2] = {kiln_mean(x, -1, false), traced};
+    for (int r = 0; r < 2; r++) {
+        float got[3];
+        ck_assert_msg(kiln_copy_to_host(results[r], got, sizeof got) == 0, "%s", kiln_last_error());
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(got[i] == 0x1p62f, "%s row %d: %g", r ? "traced" : "eager", i, got[i]);
+    }
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 static int mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -224,6 +264,8 @@ static Suite *gpu_suite(void)
     tcase_add_test(tc, test_random_programs_traced);
     tcase_add_test(tc, test_nvrtc_backend_runs_fused_kernels);
     tcase_add_test(tc, test_i64_scalar_operand_exact);
+    tcase_add_test(tc, test_integer_mean_does_not_wrap);
+    tcase_add_test(tc, test_references_match_pytorch);
     tcase_add_test(tc, test_workload_traced_and_allocator_steady);
     tcase_add_test(tc, test_second_process_loads_cubins_from_disk);
     suite_add_tcase(s, tc);

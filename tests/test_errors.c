@@ -145,6 +145,53 @@ START_TEST(test_null_operand_after_clear)
 }
 END_TEST
 
+/* A handled error poisons nothing: the next call that succeeds clears it, so
+ * a NULL operand then reports itself, and an optional NULL (layer_norm's
+ * gamma and beta) means none even while an error is pending. */
+START_TEST(test_success_clears_a_handled_error)
+{
+    open_scope();
+    kiln_tensor *x = T(KILN_F32, 3, 4), *bad = T(KILN_F32, 5);
+    ck_assert_ptr_null(kiln_add(x, bad));
+    ck_assert_msg(kiln_layer_norm(x, NULL, NULL, 1e-5) != NULL, "%s", kiln_last_error());
+    ck_assert_str_eq(kiln_last_error(), "");
+
+    ck_assert_ptr_null(kiln_matmul(x, bad));
+    ck_assert_ptr_nonnull(kiln_exp(x));
+    ck_assert_str_eq(kiln_last_error(), "");
+    ck_assert_ptr_null(kiln_neg(NULL));
+    ck_assert_kiln_error("kiln_neg: operand a is NULL");
+
+    /* An int or a double returned is a success too. */
+    float buf[12];
+    ck_assert_ptr_null(kiln_matmul(x, bad));
+    ck_assert_int_eq(kiln_copy_to_host(x, buf, sizeof buf), 0);
+    ck_assert_str_eq(kiln_last_error(), "");
+    ck_assert_ptr_null(kiln_matmul(x, bad));
+    ck_assert_int_eq(kiln_assign(x, kiln_scalar(1)), 0);
+    ck_assert_str_eq(kiln_last_error(), "");
+    close_scope();
+}
+END_TEST
+
+/* The same failure gives the same message every time: none nests another. */
+START_TEST(test_messages_never_nest)
+{
+    open_scope();
+    kiln_tensor *x = T(KILN_F32, 3, 4), *bad = T(KILN_F32, 5);
+    ck_assert_ptr_null(kiln_layer_norm(x, bad, NULL, 1e-5));
+    char first[1024];
+    snprintf(first, sizeof first, "%s", kiln_last_error());
+    for (int i = 0; i < 3; i++) {
+        ck_assert_ptr_null(kiln_layer_norm(x, bad, NULL, 1e-5));
+        ck_assert_str_eq(kiln_last_error(), first);
+        ck_assert_ptr_null(kiln_layer_norm(NULL, NULL, NULL, 1e-5));
+        ck_assert_str_eq(kiln_last_error(), first); /* the NULL keeps the pending error */
+    }
+    close_scope();
+}
+END_TEST
+
 /* -- Queries, ownership and scopes ----------------------------------------- */
 
 START_TEST(test_queries_of_null)
@@ -710,6 +757,70 @@ START_TEST(test_assign_errors)
 }
 END_TEST
 
+/* -- Shape arithmetic ------------------------------------------------------ */
+
+/* A zero broadcast to shape: a view of any size, holding one element. */
+static kiln_tensor *zero_view(int ndim, const int64_t *shape)
+{
+    const int64_t ones[KILN_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    kiln_tensor *t = kiln_expand(make(KILN_F32, ndim, ones), ndim, shape);
+    ck_assert_msg(t != NULL, "%s", kiln_last_error());
+    return t;
+}
+#define VIEW(...) zero_view(SHAPE(__VA_ARGS__))
+#define P58 (INT64_C(1) << 58)
+#define P40 (INT64_C(1) << 40)
+
+/* 64 parts of 2^58 elements sum to 2^64, which wrapped to an empty result
+ * that the parts were then copied into. */
+START_TEST(test_concat_size_overflow)
+{
+    open_scope();
+    kiln_tensor *part = VIEW(P58), *parts[64];
+    for (int i = 0; i < 64; i++)
+        parts[i] = part;
+    EXPECT_NULL(kiln_concat(parts, 64, 0), "kiln_concat", "[288230376151711744] f32", "2^59");
+    kiln_tensor *rows = VIEW(2, P58);
+    EXPECT_NULL(kiln_concat((kiln_tensor *const[]){rows, rows, rows}, 3, 1), "kiln_concat",
+                "[2,288230376151711744] f32", "axis 1", "2^59");
+    close_scope();
+}
+END_TEST
+
+START_TEST(test_expand_size_overflow)
+{
+    open_scope();
+    EXPECT_NULL(kiln_expand(T(KILN_F32, 1), SHAPE(1 << 30, 1 << 30, 1 << 30)), "kiln_expand", "[1] ",
+                "[1073741824,1073741824,1073741824]", "2^59");
+    /* An empty shape's other sizes are bounded too: its strides multiply them. */
+    EXPECT_NULL(kiln_expand(T(KILN_F32, 1, 1, 1), SHAPE(0, P40, P40)), "kiln_expand", "2^59");
+    EXPECT_NULL(kiln_empty(KILN_F32, SHAPE(0, P40, P40)), "kiln_empty", "[0,1099511627776,1099511627776]");
+    close_scope();
+}
+END_TEST
+
+START_TEST(test_broadcast_size_overflow)
+{
+    open_scope();
+    kiln_tensor *col = VIEW(P40, 1), *row = VIEW(1, P40);
+    EXPECT_NULL(kiln_add(col, row), "kiln_add", "[1099511627776,1] and [1,1099511627776]", "2^59");
+    EXPECT_NULL(kiln_where(T(KILN_BOOL, 1), col, row), "kiln_where", "[1,1099511627776]", "2^59");
+    close_scope();
+}
+END_TEST
+
+START_TEST(test_matmul_size_overflow)
+{
+    open_scope();
+    EXPECT_NULL(kiln_matmul(VIEW(P40, 1), VIEW(1, P40)), "kiln_matmul", "[1099511627776,1] f32",
+                "[1,1099511627776] f32", "2^59");
+    /* The batch axes broadcast to 2^80 matrices, each empty. */
+    EXPECT_NULL(kiln_matmul(VIEW(P40, 1, 0, 1), VIEW(1, P40, 1, 5)), "kiln_matmul", "[1099511627776,1,0,1] f32",
+                "[1,1099511627776,1,5] f32", "2^59");
+    close_scope();
+}
+END_TEST
+
 /* -- Suite ----------------------------------------------------------------- */
 
 #define COUNT(table) ((int)(sizeof table / sizeof *table))
@@ -723,6 +834,8 @@ static Suite *errors_suite(void)
     tcase_add_test(state, test_message_format_example);
     tcase_add_test(state, test_null_propagation_keeps_first_error);
     tcase_add_test(state, test_null_operand_after_clear);
+    tcase_add_test(state, test_success_clears_a_handled_error);
+    tcase_add_test(state, test_messages_never_nest);
     suite_add_tcase(s, state);
 
     TCase *basics = tcase_create("queries");
@@ -776,6 +889,13 @@ static Suite *errors_suite(void)
     tcase_add_test(movement, test_squeeze_errors);
     tcase_add_test(movement, test_unsqueeze_errors);
     suite_add_tcase(s, movement);
+
+    TCase *overflow = tcase_create("shape arithmetic");
+    tcase_add_test(overflow, test_concat_size_overflow);
+    tcase_add_test(overflow, test_expand_size_overflow);
+    tcase_add_test(overflow, test_broadcast_size_overflow);
+    tcase_add_test(overflow, test_matmul_size_overflow);
+    suite_add_tcase(s, overflow);
 
     TCase *other = tcase_create("other");
     tcase_add_test(other, test_matmul_errors);

@@ -721,6 +721,18 @@ static void build_concat_total(ir_graph *g, bool defect)
         emit(g, OP_CONCAT, KILN_F32, SHAPE(4, 3), OPS(x, x), &(ir_params){.axis = 0});
 }
 
+/* 32 parts of 2^59 elements sum to 2^64, which wraps to 0 in int64. */
+static void build_concat_total_overflow(ir_graph *g, bool defect)
+{
+    ir_ref x = input(g, 0, KILN_F32, SHAPE(INT64_C(1) << 59)), parts[32];
+    for (int i = 0; i < COUNT(parts); i++)
+        parts[i] = x;
+    if (defect)
+        emit(g, OP_CONCAT, KILN_F32, SHAPE(0), COUNT(parts), parts, &(ir_params){.axis = 0});
+    else
+        emit(g, OP_CONCAT, KILN_F32, SHAPE(INT64_C(1) << 59), 1, parts, &(ir_params){.axis = 0});
+}
+
 /* The result of joining two [2,3] along axis 0 is [4,3], not [4,3,7]. */
 static void build_concat_rank(ir_graph *g, bool defect)
 {
@@ -828,6 +840,7 @@ static const struct {
     {"concat of operands differing off the axis", build_concat_sizes},
     {"concat whose size is not the operands' total", build_concat_total},
     {"concat whose rank is not the operands'", build_concat_rank},
+    {"concat whose total wraps past int64", build_concat_total_overflow},
     {"matmul of differing inner sizes", build_matmul_inner},
     {"matmul dropping the batch dimension", build_matmul_shape},
     {"a constant that is not 0-d", build_const_rank},

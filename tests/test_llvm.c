@@ -60,6 +60,7 @@ CASE(c_casts, kiln_add(kiln_cast(kiln_cast(a, KILN_I32), KILN_F64), kiln_cast(ki
 CASE(c_transposed, kiln_add(kiln_transpose(a, 0, 1), kiln_transpose(b, 0, 1)))
 CASE(c_broadcast, kiln_mul(a, kiln_slice(b, 0, 0, 1, 1)))
 CASE(c_sliced, kiln_add(kiln_slice(a, 1, -1, INT64_MIN, -2), kiln_slice(b, 1, 0, INT64_MAX, 2)))
+CASE(c_slice_min_step, kiln_add(kiln_slice(a, 1, -1, INT64_MIN, INT64_MIN), kiln_slice(b, 0, 2, 0, INT64_MIN)))
 CASE(c_reshaped, kiln_exp(kiln_reshape(kiln_add(a, b), 2, (const int64_t[]){-1, 3})))
 CASE(c_expanded, kiln_add(kiln_expand(kiln_unsqueeze(kiln_sum(a, 0, false), 0), 2, (const int64_t[]){4, 6}), b))
 CASE(c_row_sum, kiln_sum(kiln_mul(a, b), -1, false))
@@ -82,7 +83,7 @@ static const struct {
     {"chain", c_chain, 1e-6}, {"compare_where", c_compare_where, 0}, {"transcendental", c_transcendental, 4e-6},
     {"log_sqrt", c_log_sqrt, 4e-6}, {"trig_pow", c_trig_pow, 4e-6}, {"relu_neg", c_relu_neg, 0},
     {"casts", c_casts, 0}, {"transposed", c_transposed, 0}, {"broadcast", c_broadcast, 0},
-    {"sliced", c_sliced, 0}, {"reshaped", c_reshaped, 2e-6}, {"expanded", c_expanded, 1e-6},
+    {"sliced", c_sliced, 0}, {"slice_min_step", c_slice_min_step, 0}, {"reshaped", c_reshaped, 2e-6}, {"expanded", c_expanded, 1e-6},
     {"row_sum", c_row_sum, 1e-5}, {"row_mean_keep", c_row_mean_keep, 1e-5}, {"row_max_min", c_row_max_min, 0},
     {"softmax", c_softmax, 1e-5}, {"log_softmax", c_log_softmax, 1e-5}, {"layer_norm", c_layer_norm, 1e-4},
     {"matmul_epilogue", c_matmul_epilogue, 1e-5}, {"column_sum", c_column_sum, 1e-6}, {"integer", c_integer, 0},
@@ -328,6 +329,17 @@ START_TEST(test_random_programs_compiled_match_eager)
         progen_free(p);
         kiln_scope_end();
     }
+}
+END_TEST
+
+/* progen's references (PyTorch's values for signed zeros, integer extremes,
+ * empty axes and 0-d softmax), compiled. */
+START_TEST(test_references_compiled_match_pytorch)
+{
+    kiln_jit_options o = llvm();
+    o.strict = true;
+    for (int i = 0; i < progen_n_references(); i++)
+        ck_assert_msg(progen_check_reference(i, &o, KILN_CPU, 1e-6) == 0, "%s", progen_last_error());
 }
 END_TEST
 
@@ -872,6 +884,7 @@ static Suite *llvm_suite(void)
     tcase_add_checked_fixture(random, test_scoped_setup, test_scoped_teardown);
     tcase_set_timeout(random, 600);
     tcase_add_test(random, test_random_programs_compiled_match_eager);
+    tcase_add_test(random, test_references_compiled_match_pytorch);
     tcase_add_test(random, test_compiles_from_several_threads);
     suite_add_tcase(s, random);
     return s;

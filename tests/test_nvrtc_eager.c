@@ -48,7 +48,8 @@ static kg_kernel reduction(ir_op op, kiln_dtype in)
 {
     kiln_dtype compute = ir_dtype_is_float(in) ? in : KILN_I64;
     kiln_dtype acc = op == OP_ARGMAX ? KILN_I64
-                   : op == OP_SUM || op == OP_MEAN ? (compute == KILN_I64 ? KILN_I64 : KILN_F64)
+                   : op == OP_SUM ? (compute == KILN_I64 ? KILN_I64 : KILN_F64)
+                   : op == OP_MEAN ? KILN_F64 /* an integer mean's sum must not wrap */
                    : compute;
     return (kg_kernel){KG_REDUCE, op, 1, {in}, compute, acc,
                                 (kiln_dtype)ir_result_dtype(ir_ops[op].rule, in)};
@@ -414,6 +415,9 @@ START_TEST(test_bad_requests_are_refused)
     r = reduction(OP_SUM, KILN_F32);
     r.acc = KILN_F32;
     check_refused(r, NAME_MAX_LEN, "sum(f32)", "accumulates in f64, not f32");
+    r = reduction(OP_MEAN, KILN_I64);
+    r.acc = KILN_I64;
+    check_refused(r, NAME_MAX_LEN, "mean(i64)", "accumulates in f64, not i64");
     r = reduction(OP_MEAN, KILN_F64);
     r.n_in = 2;
     check_refused(r, NAME_MAX_LEN, "mean(f64, f32)", "takes 1 input");

@@ -253,6 +253,20 @@ static void expect_exact(kiln_tensor *t, kiln_dtype dt, int ndim, const int64_t 
     expect_values(t, dt, ndim, shape, ref, EXACT, NULL, what);
 }
 
+/* expect_exact, and each zero with ref's sign. */
+static void expect_signed(kiln_tensor *t, kiln_dtype dt, int ndim, const int64_t *shape, const double *ref,
+                          const char *what)
+{
+    expect_exact(t, dt, ndim, shape, ref, what);
+    double *got = test_values(t);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < numel_of(ndim, shape) && bad < 0; i++)
+        if (ref[i] == 0 && !signbit(got[i]) != !signbit(ref[i]))
+            bad = i;
+    free(got);
+    ck_assert_msg(bad < 0, "%s: element %lld has the wrong sign of zero", what, (long long)bad);
+}
+
 /* For i64 values beyond 2^53, which test_values' doubles cannot hold. */
 static void expect_i64(kiln_tensor *t, int ndim, const int64_t *shape, const int64_t *ref,
                        const char *what)
@@ -772,6 +786,39 @@ START_TEST(test_maximum_minimum_nan)
 }
 END_TEST
 
+/* PyTorch's signs of zero (its scalar loop's: std::max and std::min, and
+ * clamp_min for relu): of two equal operands maximum and minimum give the
+ * first, at every position of a long tensor; relu keeps -0. -0.0 as a scalar
+ * is a float, as only a Python float can be: i32 / -0.0 is -inf for 3. */
+START_TEST(test_signed_zeros)
+{
+    enum { N = 100 };
+    const int64_t n = N, three = 3;
+    double neg[N], pos[N];
+    for (int i = 0; i < N; i++) {
+        neg[i] = -0.0;
+        pos[i] = 0.0;
+    }
+    for (int k = 0; k < 2; k++) {
+        kiln_dtype dt = k ? KILN_F64 : KILN_F32;
+        kiln_tensor *a = tensor_of(dt, 1, &n, neg), *b = tensor_of(dt, 1, &n, pos);
+        expect_signed(kiln_maximum(a, b), dt, 1, &n, neg, "maximum(-0, +0)");
+        expect_signed(kiln_maximum(b, a), dt, 1, &n, pos, "maximum(+0, -0)");
+        expect_signed(kiln_minimum(a, b), dt, 1, &n, neg, "minimum(-0, +0)");
+        expect_signed(kiln_minimum(b, a), dt, 1, &n, pos, "minimum(+0, -0)");
+        expect_signed(kiln_maximum_scalar(a, 0.0), dt, 1, &n, neg, "maximum_scalar(-0, 0.0)");
+        expect_signed(kiln_minimum_scalar(b, -0.0), dt, 1, &n, pos, "minimum_scalar(+0, -0.0)");
+        expect_signed(kiln_relu(a), dt, 1, &n, neg, "relu(-0)");
+        expect_signed(kiln_relu(tensor_of(dt, 1, &three, (const double[]){-2, NAN, 3})), dt, 1, &three,
+                      (const double[]){0, NAN, 3}, "relu(-2, NaN, 3)");
+    }
+    kiln_tensor *ints = tensor_of(KILN_I32, 1, &three, (const double[]){3, -3, 0});
+    expect_signed(kiln_div_scalar(ints, -0.0), KILN_F32, 1, &three, (const double[]){-INFINITY, INFINITY, NAN},
+                  "i32 / -0.0");
+    expect_signed(kiln_add_scalar(ints, -0.0), KILN_F32, 1, &three, (const double[]){3, -3, 0}, "i32 + -0.0");
+}
+END_TEST
+
 /* -- Comparisons and where ---------------------------------------------------- */
 
 static bool ref_eq(double x, double y) { return x == y; }
@@ -1271,6 +1318,25 @@ START_TEST(test_sum_f32_accumulates_in_f64)
     expect_exact(kiln_sum(t, 0, false), KILN_F32, 0, NULL, (double[]){1000}, "sum f32 in f64");
     expect_values(kiln_mean(t, KILN_ALL, false), KILN_F32, 0, NULL,
                   (double[]){round_to(KILN_F32, 1000.0 / 1002)}, F32_SUM, NULL, "mean f32 in f64");
+}
+END_TEST
+
+/* Means of integers sum in f64, where nothing wraps: i64 [2^62, 2^62] gave
+ * -4.6e18. Rows, columns, and a row long enough to be split across threads. */
+START_TEST(test_mean_of_integers_does_not_wrap)
+{
+    const double p62 = 0x1p62, p50 = 0x1p50;
+    const int64_t two = 2, rows[2] = {2, 3}, long_row = 1 << 18;
+    kiln_tensor *pair = kiln_full(KILN_I64, 1, &two, p62);
+    expect_exact(kiln_mean(pair, KILN_ALL, false), KILN_F32, 0, NULL, (double[]){p62}, "mean i64 [2^62,2^62]");
+    kiln_tensor *grid = kiln_full(KILN_I64, 2, rows, p62);
+    expect_exact(kiln_mean(grid, 1, false), KILN_F32, 1, &two, (double[]){p62, p62}, "row means of 2^62");
+    expect_exact(kiln_mean(grid, 0, true), KILN_F32, 2, (int64_t[]){1, 3}, (double[]){p62, p62, p62},
+                 "column means of 2^62");
+    kiln_tensor *ints = kiln_full(KILN_I32, 2, rows, INT32_MAX);
+    expect_exact(kiln_mean(ints, -1, false), KILN_F32, 1, &two, (double[]){0x1p31, 0x1p31}, "mean i32 max");
+    expect_exact(kiln_mean(kiln_full(KILN_I64, 1, &long_row, p50), 0, false), KILN_F32, 0, NULL, (double[]){p50},
+                 "mean of 2^18 values 2^50");
 }
 END_TEST
 
@@ -1875,6 +1941,62 @@ START_TEST(test_gelu_silu)
 }
 END_TEST
 
+/* Integers and bools become f32 before a composite computes, as PyTorch's
+ * x.float() (the references are PyTorch 1.13's): gelu's cube and softmax's
+ * shift wrapped in i32. */
+START_TEST(test_composites_on_integers)
+{
+    const int64_t n3 = 3, n2 = 2, row[2] = {1, 4};
+    kiln_tensor *x = tensor_of(KILN_I32, 1, &n3, (const double[]){46341, 2000, -1291});
+    expect_values(kiln_gelu(x), KILN_F32, 1, &n3, (const double[]){46341, 2000, -0.0}, F32_COMPOSITE, NULL,
+                  "gelu of i32");
+    kiln_tensor *ends = tensor_of(KILN_I32, 1, &n2, (const double[]){INT32_MIN, INT32_MAX});
+    expect_values(kiln_softmax(ends, 0), KILN_F32, 1, &n2, (const double[]){0, 1}, F32_COMPOSITE, NULL,
+                  "softmax of i32 extremes");
+    expect_values(kiln_log_softmax(ends, 0), KILN_F32, 1, &n2, (const double[]){-4294967296.0, 0}, F32_COMPOSITE,
+                  NULL, "log_softmax of i32 extremes");
+    kiln_tensor *flags = tensor_of(KILN_BOOL, 1, &n2, (const double[]){1, 0});
+    expect_values(kiln_gelu(flags), KILN_F32, 1, &n2, (const double[]){0.8411920070648193, 0}, F32_COMPOSITE,
+                  NULL, "gelu of bool");
+    kiln_tensor *big = tensor_of(KILN_I32, 1, &n3, (const double[]){-100000, 3, INT32_MAX});
+    expect_values(kiln_silu(big), KILN_F32, 1, &n3, (const double[]){-0.0, 2.857722520828247, 2147483648.0},
+                  F32_COMPOSITE, NULL, "silu of i32");
+    kiln_tensor *spread = tensor_of(KILN_I64, 2, row, (const double[]){INT32_MAX, INT32_MIN, 0, 7});
+    expect_values(kiln_layer_norm(spread, NULL, NULL, 1e-5), KILN_F32, 2, row,
+                  (const double[]){1.4142135381698608, -1.4142135381698608, 0, 0}, F32_COMPOSITE, NULL,
+                  "layer_norm of i64");
+}
+END_TEST
+
+/* PyTorch gives an empty result over an empty axis, and softmax 1 (log 0)
+ * of a 0-d tensor, whose axis is 0 or -1 as for kiln_sum. */
+START_TEST(test_softmax_empty_axis_and_zero_dim)
+{
+    static const kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_I32};
+    static const int64_t shapes[][3] = {{3, 0, 2}, {0, 4, 2}, {2, 3, 0}};
+    for (int k = 0; k < COUNT(dts); k++) {
+        kiln_dtype res = dts[k] == KILN_F64 ? KILN_F64 : KILN_F32;
+        kiln_tensor *scalar = tensor_of(dts[k], 0, NULL, (const double[]){3});
+        for (int axis = -1; axis <= 0; axis++) {
+            expect_values(kiln_softmax(scalar, axis), res, 0, NULL, (const double[]){1}, EXACT, NULL, "0-d softmax");
+            expect_values(kiln_log_softmax(scalar, axis), res, 0, NULL, (const double[]){0}, EXACT, NULL,
+                          "0-d log_softmax");
+        }
+        for (int s = 0; s < COUNT(shapes); s++) {
+            kiln_tensor *empty = kiln_zeros(dts[k], 3, shapes[s]);
+            for (int axis = -3; axis < 3; axis++) {
+                expect_values(kiln_softmax(empty, axis), res, 3, shapes[s], NULL, EXACT, NULL, "empty softmax");
+                expect_values(kiln_log_softmax(empty, axis), res, 3, shapes[s], NULL, EXACT, NULL,
+                              "empty log_softmax");
+            }
+        }
+    }
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_softmax(kiln_scalar(1), 1));
+    ck_assert_kiln_error("kiln_softmax", "axis 1", "[]");
+}
+END_TEST
+
 /* -- Assign ------------------------------------------------------------------ */
 
 START_TEST(test_assign_broadcast_and_convert)
@@ -2160,6 +2282,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_bool_arithmetic_refusals);
     tcase_add_test(tc, test_div_by_zero);
     tcase_add_test(tc, test_maximum_minimum_nan);
+    tcase_add_test(tc, test_signed_zeros);
 
     tc = make_tcase(s, "compare");
     tcase_add_loop_test(tc, test_compare, 0, COUNT(COMPARE_OPS));
@@ -2177,6 +2300,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_argmax_first_occurrence);
     tcase_add_test(tc, test_sum_f32_accumulates_in_f64);
     tcase_add_test(tc, test_sum_empty);
+    tcase_add_test(tc, test_mean_of_integers_does_not_wrap);
 
     tc = make_tcase(s, "movement");
     tcase_add_test(tc, test_reshape);
@@ -2196,6 +2320,8 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_softmax_large_inputs);
     tcase_add_test(tc, test_layer_norm);
     tcase_add_test(tc, test_gelu_silu);
+    tcase_add_test(tc, test_composites_on_integers);
+    tcase_add_test(tc, test_softmax_empty_axis_and_zero_dim);
 
     tc = make_tcase(s, "assign");
     tcase_add_test(tc, test_assign_broadcast_and_convert);

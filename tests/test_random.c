@@ -499,6 +499,25 @@ START_TEST(test_options_are_respected)
 }
 END_TEST
 
+/* progen's references: PyTorch's values for signed zeros, integer
+ * extremes, empty axes and 0-d softmax, eagerly and interpreted. */
+START_TEST(test_references_match_pytorch)
+{
+    int64_t live = kiln_live_tensors();
+    kiln_jit_options interp = kiln_jit_defaults(), unoptimised;
+    interp.backend = KILN_BACKEND_INTERP;
+    interp.strict = true;
+    unoptimised = interp;
+    unoptimised.opt_level = 0;
+    const kiln_jit_options *ways[3] = {NULL, &interp, &unoptimised};
+    for (int i = 0; i < progen_n_references(); i++)
+        for (int w = 0; w < 3; w++)
+            ck_assert_msg(progen_check_reference(i, ways[w], KILN_CPU, 1e-6) == 0, "%s: %s",
+                          w ? "interpreted" : "eager", progen_last_error());
+    ck_assert_int_eq(kiln_live_tensors(), live);
+}
+END_TEST
+
 /* progen_only_output keeps what one output needs, and computes the same value. */
 START_TEST(test_only_output_matches)
 {
@@ -543,6 +562,7 @@ static Suite *random_suite(void)
     tcase_add_test(generator, test_programs_cover_every_op);
     tcase_add_test(generator, test_options_are_respected);
     tcase_add_test(generator, test_only_output_matches);
+    tcase_add_test(generator, test_references_match_pytorch);
     tcase_set_timeout(generator, 600);
     suite_add_tcase(s, generator);
     TCase *differential_tc = tcase_create("differential");

@@ -348,6 +348,12 @@ START_TEST(test_slice_negative_step_and_clamping)
     ck_assert_shape(all, 4, 2);
     kiln_tensor *none = ok(kiln_slice(base, 0, 3, 1, 1));
     ck_assert_shape(none, 0, 2);
+
+    /* a[::-2**63] in Python: the last row alone. */
+    kiln_tensor *last = ok(kiln_slice(base, 0, -1, INT64_MIN, INT64_MIN));
+    ck_assert_shape(last, 1, 2);
+    ck_assert_values(last, (const double[]){6, 7}, 2);
+    ck_assert_shape(ok(kiln_slice(base, 0, 0, 4, INT64_MIN)), 0, 2);
     close_scope();
 }
 END_TEST

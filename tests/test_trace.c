@@ -95,6 +95,8 @@ CASE(c_permute, kiln_permute(a, (const int[]){1, 0}))
 CASE(c_transpose, kiln_transpose(a, 0, 1))
 CASE(c_expand, kiln_expand(kiln_unsqueeze(a, 0), 3, (const int64_t[]){3, -1, -1}))
 CASE(c_slice, kiln_slice(a, 1, -1, INT64_MIN, -2))
+/* Python takes a step of -2^63: one element, whose magnitude has no int64. */
+CASE(c_slice_min_step, kiln_add(kiln_slice(a, 1, -1, INT64_MIN, INT64_MIN), kiln_slice(b, 0, 2, 0, INT64_MIN)))
 CASE(c_concat, kiln_concat((kiln_tensor *[]){a, b, a}, 3, 0))
 CASE(c_squeeze, kiln_squeeze(kiln_unsqueeze(a, 1), 1))
 CASE(c_contiguous, kiln_contiguous(kiln_transpose(a, 0, 1)))
@@ -120,7 +122,8 @@ static const struct {
     {"cast_i32", c_cast_i32}, {"cast_bool", c_cast_bool}, {"cast_f64", c_cast_f64},
     {"sum", c_sum}, {"sum_all", c_sum_all}, {"mean", c_mean}, {"max", c_max}, {"min", c_min},
     {"argmax", c_argmax}, {"reshape", c_reshape}, {"permute", c_permute},
-    {"transpose", c_transpose}, {"expand", c_expand}, {"slice", c_slice}, {"concat", c_concat},
+    {"transpose", c_transpose}, {"expand", c_expand}, {"slice", c_slice},
+    {"slice_min_step", c_slice_min_step}, {"concat", c_concat},
     {"squeeze", c_squeeze}, {"contiguous", c_contiguous}, {"matmul", c_matmul},
     {"softmax", c_softmax}, {"log_softmax", c_log_softmax}, {"layer_norm", c_layer_norm},
     {"gelu", c_gelu}, {"silu", c_silu},
@@ -554,6 +557,182 @@ START_TEST(test_each_tracing_error_is_distinct)
 }
 END_TEST
 
+/* -- PyTorch's edges ------------------------------------------------------- */
+
+/* Composites of integers, over an empty axis and of a 0-d tensor. */
+static int composite_edges(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_gelu(in[0]);
+    out[1] = kiln_softmax(in[1], 0);
+    out[2] = kiln_log_softmax(in[2], 0);
+    out[3] = kiln_log_softmax(in[3], -1);
+    return 0;
+}
+
+/* Traced and compiled as eagerly, with PyTorch 1.13's values: x.float() first,
+ * an empty result, and 1 or 0 for a 0-d tensor. */
+START_TEST(test_composite_edges_traced)
+{
+    const int32_t ints[3] = {46341, 2000, -1291}, ends[2] = {INT32_MIN, INT32_MAX}, three = 3;
+    kiln_tensor *in[4] = {kiln_from_data(KILN_I32, 1, (int64_t[]){3}, ints),
+                          kiln_from_data(KILN_I32, 1, (int64_t[]){2}, ends),
+                          kiln_from_data(KILN_I32, 0, NULL, &three), kiln_zeros(KILN_F64, 2, (int64_t[]){2, 0})};
+    static const double want[3][3] = {{46341, 2000, -0.0}, {0, 1}, {0}};
+    kiln_jit_options opts[2] = {interp(), kiln_jit_defaults()};
+    for (int k = 0; k < 2; k++) {
+        kiln_fn *f = kiln_jit("edges", composite_edges, 4, 4, NULL, &opts[k]);
+        kiln_tensor *out[4];
+        ck_assert_msg(kiln_call(f, in, out) == 0, "%s", kiln_last_error());
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(kiln_dtype_of(out[i]), KILN_F32);
+            float got[3];
+            ck_assert_int_eq(kiln_copy_to_host(out[i], got, sizeof got), 0);
+            for (int64_t e = 0; e < kiln_numel(out[i]); e++)
+                ck_assert_msg(got[e] == want[i][e] && !signbit(got[e]) == !signbit(want[i][e]),
+                              "output %d element %lld: %g", i, (long long)e, got[e]);
+        }
+        ck_assert_int_eq(kiln_dtype_of(out[3]), KILN_F64);
+        ck_assert_int_eq(kiln_numel(out[3]), 0);
+        ck_assert_int_eq(kiln_shape(out[3])[0], 2);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* Means of integers: whole, by rows and by columns. */
+static int integer_means(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_mean(in[0], KILN_ALL, false);
+    out[1] = kiln_mean(in[0], 1, false);
+    out[2] = kiln_mean(in[0], 0, false);
+    return 0;
+}
+
+/* They sum in f64 traced and compiled too: 2^62 twice wrapped in i64. */
+START_TEST(test_integer_means_do_not_wrap_traced)
+{
+    kiln_tensor *x = kiln_full(KILN_I64, 2, (int64_t[]){2, 2}, 0x1p62);
+    kiln_jit_options opts[2] = {interp(), kiln_jit_defaults()};
+    for (int k = 0; k < 2; k++) {
+        kiln_fn *f = kiln_jit("means", integer_means, 1, 3, NULL, &opts[k]);
+        kiln_tensor *out[3];
+        ck_assert_msg(kiln_call(f, &x, out) == 0, "%s", kiln_last_error());
+        for (int i = 0; i < 3; i++) {
+            float got[2];
+            ck_assert_int_eq(kiln_copy_to_host(out[i], got, sizeof got), 0);
+            for (int64_t e = 0; e < kiln_numel(out[i]); e++)
+                ck_assert_msg(got[e] == 0x1p62f, "%s output %d: %g", kiln_fn_backend(f), i, got[e]);
+        }
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* -- Shapes too large ------------------------------------------------------ */
+
+typedef enum { HUGE_CONCAT, HUGE_EXPAND, HUGE_BROADCAST, HUGE_MATMUL } huge_op;
+
+/* One op whose result has more than 2^59 elements, on views of in[0]. */
+static int too_large(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const int64_t p58 = INT64_C(1) << 58, p40 = INT64_C(1) << 40;
+    kiln_tensor *one = kiln_reshape(in[0], 2, (int64_t[]){1, 1});
+    kiln_tensor *col = kiln_expand(one, 2, (int64_t[]){p40, 1}), *row = kiln_expand(one, 2, (int64_t[]){1, p40});
+    kiln_tensor *part = kiln_expand(in[0], 1, &p58), *parts[64];
+    for (int i = 0; i < 64; i++)
+        parts[i] = part;
+    switch (*(huge_op *)user) {
+    case HUGE_CONCAT: out[0] = kiln_concat(parts, 64, 0); break;
+    case HUGE_EXPAND: out[0] = kiln_expand(one, 3, (int64_t[]){1 << 30, 1 << 30, 1 << 30}); break;
+    case HUGE_BROADCAST: out[0] = kiln_add(col, row); break;
+    case HUGE_MATMUL: out[0] = kiln_matmul(col, row); break;
+    }
+    return out[0] ? 0 : -1;
+}
+
+/* Tracing checks every shape as eager does: a concat whose sizes wrapped
+ * once made an empty buffer that the run then copied into. */
+START_TEST(test_traced_shapes_too_large_are_the_ops_errors)
+{
+    static const struct {
+        huge_op op;
+        const char *needles[2];
+    } LARGE[] = {
+        {HUGE_CONCAT, {"kiln_concat: ts[0] [288230376151711744] f32", "2^59"}},
+        {HUGE_EXPAND, {"kiln_expand: cannot expand [1,1] to [1073741824,1073741824,1073741824]", "2^59"}},
+        {HUGE_BROADCAST, {"kiln_add: shapes [1099511627776,1] and [1,1099511627776]", "2^59"}},
+        {HUGE_MATMUL, {"kiln_matmul: shapes [1099511627776,1] f32 and [1,1099511627776] f32", "2^59"}},
+    };
+    kiln_jit_options o = interp();
+    o.strict = true;
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){1}), *out = NULL;
+    for (size_t i = 0; i < sizeof LARGE / sizeof *LARGE; i++) {
+        kiln_fn *f = kiln_jit("too_large", too_large, 1, 1, (void *)&LARGE[i].op, &o);
+        kiln_clear_error();
+        ck_assert_msg(kiln_call(f, &x, &out) < 0, "case %zu ran", i);
+        ck_assert_kiln_error(LARGE[i].needles[0], LARGE[i].needles[1]);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* Values of 2^61 bytes each: a plan of them is counted without overflow
+ * (and would fail to allocate when run). */
+static int huge_values(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const int64_t p58 = INT64_C(1) << 58;
+    kiln_tensor *b = kiln_add_scalar(kiln_expand(in[0], 1, &p58), 1);
+    kiln_tensor *sum = kiln_add(kiln_add(kiln_exp(b), kiln_sin(b)), kiln_add(kiln_cos(b), kiln_tanh(b)));
+    out[0] = kiln_sum(sum, KILN_ALL, false);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_plan_of_values_too_large_to_allocate)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("huge_values", huge_values, 1, 1, NULL, &o);
+    kiln_spec spec = {.dtype = KILN_F64, .ndim = 1, .shape = {1}, .device = KILN_CPU};
+    ck_assert_int_eq(kiln_fn_precompile(f, &spec, "host"), 0);
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_int_eq(s.peak_bytes, INT64_MAX);
+    ck_assert_int_eq(s.eager_peak_bytes, INT64_MAX);
+    kiln_fn_free(f);
+}
+END_TEST
+
+static int occurrences(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *at = strstr(text, needle); at; at = strstr(at + 1, needle))
+        n++;
+    return n;
+}
+
+static int fails_silently(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    return 7;
+}
+
+/* A failing call's message is its own, traced or run eagerly (after three
+ * failed traces): it never embeds the one before. */
+START_TEST(test_failed_calls_do_not_nest_messages)
+{
+    kiln_jit_options o = interp();
+    kiln_fn *f = kiln_jit("silent", fails_silently, 1, 1, NULL, &o);
+    kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){2}), *out;
+    char last[1024] = "";
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_lt(kiln_call(f, &x, &out), 0);
+        ck_assert_msg(occurrences(kiln_last_error(), "'silent'") == 1, "call %d: %s", i, kiln_last_error());
+        if (i >= 4)
+            ck_assert_str_eq(kiln_last_error(), last);
+        snprintf(last, sizeof last, "%s", kiln_last_error());
+    }
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* Code that works eagerly works marked: a call whose trace fails runs the
  * body eagerly at once (it used to fail); after the third failed trace no
  * more are tried. */
@@ -947,6 +1126,11 @@ static Suite *trace_suite(void)
     tcase_add_test(tc, test_body_asking_for_its_own_stats);
     tcase_add_test(tc, test_errors_say_what_happened);
     tcase_add_test(tc, test_concurrent_builds_with_failures);
+    tcase_add_test(tc, test_failed_calls_do_not_nest_messages);
+    tcase_add_test(tc, test_composite_edges_traced);
+    tcase_add_test(tc, test_integer_means_do_not_wrap_traced);
+    tcase_add_test(tc, test_traced_shapes_too_large_are_the_ops_errors);
+    tcase_add_test(tc, test_plan_of_values_too_large_to_allocate);
     suite_add_tcase(s, tc);
 
     TCase *modes = tcase_create("modes");

@@ -18,14 +18,23 @@
  *   allowed: its last reference released takes it out of the scope.
  * - Failure returns NULL or a negative int and sets a thread-local message,
  *   read with kiln_last_error(), naming the function, the operands' shapes and
- *   dtypes and what was wrong. A NULL operand is an error, never a crash; it
- *   keeps an earlier pending error so a nested expression reports the first
- *   thing that went wrong.
+ *   dtypes and what was wrong; it stays pending until a call succeeds (returns
+ *   a tensor, 0 or a value), which clears it as kiln_clear_error() does.
+ *   Messages never nest. A NULL operand is an error, never a crash; while an
+ *   error is pending it keeps that error, so a nested expression reports the
+ *   first thing that went wrong: kiln_add(kiln_mul(a, b), c) reports
+ *   kiln_mul's. (C leaves the order of a call's arguments open: a sibling
+ *   argument that succeeds after the failing one clears its error first.) An
+ *   optional operand's NULL (kiln_layer_norm's gamma and beta) means none.
  * - Broadcasting follows numpy. Type promotion follows PyTorch: bool < i32 <
  *   i64 < f32 < f64, and a 0-d tensor counts only when it raises the category
  *   (an f32 0-d tensor times an f64 tensor stays f64; times an i32 tensor
  *   gives f32). Scalars act as Python numbers do in PyTorch (see *_scalar).
  * - Axes may be negative, counting from the end.
+ * - A tensor has at most 2^59 elements, and an empty one's nonzero sizes
+ *   multiply to at most 2^59 too: a larger shape, given or computed (by
+ *   broadcasting, expand, reshape, concat or matmul, eagerly or traced), is
+ *   an error naming the function and its operands, never a wrapped size.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
@@ -63,7 +72,8 @@ typedef enum {
 
 /* The message of the last error on this thread, or "" if there is none. */
 KILN_API const char *kiln_last_error(void);
-/* Forgets this thread's pending error, so the next NULL operand reports itself. */
+/* Forgets this thread's pending error (as any call that succeeds does), so the
+ * next NULL operand reports itself. */
 KILN_API void kiln_clear_error(void);
 /* Adds a reference to t and returns t (NULL stays NULL). */
 KILN_API kiln_tensor *kiln_retain(kiln_tensor *t);
@@ -163,7 +173,11 @@ KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
 /* -- Elementwise ops ------------------------------------------------------- */
 /* Binary ops broadcast and promote their operands. Arithmetic on two bools:
  * add is or, mul is and; sub and pow refuse bool. div is true division (ints
- * give f32). Integer overflow wraps. maximum and minimum propagate NaN. */
+ * give f32). Integer overflow wraps. maximum and minimum propagate NaN and,
+ * of two equal operands (-0.0 and +0.0), give the first, eagerly, traced and
+ * compiled alike: PyTorch 1.13's rule on the CPU for small tensors and 0-d
+ * or scalar operands (its vector loop, on the bulk of a large tensor, gives
+ * the second). */
 
 KILN_API kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);     /* a + b */
 KILN_API kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);     /* a - b */
@@ -174,7 +188,8 @@ KILN_API kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b); /* max(a, b)
 KILN_API kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b); /* min(a, b) */
 /* The same ops with a scalar b: floats keep their dtype; integers keep theirs
  * when b is a whole number and become f32 otherwise; bools become i64 with a
- * whole number. */
+ * whole number. -0.0 is not a whole number (only a Python float has its
+ * sign): kiln_div_scalar(i32 [3], -0.0) is f32 [-inf]. */
 KILN_API kiln_tensor *kiln_add_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_sub_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_mul_scalar(kiln_tensor *a, double b);
@@ -206,7 +221,7 @@ KILN_API kiln_tensor *kiln_sqrt(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_rsqrt(kiln_tensor *a);   /* 1 / sqrt(a) */
 KILN_API kiln_tensor *kiln_tanh(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_sigmoid(kiln_tensor *a); /* 1 / (1 + exp(-a)) */
-KILN_API kiln_tensor *kiln_relu(kiln_tensor *a);    /* max(a, 0), NaN stays NaN */
+KILN_API kiln_tensor *kiln_relu(kiln_tensor *a);    /* a < 0 ? +0 : a, so -0 and NaN stay (PyTorch's) */
 KILN_API kiln_tensor *kiln_sin(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_cos(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_erf(kiln_tensor *a);
@@ -216,10 +231,10 @@ KILN_API kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt);
 
 /* -- Reductions ------------------------------------------------------------ */
 /* Over one axis, or every axis with KILN_ALL; keepdim keeps reduced axes as 1.
- * sum of integers or bools gives i64; mean of them gives f32; f32 sums
- * accumulate in f64 (compiled code keeps a sum of exponentials over a row of
- * at most 4096 in f32 partial sums, within 2^-15). max and min propagate NaN
- * and refuse empty axes. */
+ * sum of integers or bools gives i64 (wrapping); mean of them gives f32,
+ * summed in f64 so that nothing wraps; f32 sums accumulate in f64 (compiled
+ * code keeps a sum of exponentials over a row of at most 4096 in f32 partial
+ * sums, within 2^-15). max and min propagate NaN and refuse empty axes. */
 
 KILN_API kiln_tensor *kiln_sum(kiln_tensor *a, int axis, bool keepdim);
 KILN_API kiln_tensor *kiln_mean(kiln_tensor *a, int axis, bool keepdim);
@@ -256,12 +271,16 @@ KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis);
 KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
 
 /* -- Composites, built from the ops above ---------------------------------- */
+/* Integer and bool operands are converted to f32 first (PyTorch's x.float()),
+ * so nothing is computed in an integer dtype. */
 
+/* exp(a) / sum(exp(a)) along axis. Over an empty axis the result is empty;
+ * a 0-d tensor takes axis 0 or -1 (as kiln_sum does) and gives 1. */
 KILN_API kiln_tensor *kiln_softmax(kiln_tensor *a, int axis);
+/* log(softmax(a, axis)), computed stably; 0 for a 0-d tensor. */
 KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis);
 /* Normalizes over the last axis; gamma and beta broadcast against x. Either
- * may be NULL for none, unless an error is pending: then NULL is taken for a
- * failed operand and the call fails. */
+ * may be NULL for none. */
 KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *beta, double eps);
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 KILN_API kiln_tensor *kiln_gelu(kiln_tensor *a);

@@ -140,10 +140,11 @@ static LLVMValueRef float_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
     case OP_DIV: return LLVMBuildFDiv(b, a[0], a[1], "");
     case OP_POW: return intrinsic(g, "llvm.pow", t, a, 2);
     case OP_MAXIMUM:
-    case OP_MINIMUM: { /* the first operand when greater (smaller) or NaN, as eager */
-        LLVMValueRef better = LLVMBuildFCmp(b, op == OP_MAXIMUM ? LLVMRealOGT : LLVMRealOLT, a[0], a[1], "");
-        LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, a[0], a[0], "");
-        return LLVMBuildSelect(b, LLVMBuildOr(b, better, nan, ""), a[0], a[1], "");
+    case OP_MINIMUM: { /* the second operand when greater (smaller) or NaN, else the first, as eager */
+        LLVMValueRef better = op == OP_MAXIMUM ? LLVMBuildFCmp(b, LLVMRealOLT, a[0], a[1], "")
+                                               : LLVMBuildFCmp(b, LLVMRealOLT, a[1], a[0], "");
+        LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, a[1], a[1], "");
+        return LLVMBuildSelect(b, LLVMBuildOr(b, better, nan, ""), a[1], a[0], "");
     }
     case OP_EQ: return bool_of(g, LLVMBuildFCmp(b, LLVMRealOEQ, a[0], a[1], ""));
     case OP_NE: return bool_of(g, LLVMBuildFCmp(b, LLVMRealUNE, a[0], a[1], ""));
@@ -155,10 +156,9 @@ static LLVMValueRef float_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
     case OP_ABS: return intrinsic(g, "llvm.fabs", t, a, 1);
     case OP_SQRT: return intrinsic(g, "llvm.sqrt", t, a, 1);
     case OP_RSQRT: return LLVMBuildFDiv(b, constant(g, dt, 1), intrinsic(g, "llvm.sqrt", t, a, 1), "");
-    case OP_RELU: { /* x > 0 ? x : (x == x ? 0 : x) */
-        LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealOGT, a[0], constant(g, dt, 0), "");
-        LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, a[0], a[0], "");
-        return LLVMBuildSelect(b, LLVMBuildOr(b, pos, nan, ""), a[0], constant(g, dt, 0), "");
+    case OP_RELU: { /* x < 0 ? 0 : x: -0 and NaN stay, as eager */
+        LLVMValueRef neg = LLVMBuildFCmp(b, LLVMRealOLT, a[0], constant(g, dt, 0), "");
+        return LLVMBuildSelect(b, neg, constant(g, dt, 0), a[0], "");
     }
     default: return math_emit(g->module, b, op, a[0]);
     }

@@ -26,8 +26,9 @@ const char NVRTC_PRELUDE[] =
     "    if (v >= (F)hi) return hi;\n"
     "    return (I)v;\n"
     "}\n"
-    "template <typename T> __device__ T kiln_max(T a, T b) { return (a > b || a != a) ? a : b; }\n"
-    "template <typename T> __device__ T kiln_min(T a, T b) { return (a < b || a != a) ? a : b; }\n"
+    /* As eager: NaN wins, else the first of two equal operands (-0 and +0). */
+    "template <typename T> __device__ T kiln_max(T a, T b) { return (a < b || b != b) ? b : a; }\n"
+    "template <typename T> __device__ T kiln_min(T a, T b) { return (b < a || b != b) ? b : a; }\n"
     /* As llvm.maximum and llvm.minimum: NaN wins, and -0 < +0. */
     "template <typename T> __device__ T kiln_fold_max(T acc, T v) {\n"
     "    return (v > acc || v != v || (v == acc && signbit(acc) && !signbit(v))) ? v : acc;\n"
@@ -115,7 +116,7 @@ static bool float_op(strbuf *s, ir_op op, kiln_dtype dt, const char *a, const ch
     case OP_ABS: strbuf_put(s, "fabs%s(%s)", suffix, a); break;
     case OP_SQRT: strbuf_put(s, "sqrt%s(%s)", suffix, a); break;
     case OP_RSQRT: strbuf_put(s, "(%s)1 / sqrt%s(%s)", nvrtc_ctype(dt), suffix, a); break;
-    case OP_RELU: strbuf_put(s, "((%s > 0 || %s != %s) ? %s : (%s)0)", a, a, a, a, nvrtc_ctype(dt)); break;
+    case OP_RELU: strbuf_put(s, "(%s < 0 ? (%s)0 : %s)", a, nvrtc_ctype(dt), a); break; /* -0, NaN stay */
     case OP_EXP: strbuf_put(s, "exp%s(%s)", suffix, a); break;
     case OP_LOG: strbuf_put(s, "log%s(%s)", suffix, a); break;
     case OP_TANH: strbuf_put(s, "tanh%s(%s)", suffix, a); break;

@@ -38,7 +38,7 @@ int core_fail(core_status status, const char *fn, const char *fmt, ...)
 /* Reports a NULL operand named what, unless an earlier error is pending (it
  * most likely produced the NULL). Returns -CORE_NULL_ARG. */
 int core_fail_null(const char *fn, const char *what);
-/* True while an error is pending (set and not cleared by kiln_clear_error). */
+/* True while an error is pending (set and not cleared since). */
 bool core_error_pending(void);
 /* The pending error's status as a negative int, or -CORE_STATE when none
  * is pending (a caller that got a failure but finds no error). */
@@ -53,6 +53,14 @@ int core_error_status(void);
 #endif
 _Noreturn void core_internal_report(const char *file, int line, const char *fn, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* A call succeeded: this thread's error is cleared, as kiln_clear_error()
+ * does, unless the call is a step of another one still running. */
+void core_succeeded(void);
+/* Bracket the steps of a call made of other calls (a composite): while they
+ * run, a step's success leaves an error pending, so that the step that
+ * failed first is still the one reported even if a sibling succeeds after it. */
+void core_steps_begin(void);
+void core_steps_end(void);
 /* Reports a NULL argument that is not a tensor operand (a shape, a buffer):
  * no earlier error can explain it. Returns -CORE_NULL_ARG. */
 int core_fail_null_arg(const char *fn, const char *what);
@@ -62,6 +70,14 @@ int core_fail_null_arg(const char *fn, const char *what);
 char *core_shape_str(char buf[CORE_SHAPE_STR_MAX], int ndim, const int64_t *shape);
 
 /* -- Memory ---------------------------------------------------------------- */
+
+/* a + b for byte counts (nonnegative), INT64_MAX when the sum passes it: a
+ * plan of values too large to allocate together is still counted without
+ * overflow (and then fails to allocate). */
+static inline int64_t core_bytes_add(int64_t a, int64_t b)
+{
+    return b > INT64_MAX - a ? INT64_MAX : a + b;
+}
 
 /* 64-byte aligned (16 below 1 KiB), or NULL (with no error set) when out of memory. Large blocks
  * come from a bounded cache of freed ones, sparing the page faults of fresh

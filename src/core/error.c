@@ -19,13 +19,17 @@ const char *core_status_text(core_status status)
     return (unsigned)status < sizeof status_texts / sizeof *status_texts ? status_texts[status] : "unknown status";
 }
 
+static _Thread_local int steps_depth; /* calls running their steps, see core_steps_begin */
+
 int core_fail(core_status status, const char *fn, const char *fmt, ...)
 {
-    int used = snprintf(message, sizeof message, "%s: ", fn);
+    char text[sizeof message]; /* an argument may be the message itself (kiln_last_error()) */
+    int used = snprintf(text, sizeof text, "%s: ", fn);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(message + used, sizeof message - (size_t)used, fmt, ap);
+    vsnprintf(text + used, sizeof text - (size_t)used, fmt, ap);
     va_end(ap);
+    memcpy(message, text, sizeof message);
     pending = true;
     pending_status = status;
     return -(int)status;
@@ -51,6 +55,22 @@ bool core_error_pending(void)
 int core_error_status(void)
 {
     return pending ? -(int)pending_status : -(int)CORE_STATE;
+}
+
+void core_succeeded(void)
+{
+    if (pending && steps_depth == 0)
+        kiln_clear_error();
+}
+
+void core_steps_begin(void)
+{
+    steps_depth++;
+}
+
+void core_steps_end(void)
+{
+    steps_depth--;
 }
 
 int core_fail_null_arg(const char *fn, const char *what)

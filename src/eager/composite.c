@@ -4,15 +4,20 @@
 
 #include "eager/internal.h"
 
-/* Opens a scope for a composite's temporaries. */
+/* Opens a scope for a composite's temporaries; its ops are steps (see
+ * core_steps_begin). */
 static void composite_begin(void)
 {
     kiln_scope_begin();
+    core_steps_begin();
 }
 
-/* Closes it, keeping result; an inner failure is reported under fn's name. */
+/* Closes it, keeping result; a step's failure (always one of this call's:
+ * the operands were checked, and NULL gamma or beta is none) is reported
+ * under fn's name. */
 static kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
 {
+    core_steps_end();
     if (!result) {
         char inner[1024];
         snprintf(inner, sizeof inner, "%s", kiln_last_error());
@@ -22,6 +27,7 @@ static kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
     }
     kiln_keep(result);
     kiln_scope_end();
+    core_succeeded();
     return result;
 }
 
@@ -35,23 +41,48 @@ static bool check_operand(const char *fn, const kiln_tensor *a, int axis, bool n
     return !need_axis || check_axis(fn, axis, a, 0, &resolved) == 0;
 }
 
+/* softmax's operand and axis: a 0-d tensor takes axis 0 or -1, as kiln_sum does. */
+static bool check_softmax(const char *fn, const kiln_tensor *a, int axis)
+{
+    bool zero_dim_axis = a && a->ndim == 0 && (axis == 0 || axis == -1);
+    return check_operand(fn, a, axis, !zero_dim_axis);
+}
+
+/* The operand of a float composite: integers and bools become f32 first, as
+ * PyTorch's x.float(), so that nothing is computed (and overflows) in an
+ * integer dtype. */
+static kiln_tensor *as_float(kiln_tensor *a)
+{
+    return ir_dtype_is_float(a->dtype) ? a : kiln_cast(a, KILN_F32);
+}
+
+/* x less its maximum along axis, so that exp cannot overflow; an empty axis
+ * has no maximum, and its softmax no element to shift. */
+static kiln_tensor *shifted(kiln_tensor *x, int axis)
+{
+    if (!x)
+        return NULL;
+    int64_t extent = x->ndim == 0 ? 1 : x->shape[axis < 0 ? axis + x->ndim : axis];
+    return extent == 0 ? x : kiln_sub(x, kiln_max(x, axis, true));
+}
+
 kiln_tensor *kiln_softmax(kiln_tensor *a, int axis)
 {
-    if (!check_operand("kiln_softmax", a, axis, true))
+    if (!check_softmax("kiln_softmax", a, axis))
         return NULL;
     composite_begin();
-    kiln_tensor *e = kiln_exp(kiln_sub(a, kiln_max(a, axis, true)));
+    kiln_tensor *e = kiln_exp(shifted(as_float(a), axis));
     return composite_end("kiln_softmax", kiln_div(e, kiln_sum(e, axis, true)));
 }
 
 kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis)
 {
-    if (!check_operand("kiln_log_softmax", a, axis, true))
+    if (!check_softmax("kiln_log_softmax", a, axis))
         return NULL;
     composite_begin();
-    kiln_tensor *shifted = kiln_sub(a, kiln_max(a, axis, true));
-    kiln_tensor *log_sum = kiln_log(kiln_sum(kiln_exp(shifted), axis, true));
-    return composite_end("kiln_log_softmax", kiln_sub(shifted, log_sum));
+    kiln_tensor *x = shifted(as_float(a), axis);
+    kiln_tensor *log_sum = kiln_log(kiln_sum(kiln_exp(x), axis, true));
+    return composite_end("kiln_log_softmax", kiln_sub(x, log_sum));
 }
 
 kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *beta, double eps)
@@ -59,17 +90,8 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *be
     const char *fn = "kiln_layer_norm";
     if (!check_operand(fn, x, -1, true))
         return NULL;
-    /* NULL means "none", but not when an error is pending: then the NULL is
-     * more likely a failed gamma or beta than a choice. */
-    if ((!gamma || !beta) && core_error_pending()) {
-        char first[1024];
-        snprintf(first, sizeof first, "%s", kiln_last_error());
-        core_fail(CORE_NULL_ARG, fn, "%s is NULL while an error is pending (%s); call "
-                  "kiln_clear_error() first if no %s is meant", !gamma ? "gamma" : "beta", first,
-                  !gamma ? "gamma" : "beta");
-        return NULL;
-    }
     composite_begin();
+    x = as_float(x);
     kiln_tensor *centered = kiln_sub(x, kiln_mean(x, -1, true));
     kiln_tensor *var = kiln_mean(kiln_mul(centered, centered), -1, true);
     kiln_tensor *y = kiln_mul(centered, kiln_rsqrt(kiln_add_scalar(var, eps)));
@@ -85,6 +107,7 @@ kiln_tensor *kiln_gelu(kiln_tensor *a)
     if (!check_operand("kiln_gelu", a, 0, false))
         return NULL;
     composite_begin();
+    a = as_float(a);
     kiln_tensor *cube = kiln_mul(kiln_mul(a, a), a);
     kiln_tensor *inner = kiln_mul_scalar(kiln_add(a, kiln_mul_scalar(cube, 0.044715)),
                                          sqrt(2 / M_PI));
@@ -97,5 +120,6 @@ kiln_tensor *kiln_silu(kiln_tensor *a)
     if (!check_operand("kiln_silu", a, 0, false))
         return NULL;
     composite_begin();
+    a = as_float(a);
     return composite_end("kiln_silu", kiln_mul(a, kiln_sigmoid(a)));
 }

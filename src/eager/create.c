@@ -172,7 +172,7 @@ static kiln_tensor *random_op(ir_op op, int ndim, const int64_t *shape, uint64_t
     if (check_shape(fn, ndim, shape, &numel) < 0)
         return NULL;
     ir_params params = {.index = (int64_t)seed};
-    return record_op(op, 0, NULL, &params, KILN_F32, ndim, shape);
+    return record_op(fn, op, 0, NULL, &params, KILN_F32, ndim, shape);
 }
 
 kiln_tensor *kiln_rand(int ndim, const int64_t *shape, uint64_t seed)
@@ -215,17 +215,16 @@ int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes)
         char d[DESCRIBE_MAX];
         return core_fail(CORE_VALUE, fn, "%s needs %zu bytes, dst has %zu", describe(d, t), need, nbytes);
     }
-    if (!need)
-        return 0;
-    if (t->device == KILN_CPU) {
+    if (need && t->device == KILN_CPU) {
         copy_to_memory(dst, t);
-        return 0;
+    } else if (need) {
+        kiln_tensor *host = cuda_to_host(fn, t);
+        if (!host)
+            return -CORE_DEVICE;
+        memcpy(dst, host->storage->data, need);
+        kiln_release(host);
     }
-    kiln_tensor *host = cuda_to_host(fn, t);
-    if (!host)
-        return -CORE_DEVICE;
-    memcpy(dst, host->storage->data, need);
-    kiln_release(host);
+    core_succeeded();
     return 0;
 }
 
@@ -248,12 +247,14 @@ double kiln_item(const kiln_tensor *t)
     double value = NAN;
     if (t->device == KILN_CPU) {
         convert(&value, KILN_F64, eager_data(t), t->dtype, 1, 1);
-        return value;
-    }
-    kiln_tensor *host = cuda_to_host("kiln_item", t);
-    if (host)
+    } else {
+        kiln_tensor *host = cuda_to_host("kiln_item", t);
+        if (!host)
+            return value;
         convert(&value, KILN_F64, host->storage->data, t->dtype, 1, 1);
-    kiln_release(host);
+        kiln_release(host);
+    }
+    core_succeeded();
     return value;
 }
 

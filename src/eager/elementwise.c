@@ -6,6 +6,7 @@
  * operand is gathered, converted, into a small buffer that stays in L1. The
  * output is written in place unless it is a strided view (kiln_assign), which
  * gets a scatter. Large outputs are split across the thread pool. */
+#include <math.h>
 #include <string.h>
 
 #include "eager/internal.h"
@@ -322,7 +323,7 @@ static kiln_tensor *record_elementwise(const char *fn, ir_op op, int n, kiln_ten
     int64_t shape[KILN_MAX_DIMS];
     if (broadcast_shapes(fn, n, (const kiln_tensor *const *)in, &ndim, shape) < 0)
         return NULL;
-    return record_op(op, n, in, NULL, dt, ndim, shape);
+    return record_op(fn, op, n, in, NULL, dt, ndim, shape);
 }
 
 static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor *b)
@@ -351,7 +352,7 @@ static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
     if (result < 0)
         return fail_dtype(fn, 1, in, "bool is not supported");
     if (recording())
-        return record_op(op, 1, &a, NULL, (kiln_dtype)result, a->ndim, a->shape);
+        return record_op(fn, op, 1, &a, NULL, (kiln_dtype)result, a->ndim, a->shape);
     kiln_dtype compute = (kiln_dtype)result;
     return tensor_own(apply(fn, op, ir_ops[op].flags & FLAG_TRANSCENDENTAL, 1, in, &compute, compute));
 }
@@ -372,7 +373,8 @@ static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
 /* A 0-d operand on the stack: scalar forms allocate nothing but the result.
  * As with Python numbers in PyTorch, a float tensor keeps its dtype (the
  * scalar is an f64), a whole number is an i64 (keeping an integer tensor's
- * dtype), and any other number makes an integer tensor f32. */
+ * dtype), and any other number makes an integer tensor f32. -0.0 is not
+ * whole: only a Python float has that sign (x / -0.0 is -inf for x > 0). */
 typedef struct {
     kiln_tensor tensor;
     eager_storage storage;
@@ -400,7 +402,8 @@ static kiln_tensor *stack_scalar_init(stack_scalar *s, kiln_dtype dt, double val
 
 static kiln_tensor *scalar_for(stack_scalar *s, const kiln_tensor *a, double value)
 {
-    bool whole = value > -0x1p63 && value < 0x1p63 && value == (double)(int64_t)value;
+    bool whole = value > -0x1p63 && value < 0x1p63 && value == (double)(int64_t)value &&
+                 !(value == 0 && signbit(value));
     kiln_dtype dt = ir_dtype_is_float(a->dtype) ? KILN_F64 : whole ? KILN_I64 : KILN_F32;
     return stack_scalar_init(s, dt, value);
 }
@@ -456,7 +459,7 @@ kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt)
     if (a->dtype == dt)
         return tensor_own(kiln_retain(a));
     if (recording())
-        return record_op(OP_CAST, 1, &a, NULL, dt, a->ndim, a->shape);
+        return record_op("kiln_cast", OP_CAST, 1, &a, NULL, dt, a->ndim, a->shape);
     return tensor_own(copy_as("kiln_cast", a, dt));
 }
 
@@ -486,8 +489,12 @@ int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
     if ((status = check_broadcasts_to("kiln_assign", src, dst)) < 0)
         return status;
     if (recording())
-        return eager_active_trace()->record_assign(eager_active_trace(), dst, src);
-    return copy_into("kiln_assign", dst, src);
+        status = eager_active_trace()->record_assign(eager_active_trace(), dst, src);
+    else
+        status = copy_into("kiln_assign", dst, src);
+    if (status == 0)
+        core_succeeded();
+    return status;
 }
 
 /* -- Fills and copies to plain memory -------------------------------------- */

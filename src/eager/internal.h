@@ -13,7 +13,8 @@
 kiln_tensor *tensor_new(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape);
 /* The same on device (CUDA: from the caching allocator). */
 kiln_tensor *tensor_new_on(const char *fn, kiln_device device, kiln_dtype dt, int ndim, const int64_t *shape);
-/* A new tensor with no storage (for tracers): shape already checked. */
+/* A new tensor with no storage (for tracers): shape already checked (an
+ * unchecked one is an internal error). */
 kiln_tensor *tensor_new_meta(kiln_dtype dt, int ndim, const int64_t *shape);
 /* A new view of base's storage (which gains a reference). */
 kiln_tensor *tensor_view(const char *fn, const kiln_tensor *base, int ndim, const int64_t *shape,
@@ -28,8 +29,9 @@ kiln_tensor *tensor_drop(kiln_tensor *t);
 int check_operands(const char *fn, int n, kiln_tensor *const *in, const char *const *names);
 /* True while a trace records this thread's ops. */
 bool recording(void);
-/* Records op through the active trace; the result is owned like any op's. */
-kiln_tensor *record_op(ir_op op, int n_in, kiln_tensor *const *in, const ir_params *params,
+/* Records op through the active trace; the result is owned like any op's.
+ * NULL with fn's error when the result's shape is too large. */
+kiln_tensor *record_op(const char *fn, ir_op op, int n_in, kiln_tensor *const *in, const ir_params *params,
                        kiln_dtype dt, int ndim, const int64_t *shape);
 /* The error for reading a tracer's values in fn (reported to its trace). */
 int fail_read_tracer(const char *fn, const kiln_tensor *t);

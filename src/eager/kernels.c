@@ -147,7 +147,10 @@ SIGMOID_KERNEL(f64, map_double, SLEEF_F64(exp, u10))
     BINARY_LOOP(gt_##S, T, uint8_t, x > y)                \
     BINARY_LOOP(ge_##S, T, uint8_t, x >= y)
 
-/* -- Floating point -------------------------------------------------------- */
+/* -- Floating point -------------------------------------------------------- *
+ * maximum and minimum are PyTorch's std::max and std::min with NaN winning:
+ * of two equal operands (-0 and +0) the first. relu is PyTorch's
+ * clamp_min(x, 0): -0 and NaN stay. */
 
 #define FLOAT_LOOPS(S, T, POW, SQRT, FABS)                                  \
     BINARY_LOOP(add_##S, T, T, x + y)                                       \
@@ -155,14 +158,14 @@ SIGMOID_KERNEL(f64, map_double, SLEEF_F64(exp, u10))
     BINARY_LOOP(mul_##S, T, T, x * y)                                       \
     BINARY_LOOP(div_##S, T, T, x / y)                                       \
     BINARY_LOOP(pow_##S, T, T, POW(x, y))                                   \
-    BINARY_LOOP(maximum_##S, T, T, (x > y || x != x) ? x : y)               \
-    BINARY_LOOP(minimum_##S, T, T, (x < y || x != x) ? x : y)               \
+    BINARY_LOOP(maximum_##S, T, T, (x < y || y != y) ? y : x)               \
+    BINARY_LOOP(minimum_##S, T, T, (y < x || y != y) ? y : x)               \
     COMPARE_LOOPS(S, T)                                                     \
     UNARY_LOOP(neg_##S, T, -x)                                              \
     UNARY_LOOP(abs_##S, T, FABS(x))                                         \
     UNARY_LOOP(sqrt_##S, T, SQRT(x))                                        \
     UNARY_LOOP(rsqrt_##S, T, 1 / SQRT(x))                                   \
-    UNARY_LOOP(relu_##S, T, x > 0 ? x : (x == x ? 0 : x))                   \
+    UNARY_LOOP(relu_##S, T, x < 0 ? 0 : x)                                  \
     WHERE_LOOP(S)
 
 FLOAT_LOOPS(f32, float, powf, sqrtf, fabsf)

@@ -50,11 +50,24 @@ static void matrix_dims(const kiln_tensor *t, bool is_left, matrix_operand *op)
     op->col_stride = t->strides[t->ndim - 1];
 }
 
+/* The product's shape: the batch shape, then m and n unless a 1-d operand drops them. */
+static int out_shape(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *s, int64_t *shape)
+{
+    int n = s->batch_ndim;
+    memcpy(shape, s->batch_shape, (size_t)n * sizeof *shape);
+    if (a->ndim > 1)
+        shape[n++] = s->m;
+    if (b->ndim > 1)
+        shape[n++] = s->n;
+    return n;
+}
+
+/* The broadcast batch shape and the batch count, m, n and k already set;
+ * fn's error when the batch axes do not broadcast or the product is too large. */
 static int batch_shape(const char *fn, const kiln_tensor *a, const kiln_tensor *b, matmul_shape *s)
 {
     int na = a->ndim > 2 ? a->ndim - 2 : 0, nb = b->ndim > 2 ? b->ndim - 2 : 0;
     s->batch_ndim = na > nb ? na : nb;
-    s->batches = 1;
     for (int d = 0; d < s->batch_ndim; d++) {
         int ka = d - (s->batch_ndim - na), kb = d - (s->batch_ndim - nb);
         int64_t sa = ka < 0 ? 1 : a->shape[ka], sb = kb < 0 ? 1 : b->shape[kb];
@@ -63,8 +76,18 @@ static int batch_shape(const char *fn, const kiln_tensor *a, const kiln_tensor *
             return -CORE_SHAPE;
         }
         s->batch_shape[d] = sa == 1 ? sb : sa;
-        s->batches *= s->batch_shape[d];
     }
+    int64_t shape[KILN_MAX_DIMS], numel;
+    int ndim = out_shape(a, b, s, shape);
+    if (!ir_shape_numel(ndim, shape, &numel)) {
+        char buf[CORE_SHAPE_STR_MAX], why[CORE_SHAPE_STR_MAX + 48];
+        snprintf(why, sizeof why, "the product %s has more than 2^59 elements", core_shape_str(buf, ndim, shape));
+        fail_shapes(fn, a, b, why);
+        return -CORE_SHAPE;
+    }
+    s->batches = 1; /* bounded: the batch sizes are among the product's */
+    for (int d = 0; d < s->batch_ndim; d++)
+        s->batches *= s->batch_shape[d];
     return 0;
 }
 
@@ -214,17 +237,6 @@ INT_GEMM(i64, uint64_t)
 
 /* -- Public ---------------------------------------------------------------- */
 
-static int out_shape(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *s, int64_t *shape)
-{
-    int n = s->batch_ndim;
-    memcpy(shape, s->batch_shape, (size_t)n * sizeof *shape);
-    if (a->ndim > 1)
-        shape[n++] = s->m;
-    if (b->ndim > 1)
-        shape[n++] = s->n;
-    return n;
-}
-
 /* a converted to dt, and copied to a layout BLAS reads when it must. */
 static kiln_tensor *prepared(const char *fn, kiln_tensor *t, kiln_dtype dt, bool is_left)
 {
@@ -333,7 +345,7 @@ static kiln_tensor *matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const
     int64_t shape[KILN_MAX_DIMS];
     int ndim = out_shape(a, b, &s, shape);
     if (recording())
-        return record_op(OP_MATMUL, 2, operands, NULL, dt, ndim, shape);
+        return record_op(fn, OP_MATMUL, 2, operands, NULL, dt, ndim, shape);
 
     kiln_device device;
     if (cuda_operands_device(fn, 2, (const kiln_tensor *const *)operands, &device) < 0)

@@ -106,7 +106,7 @@ kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
     if (infer_shape(fn, a, ndim, req, shape) < 0)
         return NULL;
     if (recording())
-        return record_op(OP_RESHAPE, 1, &a, NULL, a->dtype, ndim, shape);
+        return record_op(fn, OP_RESHAPE, 1, &a, NULL, a->dtype, ndim, shape);
     if (view_strides(a, ndim, shape, strides))
         return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
     kiln_tensor *copy = copy_as(fn, a, a->dtype);
@@ -146,7 +146,7 @@ kiln_tensor *kiln_permute(kiln_tensor *a, const int *perm)
         params.perm[i] = axis;
     }
     if (recording())
-        return record_op(OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
+        return record_op(fn, OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
     return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
 }
 
@@ -167,7 +167,7 @@ kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1)
         ir_params params = {0};
         for (int d = 0; d < a->ndim; d++)
             params.perm[d] = d == i ? j : d == j ? i : d;
-        return record_op(OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
+        return record_op(fn, OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
     }
     return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
 }
@@ -210,8 +210,14 @@ kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
         shape[d] = want;
         strides[d] = old == want && d >= lead ? a->strides[d - lead] : 0;
     }
+    int64_t numel;
+    if (!ir_shape_numel(ndim, shape, &numel)) {
+        core_fail(CORE_SHAPE, fn, "cannot expand %s to %s: more than 2^59 elements", from,
+                  core_shape_str(to, ndim, shape));
+        return NULL;
+    }
     if (recording())
-        return record_op(OP_EXPAND, 1, &a, NULL, a->dtype, ndim, shape);
+        return record_op(fn, OP_EXPAND, 1, &a, NULL, a->dtype, ndim, shape);
     return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
 }
 
@@ -232,17 +238,18 @@ kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, i
         return NULL;
     if (check_axis(fn, axis, a, 0, &axis) < 0)
         return NULL;
-    if (step == 0 || step == INT64_MIN) {
+    if (step == 0) {
         char d[DESCRIBE_MAX];
-        core_fail(CORE_VALUE, fn, "step %lld on axis %d of %s: must be nonzero and above INT64_MIN",
-                  (long long)step, axis, describe(d, a));
+        core_fail(CORE_VALUE, fn, "step 0 on axis %d of %s: must be nonzero", axis, describe(d, a));
         return NULL;
     }
     int64_t n = a->shape[axis];
     start = slice_bound(start, n, step > 0);
     stop = slice_bound(stop, n, step > 0);
-    int64_t len = step > 0 ? (stop > start ? (stop - start - 1) / step + 1 : 0)
-                           : (start > stop ? (start - stop - 1) / -step + 1 : 0);
+    /* Unsigned: INT64_MIN's magnitude has no int64 (Python takes it). */
+    uint64_t magnitude = step > 0 ? (uint64_t)step : 0 - (uint64_t)step;
+    int64_t span = step > 0 ? stop - start : start - stop; /* bounds within [-1, n]: no overflow */
+    int64_t len = span > 0 ? (int64_t)(((uint64_t)span - 1) / magnitude + 1) : 0;
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     memcpy(strides, a->strides, sizeof strides);
@@ -252,7 +259,7 @@ kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, i
     int64_t offset = a->offset + (len ? start * a->strides[axis] : 0);
     if (recording()) {
         ir_params params = {.axis = axis, .start = len ? start : 0, .step = step};
-        return record_op(OP_SLICE, 1, &a, &params, a->dtype, a->ndim, shape);
+        return record_op(fn, OP_SLICE, 1, &a, &params, a->dtype, a->ndim, shape);
     }
     return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, offset));
 }
@@ -281,7 +288,7 @@ kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis)
         strides[n++] = a->strides[d];
     }
     if (recording())
-        return record_op(OP_RESHAPE, 1, &a, NULL, a->dtype, n, shape);
+        return record_op(fn, OP_RESHAPE, 1, &a, NULL, a->dtype, n, shape);
     return tensor_own(tensor_view(fn, a, n, shape, strides, a->offset));
 }
 
@@ -308,7 +315,7 @@ kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis)
         strides[d] = a->strides[k++];
     }
     if (recording())
-        return record_op(OP_RESHAPE, 1, &a, NULL, a->dtype, a->ndim + 1, shape);
+        return record_op(fn, OP_RESHAPE, 1, &a, NULL, a->dtype, a->ndim + 1, shape);
     return tensor_own(tensor_view(fn, a, a->ndim + 1, shape, strides, a->offset));
 }
 
@@ -344,6 +351,23 @@ static int check_concat(const char *fn, kiln_tensor *const *ts, int n, int axis,
     return 0;
 }
 
+/* The joined shape; fn's error when it has too many elements. */
+static int concat_shape(const char *fn, kiln_tensor *const *ts, int n, int axis, int64_t *shape)
+{
+    memcpy(shape, ts[0]->shape, (size_t)ts[0]->ndim * sizeof *shape);
+    shape[axis] = 0;
+    int64_t numel;
+    for (int i = 0; i < n; i++) {
+        shape[axis] += ts[i]->shape[axis]; /* each at most IR_MAX_NUMEL: no overflow before the check */
+        if (!ir_shape_numel(ts[0]->ndim, shape, &numel)) {
+            char a[DESCRIBE_MAX], b[DESCRIBE_MAX];
+            return core_fail(CORE_SHAPE, fn, "ts[0] %s to ts[%d] %s join along axis %d to more than 2^59 elements",
+                             describe(a, ts[0]), i, describe(b, ts[i]), axis);
+        }
+    }
+    return 0;
+}
+
 kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis)
 {
     const char *fn = "kiln_concat";
@@ -351,13 +375,11 @@ kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis)
     if (check_concat(fn, ts, n, axis, &axis, &dt) < 0)
         return NULL;
     int64_t shape[KILN_MAX_DIMS];
-    memcpy(shape, ts[0]->shape, sizeof shape);
-    shape[axis] = 0;
-    for (int i = 0; i < n; i++)
-        shape[axis] += ts[i]->shape[axis];
+    if (concat_shape(fn, ts, n, axis, shape) < 0)
+        return NULL;
     if (recording()) {
         ir_params params = {.axis = axis};
-        return record_op(OP_CONCAT, n, ts, &params, dt, ts[0]->ndim, shape);
+        return record_op(fn, OP_CONCAT, n, ts, &params, dt, ts[0]->ndim, shape);
     }
     kiln_device device;
     if (cuda_operands_device(fn, n, (const kiln_tensor *const *)ts, &device) < 0)

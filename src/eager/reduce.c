@@ -3,7 +3,7 @@
  * The input is made contiguous and seen as [outer, R, inner], R the reduced
  * extent. Rows (inner == 1) reduce with vector accumulators; columns
  * (inner > 1) accumulate whole rows elementwise. Integers and bools reduce as
- * i64. Float sums accumulate in f64; max and min propagate NaN, and argmax
+ * i64, but their means sum in f64, where nothing wraps. Float sums accumulate in f64; max and min propagate NaN, and argmax
  * takes a NaN as the maximum, as PyTorch does. */
 #include <math.h>
 #include <string.h>
@@ -287,12 +287,12 @@ static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, b
     output_shape(a, axis, keepdim, &ndim, shape);
     if (recording()) {
         ir_params params = {.axis = axis, .keepdim = keepdim};
-        return record_op(op, 1, &a, &params, result, ndim, shape);
+        return record_op(fn, op, 1, &a, &params, result, ndim, shape);
     }
 
     if (a->device == KILN_CUDA)
         return reduce_cuda(op, fn, a, axis, result, ndim, shape);
-    kiln_dtype work = ir_dtype_is_float(a->dtype) ? a->dtype : KILN_I64;
+    kiln_dtype work = ir_dtype_is_float(a->dtype) ? a->dtype : op == OP_MEAN ? KILN_F64 : KILN_I64;
     kiln_dtype acc_dt = acc_dtype(op, work);
     kiln_tensor *in = a->dtype == work && eager_is_contiguous(a) ? kiln_retain(a)
                                                                  : copy_as(fn, a, work);

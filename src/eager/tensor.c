@@ -148,9 +148,9 @@ fail:
 
 kiln_tensor *tensor_new_meta(kiln_dtype dt, int ndim, const int64_t *shape)
 {
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++)
-        numel *= shape[d];
+    int64_t numel = 0;
+    bool checked = ir_shape_numel(ndim, shape, &numel); /* by record_op, or a real tensor's */
+    KILN_ASSERT(checked);
     kiln_tensor *t = tensor_alloc(dt, ndim, shape, numel);
     if (t)
         contiguous_strides(ndim, shape, t->strides);
@@ -379,7 +379,10 @@ static bool scope_push(scope *sc, kiln_tensor *t)
 
 kiln_tensor *tensor_own(kiln_tensor *t)
 {
-    if (!t || !stack || stack->depth == 0)
+    if (!t)
+        return NULL;
+    core_succeeded(); /* every op's result comes through here */
+    if (!stack || stack->depth == 0)
         return t;
     scope *sc = &stack->levels[stack->depth - 1];
     if (!scope_push(sc, t)) {
@@ -493,25 +496,14 @@ int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel)
         return core_fail(CORE_SHAPE, fn, "ndim %d is outside 0..%d", ndim, KILN_MAX_DIMS);
     if (ndim > 0 && !shape)
         return core_fail_null_arg(fn, "shape");
-    int64_t nonzero = 1; /* bounded even when a zero size makes the count 0 */
-    bool empty = false;
-    for (int i = 0; i < ndim; i++) {
-        char buf[CORE_SHAPE_STR_MAX];
+    if (ir_shape_numel(ndim, shape, numel))
+        return 0;
+    char buf[CORE_SHAPE_STR_MAX];
+    core_shape_str(buf, ndim, shape);
+    for (int i = 0; i < ndim; i++)
         if (shape[i] < 0)
-            return core_fail(CORE_SHAPE, fn, "shape %s has a negative size",
-                             core_shape_str(buf, ndim, shape));
-        if (shape[i] == 0) {
-            empty = true;
-            continue;
-        }
-        if (nonzero > (INT64_C(1) << 59) / shape[i])
-            return core_fail(CORE_SHAPE, fn, "shape %s has too many elements",
-                             core_shape_str(buf, ndim, shape));
-        nonzero *= shape[i];
-    }
-    int64_t n = empty ? 0 : nonzero;
-    *numel = n;
-    return 0;
+            return core_fail(CORE_SHAPE, fn, "shape %s has a negative size", buf);
+    return core_fail(CORE_SHAPE, fn, "shape %s has too many elements (more than 2^59)", buf);
 }
 
 int check_axis(const char *fn, int axis, const kiln_tensor *t, int extra, int *resolved)

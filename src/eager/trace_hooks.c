@@ -67,9 +67,12 @@ int check_operands(const char *fn, int n, kiln_tensor *const *in, const char *co
     return 0;
 }
 
-kiln_tensor *record_op(ir_op op, int n_in, kiln_tensor *const *in, const ir_params *params,
+kiln_tensor *record_op(const char *fn, ir_op op, int n_in, kiln_tensor *const *in, const ir_params *params,
                        kiln_dtype dt, int ndim, const int64_t *shape)
 {
+    int64_t numel;
+    if (check_shape(fn, ndim, shape, &numel) < 0) /* the ops check what they can name better first */
+        return NULL;
     ir_params zero = {0};
     return tensor_own(active->record(active, op, n_in, in, params ? params : &zero, dt, ndim, shape));
 }

@@ -166,6 +166,25 @@ int ir_add_writeback(ir_graph *g, int64_t capture, ir_ref value)
     return 0;
 }
 
+bool ir_shape_numel(int ndim, const int64_t *shape, int64_t *numel)
+{
+    int64_t nonzero = 1;
+    bool empty = false;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return false;
+        if (shape[d] == 0) {
+            empty = true;
+            continue;
+        }
+        if (nonzero > IR_MAX_NUMEL / shape[d])
+            return false;
+        nonzero *= shape[d];
+    }
+    *numel = empty ? 0 : nonzero;
+    return true;
+}
+
 int64_t ir_node_numel(const ir_node *n)
 {
     int64_t count = 1;

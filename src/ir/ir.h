@@ -149,6 +149,15 @@ static inline const ir_ref *ir_operands(const ir_graph *g, const ir_node *n)
 {
     return g->operands + n->first_operand;
 }
+/* The most elements a tensor may have. It also bounds the product of the
+ * nonzero sizes of an empty shape, so that every partial product of a
+ * checked shape's sizes, in elements or in bytes, fits in int64. */
+#define IR_MAX_NUMEL (INT64_C(1) << 59)
+/* True when no size is negative and the nonzero sizes multiply to at most
+ * IR_MAX_NUMEL: shapes of tensors and nodes always are. The element count in
+ * *numel. */
+bool ir_shape_numel(int ndim, const int64_t *shape, int64_t *numel);
+/* A node's element count (its shape is checked: see ir_shape_numel). */
 int64_t ir_node_numel(const ir_node *n);
 /* Nodes that launch a kernel when run: not sources (random ones aside: they
  * fill a buffer), not views. */

@@ -250,8 +250,8 @@ static int check_elementwise(const kg_kernel *k, char *err, size_t err_size)
 static int reduce_acc(ir_op op, kiln_dtype compute)
 {
     switch (op) {
-    case OP_SUM:
-    case OP_MEAN: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
+    case OP_SUM: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
+    case OP_MEAN: return KILN_F64; /* an integer mean too: nothing wraps */
     case OP_MAX:
     case OP_MIN: return compute;
     case OP_ARGMAX: return KILN_I64;

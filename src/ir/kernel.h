@@ -196,8 +196,8 @@ typedef enum {
  *   (for OP_WHERE in[0] is the bool condition, not converted), the op's
  *   result converted to out. Unused input pointers are NULL.
  * REDUCE: kernel(kg_reduce_args, out *, const in0 *); the input converted
- *   to compute (f32, f64 or i64), accumulated in acc (f64 or i64 for SUM and
- *   MEAN, compute for MAX and MIN, i64 for ARGMAX: the first maximum, a NaN
+ *   to compute (f32, f64 or i64), accumulated in acc (f64 or i64 for SUM, f64
+ *   for MEAN, compute for MAX and MIN, i64 for ARGMAX: the first maximum, a NaN
  *   counting as the maximum), a mean divided by n in f64, stored as out.
  *   Grid: one block per output row when inner == 1, else a thread per output.
  * MATMUL: kernel(kg_matmul_args, out *, const in0 *, const in1 *), all of

@@ -274,7 +274,8 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
     }
     imap whole = identity_map(in->ndim);
     /* As eager: float sums in f64 (cancellation in f32 loses whole values),
-     * integers in i64, extremes in the input's dtype. A sum of exponentials
+     * integers in i64 but their means in f64 (where no sum wraps), extremes
+     * in the input's dtype. A sum of exponentials
      * over a short row is the exception where the backend splits the row into
      * partial sums (vectorized lanes, threads): its terms are positive, so
      * nothing cancels, and partial sums of at most ROW_F32_SUM / 8 terms keep
@@ -283,7 +284,7 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
     bool sums = n->op == OP_SUM || n->op == OP_MEAN;
     bool positive_terms = b->split_sums && n->op == OP_SUM && in->op == OP_EXP && in->dtype == KILN_F32 &&
                           in->ndim > 0 && in->shape[in->ndim - 1] <= ROW_F32_SUM;
-    kiln_dtype acc = !ir_dtype_is_float(in->dtype) ? KILN_I64
+    kiln_dtype acc = !ir_dtype_is_float(in->dtype) ? (n->op == OP_MEAN ? KILN_F64 : KILN_I64)
                      : sums && !positive_terms     ? KILN_F64
                                                    : in->dtype;
     int e = cast(b, build(b, input, &whole), acc);

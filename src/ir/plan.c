@@ -352,17 +352,27 @@ static int64_t bytes_dying_at(const ir_plan *p, ir_ref r, ir_ref kept)
 
 /* Peak bytes of computed values alive at once; an output written in place
  * takes its input's bytes over, and a product computed inside its reader's
- * kernel takes none. */
+ * kernel takes none. Values too large to allocate together saturate the
+ * peak at INT64_MAX rather than overflow it. */
 static void plan_memory(ir_plan *p)
 {
     const ir_graph *g = p->graph;
-    int64_t live = 0;
+    int64_t live = 0, total = 0;
     for (ir_ref r = 0; r < g->count; r++) {
         if (p->materialized[r])
             p->visit[p->n_visit++] = r;
+        if (ir_plan_stores(p, r)) {
+            p->kernels++;
+            total = core_bytes_add(total, bytes_of(&g->nodes[r]));
+        }
+    }
+    if (total == INT64_MAX) {
+        p->peak_bytes = INT64_MAX;
+        return;
+    }
+    for (ir_ref r = 0; r < g->count; r++) {
         if (!ir_plan_stores(p, r))
             continue;
-        p->kernels++;
         int step = p->step_of ? p->step_of[r] : -1;
         ir_ref reused = step >= 0 ? p->steps[step].reuses : IR_NONE;
         if (reused == IR_NONE)

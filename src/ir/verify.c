@@ -128,11 +128,11 @@ static int check_slice(checker *c, const ir_node *n, const ir_node *a)
     if (axis < 0 || axis >= a->ndim)
         return bad(c, "axis %d out of range", axis);
     int64_t len = n->shape[axis], size = a->shape[axis], start = n->params.start, step = n->params.step;
-    if (step == 0 || step == INT64_MIN)
+    if (step == 0)
         return bad(c, "bad step");
     int64_t reach = step > 0 ? size - 1 - start : start; /* room along the step's direction */
-    int64_t magnitude = step > 0 ? step : -step;
-    if (len > 0 && (start < 0 || start >= size || (len - 1) > reach / magnitude))
+    uint64_t magnitude = step > 0 ? (uint64_t)step : 0 - (uint64_t)step; /* INT64_MIN's too */
+    if (len > 0 && (start < 0 || start >= size || (uint64_t)(len - 1) > (uint64_t)reach / magnitude))
         return bad(c, "slice leaves the axis");
     for (int d = 0; d < a->ndim; d++)
         if (d != axis && n->shape[d] != a->shape[d])
@@ -155,6 +155,8 @@ static int check_concat(checker *c, const ir_node *n)
         for (int d = 0; d < a->ndim; d++)
             if (d != axis && o->shape[d] != n->shape[d])
                 return bad(c, "operands differ off the axis");
+        if (o->shape[axis] > n->shape[axis] - total)
+            return bad(c, "shape or dtype is not the operands' join");
         total += o->shape[axis];
         dt = ir_promote(dt, IR_DIMS, o->dtype, IR_DIMS);
     }
@@ -253,14 +255,12 @@ static int check_node(checker *c)
     if ((unsigned)n->op >= OP__COUNT || (unsigned)n->dtype > KILN_BOOL || n->ndim < 0 ||
         n->ndim > KILN_MAX_DIMS)
         return bad(c, "bad op, dtype or rank");
-    int64_t nonzero = 1;
-    for (int d = 0; d < n->ndim; d++) {
+    for (int d = 0; d < n->ndim; d++)
         if (n->shape[d] < 0)
             return bad(c, "negative size");
-        if (n->shape[d] > 0 && nonzero > (INT64_C(1) << 59) / n->shape[d])
-            return bad(c, "too many elements");
-        nonzero *= n->shape[d] > 0 ? n->shape[d] : 1;
-    }
+    int64_t numel;
+    if (!ir_shape_numel(n->ndim, n->shape, &numel))
+        return bad(c, "too many elements");
     ir_params used = used_params(n);
     if (memcmp(&used, &n->params, sizeof used))
         return bad(c, "a parameter the op does not use is set");

@@ -312,7 +312,7 @@ static int64_t eager_bytes(const ir_graph *g)
     int64_t bytes = 0;
     for (ir_ref r = 0; r < g->count; r++)
         if (ir_node_computes(&g->nodes[r]))
-            bytes += ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype);
+            bytes = core_bytes_add(bytes, ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype));
     return bytes;
 }
 
@@ -540,7 +540,7 @@ static int run_eagerly(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **o
     kiln_scope_begin();
     int rc = f->body(in, body_out, f->user);
     int status = rc == 0 ? 0 : core_fail(CORE_STATE, "kiln_call", "'%s' returned %d: %s", f->name, rc,
-                                         kiln_last_error());
+                                         kiln_last_error()[0] ? kiln_last_error() : "it set no error");
     for (int i = 0; i < f->n_out && status == 0; i++) {
         if (!body_out[i])
             status = core_fail(CORE_STATE, "kiln_call", "'%s' left out[%d] NULL", f->name, i);
@@ -617,6 +617,7 @@ int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
     int status = check_call(f, in, out);
     if (status < 0)
         return status;
+    kiln_clear_error(); /* the body's errors are its own: none from before may stand in (or nest) */
     if (eager_active_trace()) /* called from a body being traced: inline it */
         return run_eagerly(f, in, out);
     if (f->jit_off)
