@@ -373,6 +373,7 @@ static int cache_child(const char *root)
 {
     setenv("KILN_CACHE", "on", 1);
     setenv("KILN_CACHE_DIR", root, 1);
+    kiln_scope_begin();
     kiln_tensor *w = kiln_to_device(kiln_randn(2, (int64_t[]){40, 24}, 1), KILN_CUDA);
     kiln_tensor *x = kiln_to_device(kiln_randn(2, (int64_t[]){33, 40}, 2), KILN_CUDA);
     kiln_tensor *y = kiln_exp(x), *out[2] = {NULL, NULL};
@@ -383,12 +384,8 @@ static int cache_child(const char *root)
         return 1;
     }
     printf("compiled %lld\n", (long long)stats.kernels_compiled);
-    kiln_release(out[0]);
-    kiln_release(out[1]);
     kiln_fn_free(f);
-    kiln_release(y);
-    kiln_release(x);
-    kiln_release(w);
+    kiln_scope_end();
     return 0;
 }
 
