@@ -3,6 +3,11 @@
  * through their backend, the nodes they leave to eager run by the
  * interpreter, a CPU product in blocks with its epilogue on each block.
  *
+ * A graph with symbolic sizes takes its symbols' values from its inputs'
+ * sizes on each call (the caller checked them against the graph's guards):
+ * kernels get them at launch, and eager steps and new buffers see shapes
+ * evaluated for them.
+ *
  * Each value is released after its last use, so memory follows the plan's
  * liveness. Outputs that share storage with an input, a capture or a
  * constant are copied before writebacks run, so outputs are fresh and hold
@@ -27,6 +32,7 @@ struct executable {
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
     _Atomic uint64_t calls;        /* so far: random nodes draw a new stream each call */
+    int symbol_input[IR_MAX_SYMBOLS], symbol_axis[IR_MAX_SYMBOLS]; /* where each symbol's value is read */
 };
 
 enum { STACK_VALUES = 128 };
@@ -138,6 +144,34 @@ static int compile(executable *x, const exec_options *o, char *why, size_t size)
     return status == KERNELS_REQUIRED_MISSING ? core_fail(CORE_STATE, "kiln_call", "%s", why) : 0;
 }
 
+/* Where each symbol of x's graph is read: an input dimension of exactly that
+ * size. -CORE_INTERNAL when one has none. */
+static int bind_symbols(executable *x)
+{
+    const ir_graph *g = x->graph;
+    for (int s = 0; s < g->n_symbols; s++)
+        x->symbol_input[s] = -1;
+    ir_sizes scratch = {0};
+    if (g->n_symbols && ir_sizes_copy(&scratch, &g->sizes) < 0)
+        return -CORE_NOMEM;
+    for (ir_ref r = 0; r < g->count; r++) {
+        const ir_node *n = &g->nodes[r];
+        for (int d = 0; n->op == OP_INPUT && d < n->ndim; d++) {
+            for (int s = 0; s < g->n_symbols; s++) {
+                if (x->symbol_input[s] < 0 && n->shape[d] == ir_size_symbol(&scratch, s)) {
+                    x->symbol_input[s] = (int)n->params.index;
+                    x->symbol_axis[s] = d;
+                }
+            }
+        }
+    }
+    ir_sizes_free(&scratch);
+    for (int s = 0; s < g->n_symbols; s++)
+        if (x->symbol_input[s] < 0)
+            return core_internal("kiln_call", "symbol s%d is no input's size", s);
+    return 0;
+}
+
 static void release_all(ir_graph *g, kiln_tensor **captures, int n_captures)
 {
     ir_graph_free(g);
@@ -157,7 +191,7 @@ executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const 
         return NULL;
     }
     *x = (executable){.graph = g, .captures = captures, .n_captures = n_captures, .device = o->device};
-    *status = (x->consts = interp_consts(g, o->device)) ? 0 : core_error_status();
+    *status = (x->consts = interp_consts(g, o->device)) ? bind_symbols(x) : core_error_status();
     if (*status == 0 && o->compiled)
         *status = compile(x, o, why, why_size);
     if (*status == 0 && !x->backend)
@@ -254,21 +288,33 @@ static int launch_failed(const char *why)
     return core_fail(CORE_DEVICE, "kiln_call", "%s", why);
 }
 
+/* Node n's shape in this call. */
+static const int64_t *shape_now(const executable *x, const ir_node *n, const int64_t *symbols,
+                                int64_t shape[KILN_MAX_DIMS])
+{
+    if (!ir_shape_symbolic(n->ndim, n->shape))
+        return n->shape;
+    ir_shape_eval(&x->graph->sizes, n->ndim, n->shape, symbols, shape); /* the guards held: it fits */
+    return shape;
+}
+
 /* The output of node n for a kernel that writes over value t (NULL: one
  * that does not). The kernel reads t's values from its output, so that is t
  * itself when t alone holds its whole contiguous storage, else a copy. */
-static kiln_tensor *output_for(const executable *x, const ir_node *n, kiln_tensor *t)
+static kiln_tensor *output_for(const executable *x, const ir_node *n, kiln_tensor *t, const int64_t *symbols)
 {
+    int64_t buf[KILN_MAX_DIMS];
+    const int64_t *shape = shape_now(x, n, symbols, buf);
     kiln_tensor *out;
     if (!t) {
-        out = eager_empty("kiln_call", x->device, n->dtype, n->ndim, n->shape);
+        out = eager_empty("kiln_call", x->device, n->dtype, n->ndim, shape);
     } else if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
                eager_is_contiguous(t) && t->device == x->device) {
-        out = kiln_reshape(t, n->ndim, n->shape);
+        out = kiln_reshape(t, n->ndim, shape);
     } else {
         kiln_tensor *copy = t->device == x->device ? eager_copy("kiln_call", t) : kiln_to_device(t, x->device);
         eager_disown(copy);
-        out = copy ? kiln_reshape(copy, n->ndim, n->shape) : NULL;
+        out = copy ? kiln_reshape(copy, n->ndim, shape) : NULL;
         kiln_release(copy);
     }
     eager_disown(out);
@@ -354,15 +400,16 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
     const ir_node *n = &x->graph->nodes[s->node];
     void *buffers[KX_MAX_BUFFERS + 2];
     kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
-    kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL);
+    kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL, src->symbols);
     kg_matmul_args layout;
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
               (s->product == IR_NONE || product_operands(x, s, values, buffers, &layout));
     if (ok) {
         char why[512];
         buffers[s->n_inputs] = eager_data(out);
-        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? &layout : NULL, 0,
-                               s->kernel->rows, why, sizeof why) < 0)
+        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? &layout : NULL,
+                               src->symbols, 0, kx_size(s->kernel, s->kernel->rows, src->symbols), why,
+                               sizeof why) < 0)
             ok = launch_failed(why) == 0;
     }
     for (int b = 0; b < s->n_inputs; b++)
@@ -378,6 +425,7 @@ typedef struct {
     int step;
     void **buffers;
     int64_t cols;    /* the product's */
+    const int64_t *symbols;
     bool failed;
 } block_epilogue;
 
@@ -388,7 +436,7 @@ static void epilogue_on_block(void *ctx, void *data, int64_t begin, int64_t end)
     int64_t k_cols = s->kernel->cols;
     char why[512];
     e->buffers[s->n_inputs] = data;
-    if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL,
+    if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL, e->symbols,
                                             begin * e->cols / k_cols, end * e->cols / k_cols, why, sizeof why) < 0)
         e->failed = launch_failed(why) < 0;
 }
@@ -404,7 +452,7 @@ static kiln_tensor *run_product_in_blocks(const executable *x, ir_ref r, const i
     void *buffers[KX_MAX_BUFFERS];
     kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL}, *out = NULL;
     if (stage_inputs(x, s, src, values, buffers, staged)) {
-        block_epilogue e = {x, step, buffers, n->shape[n->ndim - 1], false};
+        block_epilogue e = {x, step, buffers, n->shape[n->ndim - 1], src->symbols, false};
         const ir_ref *ops = ir_operands(x->graph, n);
         out = eager_matmul_blocks("kiln_call", values[ops[0]], values[ops[1]],
                                   x->plan.steps[x->plan.step_of[r]].block_rows, epilogue_on_block, &e);
@@ -428,7 +476,7 @@ static kiln_tensor *run_step(const executable *x, ir_ref r, const interp_sources
         return run_kernel(x, step, src, values);
     if (!s->kernel)
         return run_product_in_blocks(x, r, src, values);
-    return output_for(x, &x->graph->nodes[r], values[s->reuses]);
+    return output_for(x, &x->graph->nodes[r], values[s->reuses], src->symbols);
 }
 
 static void release_dead_operands(const executable *x, ir_ref r, kiln_tensor **values)
@@ -525,8 +573,11 @@ int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
         return core_fail_status(CORE_NOMEM, "kiln_call");
+    int64_t symbols[IR_MAX_SYMBOLS] = {0};
+    for (int s = 0; s < g->n_symbols; s++)
+        symbols[s] = in[x->symbol_input[s]]->shape[x->symbol_axis[s]];
     interp_sources src = {in, x->captures, x->consts,
-                          atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1), x->device};
+                          atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1), x->device, symbols};
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;

@@ -35,6 +35,7 @@ typedef struct {
     kiln_tensor *const *consts;  /* per node: a constant node's 0-d tensor */
     uint64_t stream;             /* which call of the graph: random nodes draw from it */
     kiln_device device;          /* where values live */
+    const int64_t *symbols;      /* the values of the graph's symbols in this call */
 } interp_sources;
 
 /* The 0-d tensors of g's constant nodes on device, per node (NULL for the
