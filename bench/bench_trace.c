@@ -88,7 +88,7 @@ int main(void)
     kiln_fn_free(f);
 
     kiln_tensor *in[2] = {kiln_randn(2, shape, 2), kiln_randn(1, shape + 1, 3)};
-    kiln_spec specs[2] = {{KILN_F32, 2, {8, 64}, KILN_CPU}, {KILN_F32, 1, {64}, KILN_CPU}};
+    kiln_spec specs[2] = {{.dtype = KILN_F32, .ndim = 2, .shape = {8, 64}, .device = KILN_CPU}, {.dtype = KILN_F32, .ndim = 1, .shape = {64}, .device = KILN_CPU}};
     double samples[TRACE_REPS];
     for (int r = -2; r < TRACE_REPS; r++) {
         kiln_fn *g = kiln_jit("chain", chain, 2, 1, NULL, &o);

@@ -198,6 +198,7 @@ START_TEST(test_retrace_limit_falls_back_eagerly_or_fails_in_strict_mode)
 {
     kiln_jit_options o = interp();
     o.retrace_limit = 2;
+    o.dynamic = KILN_DYNAMIC_NEVER; /* every size a signature */
     kiln_fn *f = kiln_jit("shapes", add_one, 1, 1, NULL, &o);
     o.strict = true;
     kiln_fn *strict = kiln_jit("strict_shapes", add_one, 1, 1, NULL, &o);
@@ -906,6 +907,7 @@ START_TEST(test_errors_say_what_happened)
     ck_assert_ptr_null(kiln_jit_call(&slot, "negated", (kiln_generic_fn)negated, 1, NULL)); /* named kiln_call */
     ck_assert_kiln_error("kiln_jit_call", "in is NULL");
     o.retrace_limit = INT_MAX; /* said "out of memory": signatures grow as they come */
+    o.dynamic = KILN_DYNAMIC_NEVER;
     f = kiln_jit("add_one", add_one, 1, 1, NULL, &o);
     ck_assert_ptr_nonnull(f);
     for (int64_t n = 1; n <= 10; n++) {
@@ -914,7 +916,7 @@ START_TEST(test_errors_say_what_happened)
     }
     ck_assert_int_eq(count(f, TRACES), 10);
     if (!kiln_cuda_available()) { /* said "out of memory planning a graph" */
-        kiln_spec cuda = {KILN_F32, 1, {4}, KILN_CUDA};
+        kiln_spec cuda = {.dtype = KILN_F32, .ndim = 1, .shape = {4}, .device = KILN_CUDA};
         ck_assert_int_lt(kiln_fn_precompile(f, &cuda, "host"), 0);
         ck_assert_kiln_error("kiln_fn_precompile", "CUDA inputs", "no CUDA");
     }
@@ -1084,6 +1086,7 @@ static void *call_many(void *p)
 START_TEST(test_calls_from_two_threads)
 {
     kiln_jit_options o = interp();
+    o.dynamic = KILN_DYNAMIC_NEVER; /* four signatures, whichever thread meets each first */
     kiln_fn *f = kiln_jit("threads", add_one, 1, 1, NULL, &o);
     worker_args args[2] = {{f, 0}, {f, 0}};
     pthread_t threads[2];

@@ -328,6 +328,24 @@ KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
  * Outputs are any tensors the body made or received. */
 typedef int (*kiln_body)(kiln_tensor *const *in, kiln_tensor **out, void *user);
 
+/* Dynamic shapes: which input dimensions a specialization keeps symbolic,
+ * so that one trace and one compile serve every size of them.
+ * KILN_DYNAMIC_AUTO: a dimension whose size changes between calls is traced
+ * again as symbolic (after the first call, which is specialized to its
+ * sizes), and those of dynamic_dims from the start. KILN_DYNAMIC_MARKED: only
+ * dynamic_dims, and the axes kiln_mark_dynamic marks on a precompiled spec.
+ * KILN_DYNAMIC_NEVER: every size is specialized. Sizes 0 and 1 are always
+ * specialized (broadcasting depends on them), and so is a dimension whose
+ * size the body reads (kiln_shape, kiln_numel), or that an op needs fixed (a
+ * reshape to fixed sizes: pass -1 for the one that varies; an expand: -1
+ * keeps a size; a slice of part of it; broadcasting against a fixed size; a
+ * kiln_assign to a captured tensor). Symbolic sizes the ops make equal
+ * become one symbol. A call runs a specialization whose guards it passes:
+ * the same dtypes, ranks and devices, the fixed sizes equal, each symbol's
+ * dimensions equal and at least 2; else it traces anew. KILN_LOG=1 says
+ * what became of each dimension, and why. */
+typedef enum { KILN_DYNAMIC_AUTO, KILN_DYNAMIC_NEVER, KILN_DYNAMIC_MARKED } kiln_dynamic;
+
 typedef struct {
     kiln_backend backend; /* default KILN_BACKEND_AUTO */
     int opt_level;        /* 0 runs no graph passes; 1..3 run them; default 2 */
@@ -335,6 +353,10 @@ typedef struct {
     bool no_cache;        /* skip the disk cache (kernels are still shared in the process) */
     int retrace_limit;    /* signatures traced before falling back; 0: default 8 */
     bool fast_math;       /* allow rewrites that are not exact in IEEE arithmetic */
+    kiln_dynamic dynamic; /* default (zero) KILN_DYNAMIC_AUTO */
+    /* NULL, or n_in masks (copied): bit d of dynamic_dims[i] keeps axis d of
+     * input i symbolic from the first call (not under KILN_DYNAMIC_NEVER). */
+    const uint32_t *dynamic_dims;
 } kiln_jit_options;
 
 /* Specializations are counted once each: as compiles when code was
@@ -354,6 +376,11 @@ typedef struct {
                                   value it makes held until it returns, as in kiln_call's scope */
     int products_in_blocks;    /* CPU matrix products of the last specialization computed a block of
                                   rows at a time, their epilogue kernel run on each block in cache */
+    int64_t symbolic;          /* specializations with symbolic sizes (see kiln_dynamic) */
+    int64_t guard_failures;    /* calls no specialization's guards let through, though one had their
+                                  dtypes, ranks and devices: each traced anew (or ran eagerly) */
+    int64_t graph_breaks;      /* reads of traced values that split a trace into segments */
+    int64_t segments;          /* compiled segments, over every specialization and path */
 } kiln_fn_stats_t;
 
 typedef struct {
@@ -361,7 +388,13 @@ typedef struct {
     int ndim;
     int64_t shape[8];
     kiln_device device;
+    uint32_t dynamic;     /* bit d: axis d is symbolic (kiln_mark_dynamic); shape[d] an example size */
 } kiln_spec;
+
+/* Marks axis (negative counts from the end) of spec symbolic, for
+ * kiln_fn_precompile: the specialization it makes serves every size of that
+ * axis (see kiln_dynamic). 0, or an error for a bad axis. */
+KILN_API int kiln_mark_dynamic(kiln_spec *spec, int axis);
 
 /* t's signature as kiln_fn_precompile takes it: dtype, shape and device;
  * zeros for NULL. */

@@ -94,9 +94,15 @@ struct eager_trace {
     int (*record_assign)(eager_trace *trace, kiln_tensor *dst, kiln_tensor *src);
     /* Something tried to read a tracer's values: the trace must fail. */
     void (*read_values)(eager_trace *trace, const char *fn);
+    /* The body read the shape of the tracer of node (kiln_shape, kiln_numel):
+     * the sizes it saw must not vary. */
+    void (*read_shape)(eager_trace *trace, ir_ref node);
     void (*destroy)(eager_trace *trace);
 };
 
+/* Tells t's trace, when t is a tracer of the active one, that the body read
+ * its shape. */
+void eager_note_shape_read(const kiln_tensor *t);
 /* Makes trace the active one on this thread (NULL: none). */
 void eager_trace_activate(eager_trace *trace);
 eager_trace *eager_active_trace(void);

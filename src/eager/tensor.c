@@ -544,16 +544,19 @@ int kiln_ndim(const kiln_tensor *t)
 
 const int64_t *kiln_shape(const kiln_tensor *t)
 {
+    eager_note_shape_read(t);
     return t ? t->shape : NULL;
 }
 
 const int64_t *kiln_strides(const kiln_tensor *t)
 {
+    eager_note_shape_read(t);
     return t ? t->strides : NULL;
 }
 
 int64_t kiln_numel(const kiln_tensor *t)
 {
+    eager_note_shape_read(t);
     return t ? t->numel : -1;
 }
 

@@ -20,6 +20,12 @@ bool recording(void)
     return active != NULL;
 }
 
+void eager_note_shape_read(const kiln_tensor *t)
+{
+    if (t && t->trace && t->trace == active && !active->finished)
+        active->read_shape(active, t->node);
+}
+
 void eager_trace_release(eager_trace *trace)
 {
     if (atomic_fetch_sub_explicit(&trace->refs, 1, memory_order_acq_rel) == 1)

@@ -215,6 +215,8 @@ int64_t ir_poly_eval(const ir_poly *p, const int64_t *symbols);
 /* size's value for the symbols' values; IR_SIZE_NONE when it overflows or
  * is negative. */
 int64_t ir_size_eval(const ir_sizes *t, int64_t size, const int64_t *symbols);
+/* The symbol size is, or -1 when it is not a lone symbol. */
+int ir_size_as_symbol(const ir_sizes *t, int64_t size);
 /* A bit per symbol that size names. */
 unsigned ir_size_symbols(const ir_sizes *t, int64_t size);
 /* The shape's sizes for the symbols' values; false when one does not fit. */
@@ -226,6 +228,22 @@ int64_t ir_shape_product(ir_sizes *t, int ndim, const int64_t *shape);
 /* to becomes a copy of from; -1 when out of memory (to stays). */
 int ir_sizes_copy(ir_sizes *to, const ir_sizes *from);
 void ir_sizes_free(ir_sizes *t);
+
+/* -- Symbolic shapes (symbolic.c) ------------------------------------------- */
+
+/* While tracing, a reshape's or expand's params.perm says where each size of
+ * the result came from: a number the body passed (IR_SIZE_GIVEN, 0),
+ * reshape's -1 (IR_SIZE_INFERRED), or IR_SIZE_FROM + k: the operand's size k
+ * (squeeze, unsqueeze, expand's -1). ir_symbolize reads and clears it. */
+enum { IR_SIZE_GIVEN = 0, IR_SIZE_INFERRED = 1, IR_SIZE_FROM = 2 };
+
+/* traced with the dimensions of dynamic (per input, a bit per axis) made
+ * symbolic where every op allows it and the body did not read their sizes
+ * (shape_read: per node, or NULL): a new graph whose input nodes say the
+ * guards (see symbolic.c). *log (malloc'd) says what became of each
+ * dimension asked for. NULL when out of memory, or when no shape rule
+ * explains the graph. */
+ir_graph *ir_symbolize(const ir_graph *traced, const uint32_t *dynamic, const bool *shape_read, char **log);
 
 /* -- Text and pictures ----------------------------------------------------- */
 

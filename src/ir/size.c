@@ -238,6 +238,21 @@ int64_t ir_size_eval(const ir_sizes *t, int64_t size, const int64_t *symbols)
     return value >= 0 ? value : IR_SIZE_NONE;
 }
 
+int ir_size_as_symbol(const ir_sizes *t, int64_t size)
+{
+    ir_poly p;
+    if (size >= 0 || !ir_size_poly(t, size, &p) || p.n != 1 || p.terms[0].coef != 1)
+        return -1;
+    int symbol = -1;
+    for (int s = 0; s < IR_MAX_SYMBOLS; s++) {
+        if (p.terms[0].exp[s] > 1 || (p.terms[0].exp[s] && symbol >= 0))
+            return -1;
+        if (p.terms[0].exp[s])
+            symbol = s;
+    }
+    return symbol;
+}
+
 unsigned ir_size_symbols(const ir_sizes *t, int64_t size)
 {
     ir_poly p;

@@ -3,10 +3,9 @@
  * through their backend, the nodes they leave to eager run by the
  * interpreter, a CPU product in blocks with its epilogue on each block.
  *
- * A graph with symbolic sizes takes its symbols' values from its inputs'
- * sizes on each call (the caller checked them against the graph's guards):
- * kernels get them at launch, and eager steps and new buffers see shapes
- * evaluated for them.
+ * A graph with symbolic sizes runs for the values of its symbols the caller
+ * passes (read off the inputs' sizes by its guards): kernels get them at
+ * launch, and eager steps and new buffers see shapes evaluated for them.
  *
  * Each value is released after its last use, so memory follows the plan's
  * liveness. Outputs that share storage with an input, a capture or a
@@ -32,7 +31,6 @@ struct executable {
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
     _Atomic uint64_t calls;        /* so far: random nodes draw a new stream each call */
-    int symbol_input[IR_MAX_SYMBOLS], symbol_axis[IR_MAX_SYMBOLS]; /* where each symbol's value is read */
 };
 
 enum { STACK_VALUES = 128 };
@@ -144,34 +142,6 @@ static int compile(executable *x, const exec_options *o, char *why, size_t size)
     return status == KERNELS_REQUIRED_MISSING ? core_fail(CORE_STATE, "kiln_call", "%s", why) : 0;
 }
 
-/* Where each symbol of x's graph is read: an input dimension of exactly that
- * size. -CORE_INTERNAL when one has none. */
-static int bind_symbols(executable *x)
-{
-    const ir_graph *g = x->graph;
-    for (int s = 0; s < g->n_symbols; s++)
-        x->symbol_input[s] = -1;
-    ir_sizes scratch = {0};
-    if (g->n_symbols && ir_sizes_copy(&scratch, &g->sizes) < 0)
-        return -CORE_NOMEM;
-    for (ir_ref r = 0; r < g->count; r++) {
-        const ir_node *n = &g->nodes[r];
-        for (int d = 0; n->op == OP_INPUT && d < n->ndim; d++) {
-            for (int s = 0; s < g->n_symbols; s++) {
-                if (x->symbol_input[s] < 0 && n->shape[d] == ir_size_symbol(&scratch, s)) {
-                    x->symbol_input[s] = (int)n->params.index;
-                    x->symbol_axis[s] = d;
-                }
-            }
-        }
-    }
-    ir_sizes_free(&scratch);
-    for (int s = 0; s < g->n_symbols; s++)
-        if (x->symbol_input[s] < 0)
-            return core_internal("kiln_call", "symbol s%d is no input's size", s);
-    return 0;
-}
-
 static void release_all(ir_graph *g, kiln_tensor **captures, int n_captures)
 {
     ir_graph_free(g);
@@ -191,7 +161,7 @@ executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const 
         return NULL;
     }
     *x = (executable){.graph = g, .captures = captures, .n_captures = n_captures, .device = o->device};
-    *status = (x->consts = interp_consts(g, o->device)) ? bind_symbols(x) : core_error_status();
+    *status = (x->consts = interp_consts(g, o->device)) ? 0 : core_error_status();
     if (*status == 0 && o->compiled)
         *status = compile(x, o, why, why_size);
     if (*status == 0 && !x->backend)
@@ -565,7 +535,7 @@ static int write_back(const executable *x, kiln_tensor **values)
     return status < 0 ? status : 0;
 }
 
-int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
+int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols, kiln_tensor **out)
 {
     const ir_graph *g = x->graph;
     const ir_plan *p = &x->plan;
@@ -573,9 +543,6 @@ int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
         return core_fail_status(CORE_NOMEM, "kiln_call");
-    int64_t symbols[IR_MAX_SYMBOLS] = {0};
-    for (int s = 0; s < g->n_symbols; s++)
-        symbols[s] = in[x->symbol_input[s]]->shape[x->symbol_axis[s]];
     interp_sources src = {in, x->captures, x->consts,
                           atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1), x->device, symbols};
     for (uint32_t i = 0; i < p->n_visit; i++)

@@ -1,6 +1,11 @@
 /* Marked functions: signatures, specializations, tracing, eager fallback and
  * the counters of kiln_fn_stats.
  *
+ * A specialization serves the calls that pass its guards (kiln.h's
+ * kiln_dynamic): per input a dtype, rank and device, and per axis a fixed
+ * size or a symbol, whose values the call's sizes give. Guards are checked
+ * in order of last use, the most recent first.
+ *
  * A function's lock guards its specializations and counters and is held
  * only to look them up or change them: never while a body runs, a graph is
  * planned or a kernel compiles. A specialization being built is in flight:
@@ -14,8 +19,20 @@
 #include "kernels/kernels.h"
 #include "trace/trace.h"
 
+/* What a specialization assumes of one input: per axis a fixed size (>= 0)
+ * or symbol -1 - size. */
 typedef struct {
-    kiln_spec *inputs;   /* the signature */
+    kiln_dtype dtype;
+    kiln_device device;
+    int ndim;
+    int64_t dims[KILN_MAX_DIMS];
+} guard;
+
+typedef struct {
+    kiln_spec *inputs;   /* the signature it was traced for */
+    uint32_t *asked;     /* per input: the axes it was asked to keep symbolic */
+    guard *guards;       /* per input; NULL while in flight */
+    int n_symbols;
     executable *exec;    /* NULL while in flight */
     int serial;          /* names its dumps */
 } specialization;
@@ -33,6 +50,7 @@ struct kiln_fn {
     pthread_cond_t built;          /* a specialization in flight was built, or dropped */
     specialization **specs;        /* each made once and never moved; retrace_limit of them at most */
     int n_specs, specs_cap, last, serials;
+    uint32_t *dynamic_dims;        /* per input: the options' marks, then AUTO's (NULL: none) */
     kiln_fn_stats_t stats;
     int trace_failures;
     bool eager_only, warned, warned_untraceable, warned_alias;
@@ -82,17 +100,101 @@ static char *spec_str(char buf[SPEC_STR_MAX], const kiln_spec *s)
     return buf;
 }
 
-static int find_spec(const kiln_fn *f, const kiln_spec *sig)
+/* Whether a call of signature sig passes s's guards, which it then gives
+ * its symbols' values (IR_MAX_SYMBOLS of them). */
+static bool passes(const kiln_fn *f, const specialization *s, const kiln_spec *sig, int64_t *symbols)
+{
+    memset(symbols, 0, IR_MAX_SYMBOLS * sizeof *symbols);
+    for (int i = 0; i < f->n_in; i++) {
+        const guard *g = &s->guards[i];
+        if (g->dtype != sig[i].dtype || g->ndim != sig[i].ndim || g->device != sig[i].device)
+            return false;
+        for (int d = 0; d < g->ndim; d++) {
+            int64_t want = g->dims[d], size = sig[i].shape[d];
+            int64_t *symbol = want < 0 ? &symbols[-1 - want] : NULL;
+            if (want >= 0 ? size != want : *symbol ? size != *symbol : size < 2)
+                return false;
+            if (symbol)
+                *symbol = size;
+        }
+    }
+    return true;
+}
+
+/* Whether s was asked to keep symbolic every axis sig marks. */
+static bool covers(const kiln_fn *f, const specialization *s, const kiln_spec *sig)
+{
+    for (int i = 0; i < f->n_in; i++)
+        if (sig[i].dynamic & ~s->asked[i])
+            return false;
+    return true;
+}
+
+/* The built specialization whose guards sig passes, the last one used
+ * first, with its symbols' values; or -1. */
+static int find_spec(const kiln_fn *f, const kiln_spec *sig, int64_t *symbols)
 {
     for (int k = 0; k < f->n_specs; k++) {
-        int i = (f->last + k) % f->n_specs; /* the last one used first */
-        bool same = true;
+        int i = (f->last + k) % f->n_specs;
+        const specialization *s = f->specs[i];
+        if (s->exec && passes(f, s, sig, symbols) && covers(f, s, sig))
+            return i;
+    }
+    return -1;
+}
+
+/* A specialization being built for exactly sig, or -1. */
+static int find_in_flight(const kiln_fn *f, const kiln_spec *sig)
+{
+    for (int i = 0; i < f->n_specs; i++) {
+        bool same = !f->specs[i]->exec;
         for (int j = 0; j < f->n_in && same; j++)
-            same = spec_equal(&f->specs[i]->inputs[j], &sig[j]);
+            same = spec_equal(&f->specs[i]->inputs[j], &sig[j]) && f->specs[i]->inputs[j].dynamic == sig[j].dynamic;
         if (same)
             return i;
     }
     return -1;
+}
+
+/* Whether sig has the dtypes, ranks and devices of built specialization s. */
+static bool same_structure(const kiln_fn *f, const specialization *s, const kiln_spec *sig)
+{
+    for (int i = 0; i < f->n_in; i++)
+        if (s->guards[i].dtype != sig[i].dtype || s->guards[i].ndim != sig[i].ndim ||
+            s->guards[i].device != sig[i].device)
+            return false;
+    return true;
+}
+
+/* Under the lock: sig passed no specialization's guards. When one had its
+ * dtypes, ranks and devices, that is a guard failure, and under AUTO the
+ * axes whose fixed sizes differ become symbolic for the traces to come. */
+static void note_miss(kiln_fn *f, const kiln_spec *sig)
+{
+    for (int k = 0; k < f->n_specs; k++) {
+        const specialization *s = f->specs[(f->last + k) % f->n_specs];
+        if (!s->exec || !same_structure(f, s, sig))
+            continue;
+        f->stats.guard_failures++;
+        for (int i = 0; i < f->n_in && f->opts.dynamic == KILN_DYNAMIC_AUTO; i++) {
+            for (int d = 0; d < sig[i].ndim; d++) {
+                int64_t was = s->guards[i].dims[d], now = sig[i].shape[d];
+                if (was < 0 || was == now || (f->dynamic_dims[i] & (1u << d)))
+                    continue;
+                f->dynamic_dims[i] |= 1u << d;
+                jit_log(f, "input %d axis %d changed size %lld -> %lld: traced as symbolic from now on", i, d,
+                        (long long)was, (long long)now);
+            }
+        }
+        return;
+    }
+}
+
+/* The axes a trace for sig is asked to keep symbolic, into asked (n_in). */
+static void asked_axes(const kiln_fn *f, const kiln_spec *sig, uint32_t *asked)
+{
+    for (int i = 0; i < f->n_in; i++)
+        asked[i] = f->opts.dynamic == KILN_DYNAMIC_NEVER ? 0 : f->dynamic_dims[i] | sig[i].dynamic;
 }
 
 /* "f32[4,8], i64[]" */
@@ -248,8 +350,47 @@ static int check_body(const kiln_fn *f, const recorder *rec, int rc, kiln_tensor
     return 0;
 }
 
-/* Runs the body on tracers of sig; the graph and its captures on success. */
-static ir_graph *trace_body(kiln_fn *f, const kiln_spec *sig, kiln_tensor ***captures, int *n_captures)
+/* Bytes of the values g's body made when traced: eager holds them all until
+ * the body returns, so this is eager's peak for it. */
+static int64_t eager_bytes(const ir_graph *g)
+{
+    int64_t bytes = 0;
+    for (ir_ref r = 0; r < g->count; r++)
+        if (ir_node_computes(&g->nodes[r]))
+            bytes = core_bytes_add(bytes, ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype));
+    return bytes;
+}
+
+static void release_captures(kiln_tensor **captures, int n_captures)
+{
+    for (int i = 0; i < n_captures; i++)
+        kiln_release(captures[i]);
+    free(captures);
+}
+
+/* The traced graph g with the axes asked kept symbolic where they can be;
+ * g freed. NULL with the error set. */
+static ir_graph *symbolize(const kiln_fn *f, ir_graph *g, const uint32_t *asked, const bool *shape_read)
+{
+    char *log = NULL;
+    ir_graph *symbolic = ir_symbolize(g, asked, shape_read, &log);
+    for (char *line = log, *end; line && *line; line = end + 1) {
+        end = strchr(line, '\n');
+        *end = '\0';
+        jit_log(f, "%s", line);
+    }
+    free(log);
+    ir_graph_free(g);
+    if (!symbolic)
+        core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", f->name);
+    return symbolic;
+}
+
+/* Runs the body on tracers of sig: its graph with the axes asked symbolic
+ * where they can be, and its captures, on success. *eager_peak: the bytes
+ * the body made, as eager would hold them. */
+static ir_graph *trace_body(kiln_fn *f, const kiln_spec *sig, const uint32_t *asked, kiln_tensor ***captures,
+                            int *n_captures, int64_t *eager_peak)
 {
     recorder *rec = recorder_new(f->name);
     kiln_tensor **tracers = calloc((size_t)f->n_in + 1, sizeof *tracers);
@@ -283,11 +424,24 @@ static ir_graph *trace_body(kiln_fn *f, const kiln_spec *sig, kiln_tensor ***cap
     free(tracers);
     free(out);
     ir_graph *g = status == 0 ? recorder_take_graph(rec, captures, n_captures) : NULL;
+    bool *shape_read = g ? recorder_shape_reads(rec, g) : NULL;
     recorder_release(rec);
     if (status < 0 && why[0])
         core_fail(CORE_STATE, "kiln_call", "tracing '%s' failed: %s", f->name, why);
-    else if (!g && status == 0)
+    else if ((!g || !shape_read) && status == 0)
         core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", f->name);
+    if (g && shape_read) {
+        *eager_peak = eager_bytes(g);
+        g = symbolize(f, g, asked, shape_read);
+    } else if (g) {
+        ir_graph_free(g);
+        g = NULL;
+    }
+    free(shape_read);
+    if (!g && *captures) {
+        release_captures(*captures, *n_captures);
+        *captures = NULL;
+    }
     return g;
 }
 
@@ -303,17 +457,6 @@ static int optimise(const kiln_fn *f, ir_graph **g)
     if (ir_optimize(g, &opt, err, sizeof err) < 0)
         return core_fail(CORE_STATE, "kiln_call", "optimising '%s' failed: %s", f->name, err);
     return 0;
-}
-
-/* Bytes of the values g's body made when traced: eager holds them all until
- * the body returns, so this is eager's peak for it. */
-static int64_t eager_bytes(const ir_graph *g)
-{
-    int64_t bytes = 0;
-    for (ir_ref r = 0; r < g->count; r++)
-        if (ir_node_computes(&g->nodes[r]))
-            bytes = core_bytes_add(bytes, ir_node_numel(&g->nodes[r]) * (int64_t)kiln_dtype_size(g->nodes[r].dtype));
-    return bytes;
 }
 
 /* A specialization counts as a compile when code was generated for it (or it
@@ -334,29 +477,46 @@ static void count_exec(kiln_fn *f, const executable *x)
     f->stats.products_in_blocks = exec_products_in_blocks(x);
 }
 
-static void release_captures(kiln_tensor **captures, int n_captures)
+/* The guards of symbolized graph g, traced for sig: its input nodes' shapes. */
+static void guards_of(const kiln_fn *f, const ir_graph *g, const kiln_spec *sig, guard *guards)
 {
-    for (int i = 0; i < n_captures; i++)
-        kiln_release(captures[i]);
-    free(captures);
+    for (int i = 0; i < f->n_in; i++) {
+        guards[i] = (guard){sig[i].dtype, sig[i].device, sig[i].ndim, {0}};
+        memcpy(guards[i].dims, sig[i].shape, sizeof guards[i].dims);
+    }
+    for (ir_ref r = 0; r < g->count; r++) {
+        const ir_node *n = &g->nodes[r];
+        for (int d = 0; n->op == OP_INPUT && d < n->ndim; d++)
+            if (n->shape[d] < 0)
+                guards[n->params.index].dims[d] = -1 - ir_size_as_symbol(&g->sizes, n->shape[d]);
+    }
 }
 
-/* Traces, optimises and plans an executable for sig, as specialization k:
- * outside the lock. NULL with the error set, and *untraceable when the body
- * could not be traced. */
-static executable *build(kiln_fn *f, int k, const kiln_spec *sig, int64_t *eager_peak, bool *untraceable)
+/* What building a specialization found beside its executable. */
+typedef struct {
+    guard *guards;       /* per input (n_in), filled */
+    int n_symbols;
+    int64_t eager_peak;  /* the body's values, as eager holds them */
+    bool untraceable;    /* the body could not be traced */
+} built;
+
+/* Traces, optimises and plans an executable for sig, with the axes asked
+ * kept symbolic where they can be, as specialization k: outside the lock.
+ * NULL with the error set. */
+static executable *build(kiln_fn *f, int k, const kiln_spec *sig, const uint32_t *asked, built *b)
 {
     double start = core_now_ms();
     char sig_text[512], why[512];
     signature_text(f, sig, sig_text, sizeof sig_text);
     kiln_tensor **captures = NULL;
     int n_captures = 0, status = 0;
-    ir_graph *g = trace_body(f, sig, &captures, &n_captures);
-    *untraceable = !g;
+    ir_graph *g = trace_body(f, sig, asked, &captures, &n_captures, &b->eager_peak);
+    b->untraceable = !g;
     if (!g)
         return NULL;
     uint32_t traced_nodes = g->count;
-    *eager_peak = eager_bytes(g);
+    guards_of(f, g, sig, b->guards);
+    b->n_symbols = g->n_symbols;
     dump_graph(f, k, "before", g);
     if (optimise(f, &g) < 0) {
         ir_graph_free(g);
@@ -384,6 +544,17 @@ static executable *build(kiln_fn *f, int k, const kiln_spec *sig, int64_t *eager
     return x;
 }
 
+static void spec_free(specialization *s)
+{
+    if (!s)
+        return;
+    exec_free(s->exec);
+    free(s->inputs);
+    free(s->asked);
+    free(s->guards);
+    free(s);
+}
+
 /* Under the lock: a new specialization for sig, in flight, or NULL when out
  * of memory. Other threads' builds may drop specializations before it: it
  * is found by address, never by a position kept across the lock. */
@@ -398,14 +569,18 @@ static specialization *reserve(kiln_fn *f, const kiln_spec *sig)
         f->specs_cap = cap;
     }
     specialization *s = calloc(1, sizeof *s);
-    kiln_spec *inputs = malloc((size_t)(f->n_in ? f->n_in : 1) * sizeof *inputs);
-    if (!s || !inputs) {
-        free(s);
-        free(inputs);
+    size_t n = (size_t)(f->n_in ? f->n_in : 1);
+    if (s) {
+        s->inputs = malloc(n * sizeof *s->inputs);
+        s->asked = malloc(n * sizeof *s->asked);
+        s->guards = malloc(n * sizeof *s->guards);
+    }
+    if (!s || !s->inputs || !s->asked || !s->guards) {
+        spec_free(s);
         return NULL;
     }
-    memcpy(inputs, sig, (size_t)f->n_in * sizeof *inputs);
-    s->inputs = inputs;
+    memcpy(s->inputs, sig, (size_t)f->n_in * sizeof *s->inputs);
+    asked_axes(f, sig, s->asked);
     s->serial = f->serials++;
     f->specs[f->n_specs++] = s;
     return s;
@@ -421,18 +596,20 @@ static int index_of(const kiln_fn *f, const specialization *s)
 
 /* Under the lock: the in-flight specialization s built as x, or dropped
  * (a body that failed to trace counts towards running eagerly for good). */
-static void settle(kiln_fn *f, specialization *s, executable *x, bool untraceable, int64_t eager_peak, double ms)
+static void settle(kiln_fn *f, specialization *s, executable *x, const built *b, double ms)
 {
     int k = index_of(f, s);
+    bool untraceable = b->untraceable;
     if (x) {
         s->exec = x;
+        s->n_symbols = b->n_symbols;
         f->last = k;
         f->stats.compile_ms += ms;
+        f->stats.symbolic += b->n_symbols > 0;
         count_exec(f, x);
-        f->stats.eager_peak_bytes = eager_peak;
+        f->stats.eager_peak_bytes = b->eager_peak;
     } else {
-        free(s->inputs);
-        free(s);
+        spec_free(s);
         memmove(&f->specs[k], &f->specs[k + 1], (size_t)(f->n_specs - k - 1) * sizeof *f->specs);
         f->n_specs--;
         if (f->last > k)
@@ -463,9 +640,9 @@ static int run_this_call_eagerly(kiln_fn *f)
 }
 
 /* Under the lock, which it drops while building: the executable for sig,
- * built if new; NULL with *status 0 when the call must run eagerly, or a
- * negative error. */
-static executable *prepare(kiln_fn *f, const kiln_spec *sig, int *status)
+ * built if new, and the values of its symbols; NULL with *status 0 when the
+ * call must run eagerly, or a negative error. */
+static executable *prepare(kiln_fn *f, const kiln_spec *sig, int64_t *symbols, int *status)
 {
     *status = 0;
     if (f->eager_only) {
@@ -473,13 +650,14 @@ static executable *prepare(kiln_fn *f, const kiln_spec *sig, int *status)
         return NULL;
     }
     int k;
-    while ((k = find_spec(f, sig)) >= 0 && !f->specs[k]->exec)
+    while ((k = find_spec(f, sig, symbols)) < 0 && find_in_flight(f, sig) >= 0)
         pthread_cond_wait(&f->built, &f->lock); /* another thread builds it */
     if (k >= 0) {
         f->stats.memory_hits++;
         f->last = k;
         return f->specs[k]->exec;
     }
+    note_miss(f, sig);
     int limit = f->opts.retrace_limit;
     if (f->n_specs >= limit) {
         char change[512];
@@ -509,15 +687,16 @@ static executable *prepare(kiln_fn *f, const kiln_spec *sig, int *status)
     f->stats.traces++;
     pthread_mutex_unlock(&f->lock);
     double start = core_now_ms();
-    int64_t eager_peak = 0;
-    bool untraceable = false;
-    executable *x = build(f, s->serial, sig, &eager_peak, &untraceable);
+    built b = {.guards = s->guards};
+    executable *x = build(f, s->serial, sig, s->asked, &b);
     int failed = x ? 0 : core_error_status();
     pthread_mutex_lock(&f->lock);
-    settle(f, s, x, untraceable, eager_peak, core_now_ms() - start);
+    settle(f, s, x, &b, core_now_ms() - start);
     *status = failed;
-    if (untraceable && !f->opts.strict)
+    if (b.untraceable && !f->opts.strict)
         *status = run_this_call_eagerly(f);
+    if (x)
+        passes(f, s, sig, symbols); /* it does: its guards are sig's */
     return x;
 }
 
@@ -560,9 +739,10 @@ static int run_eagerly(const kiln_fn *f, kiln_tensor *const *in, kiln_tensor **o
     return status;
 }
 
-static int run_exec(const kiln_fn *f, const executable *x, kiln_tensor *const *in, kiln_tensor **out)
+static int run_exec(const kiln_fn *f, const executable *x, kiln_tensor *const *in, const int64_t *symbols,
+                    kiln_tensor **out)
 {
-    int status = exec_run(x, in, out);
+    int status = exec_run(x, in, symbols, out);
     for (int i = 0; i < f->n_out && status == 0; i++)
         eager_own(out[i]);
     return status;
@@ -628,19 +808,31 @@ int kiln_call(kiln_fn *f, kiln_tensor *const *in, kiln_tensor **out)
         return core_fail_status(CORE_NOMEM, "kiln_call");
     for (int i = 0; i < f->n_in; i++)
         sig[i] = kiln_spec_of(in[i]);
+    int64_t symbols[IR_MAX_SYMBOLS];
     pthread_mutex_lock(&f->lock);
-    const executable *x = prepare(f, sig, &status);
+    const executable *x = prepare(f, sig, symbols, &status);
     if (x && exec_input_aliases_writeback(x, in))
         x = run_aliased_eagerly(f);
     pthread_mutex_unlock(&f->lock);
     if (sig != stack_sig)
         free(sig);
     if (x)
-        return run_exec(f, x, in, out);
+        return run_exec(f, x, in, symbols, out);
     return status < 0 ? status : run_eagerly(f, in, out);
 }
 
 /* -- Life of a marked function --------------------------------------------- */
+
+int kiln_mark_dynamic(kiln_spec *spec, int axis)
+{
+    if (!spec)
+        return core_fail_null("kiln_mark_dynamic", "spec");
+    int resolved = axis < 0 ? axis + spec->ndim : axis;
+    if (spec->ndim < 0 || spec->ndim > KILN_MAX_DIMS || resolved < 0 || resolved >= spec->ndim)
+        return core_fail(CORE_VALUE, "kiln_mark_dynamic", "axis %d of a spec of %d dimensions", axis, spec->ndim);
+    spec->dynamic |= 1u << resolved;
+    return 0;
+}
 
 kiln_jit_options kiln_jit_defaults(void)
 {
@@ -678,11 +870,22 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
         return NULL;
     if (o.retrace_limit == 0)
         o.retrace_limit = 8;
+    if ((unsigned)o.dynamic > KILN_DYNAMIC_MARKED) {
+        core_fail(CORE_VALUE, "kiln_jit", "'%s': dynamic %d is not a kiln_dynamic", name ? name : "?", (int)o.dynamic);
+        return NULL;
+    }
     kiln_fn *f = calloc(1, sizeof *f);
-    if (!f) {
+    uint32_t *dims = calloc((size_t)n_in + 1, sizeof *dims);
+    if (!f || !dims) {
+        free(f);
+        free(dims);
         core_fail_status(CORE_NOMEM, "kiln_jit");
         return NULL;
     }
+    for (int i = 0; o.dynamic_dims && i < n_in; i++)
+        dims[i] = o.dynamic_dims[i];
+    o.dynamic_dims = NULL; /* the copy is f's */
+    f->dynamic_dims = dims;
     snprintf(f->name, sizeof f->name, "%s", name && *name ? name : "anonymous");
     f->body = body;
     f->n_in = n_in;
@@ -713,12 +916,10 @@ void kiln_fn_free(kiln_fn *f)
 {
     if (!f)
         return;
-    for (int i = 0; i < f->n_specs; i++) {
-        exec_free(f->specs[i]->exec);
-        free(f->specs[i]->inputs);
-        free(f->specs[i]);
-    }
+    for (int i = 0; i < f->n_specs; i++)
+        spec_free(f->specs[i]);
     free(f->specs);
+    free(f->dynamic_dims);
     pthread_cond_destroy(&f->built);
     pthread_mutex_destroy(&f->lock);
     free(f);
@@ -772,6 +973,9 @@ static int check_spec(const kiln_spec *s, int i)
         (s->device != KILN_CPU && s->device != KILN_CUDA))
         return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d: dtype %d, ndim %d, device %d",
                          i, (int)s->dtype, s->ndim, (int)s->device);
+    if (s->ndim < 32 && s->dynamic >> s->ndim)
+        return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d marks axes past its %d dimensions dynamic "
+                         "(mask 0x%x)", i, s->ndim, s->dynamic);
     int64_t nonzero = 1;
     for (int d = 0; d < s->ndim; d++) {
         if (s->shape[d] < 0)
@@ -791,7 +995,17 @@ static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const kx_targe
     signature_text(f, sig, sig_text, sizeof sig_text);
     kiln_tensor **captures = NULL;
     int n_captures = 0;
-    ir_graph *g = trace_body(f, sig, &captures, &n_captures);
+    int64_t eager_peak;
+    uint32_t stack_asked[STACK_INPUTS];
+    uint32_t *asked = f->n_in <= STACK_INPUTS ? stack_asked : malloc((size_t)f->n_in * sizeof *asked);
+    if (!asked)
+        return core_fail_status(CORE_NOMEM, "kiln_fn_precompile");
+    pthread_mutex_lock(&f->lock);
+    asked_axes(f, sig, asked);
+    pthread_mutex_unlock(&f->lock);
+    ir_graph *g = trace_body(f, sig, asked, &captures, &n_captures, &eager_peak);
+    if (asked != stack_asked)
+        free(asked);
     int status = g ? optimise(f, &g) : core_error_status();
     dump_target dumps = {f, 0};
     exec_options o = exec_options_of(f, sig_text, &dumps);
@@ -826,9 +1040,10 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
         if (device_of_signature(f, in) == KILN_CUDA && (!cuda || !cuda->target(NULL, why, sizeof why)))
             return core_fail(CORE_DEVICE, "kiln_fn_precompile", "'%s' for CUDA inputs here (\"host\"): %s; "
                              "\"cuda:sm_XX\" compiles for a GPU elsewhere", f->name, cuda ? why : "no CUDA backend");
+        int64_t symbols[IR_MAX_SYMBOLS];
         pthread_mutex_lock(&f->lock);
-        if (find_spec(f, in) < 0)
-            prepare(f, in, &status);
+        if (find_spec(f, in, symbols) < 0)
+            prepare(f, in, symbols, &status);
         pthread_mutex_unlock(&f->lock);
         return status < 0 ? status : 0;
     }

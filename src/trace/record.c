@@ -26,6 +26,8 @@ struct recorder {
     ir_graph *graph;
     capture *captures;
     int n_captures, cap;
+    ir_ref *shape_reads; /* nodes whose shapes the body read */
+    int n_shape_reads, shape_reads_cap;
     char failure[512]; /* empty while the trace is usable */
 };
 
@@ -177,9 +179,26 @@ static void read_values(eager_trace *trace, const char *fn)
                fn);
 }
 
+static void read_shape(eager_trace *trace, ir_ref node)
+{
+    recorder *rec = (recorder *)trace;
+    if (rec->n_shape_reads == rec->shape_reads_cap) {
+        int cap = rec->shape_reads_cap ? 2 * rec->shape_reads_cap : 16;
+        ir_ref *grown = realloc(rec->shape_reads, (size_t)cap * sizeof *grown);
+        if (!grown) { /* the sizes it read could then vary: no trace at all is safe */
+            fail_trace(rec, "%s ran out of memory noting a shape read", trace->name);
+            return;
+        }
+        rec->shape_reads = grown;
+        rec->shape_reads_cap = cap;
+    }
+    rec->shape_reads[rec->n_shape_reads++] = node;
+}
+
 static void destroy(eager_trace *trace)
 {
     recorder *rec = (recorder *)trace;
+    free(rec->shape_reads);
     for (int i = 0; i < rec->n_captures; i++)
         kiln_release(rec->captures[i].tensor);
     free(rec->captures);
@@ -204,6 +223,7 @@ recorder *recorder_new(const char *fn_name)
     rec->base.record = record;
     rec->base.record_assign = record_assign;
     rec->base.read_values = read_values;
+    rec->base.read_shape = read_shape;
     rec->base.destroy = destroy;
     return rec;
 }
@@ -241,6 +261,14 @@ int recorder_output(recorder *rec, kiln_tensor *t)
 const char *recorder_failure(const recorder *rec)
 {
     return rec->failure[0] ? rec->failure : NULL;
+}
+
+bool *recorder_shape_reads(const recorder *rec, const ir_graph *g)
+{
+    bool *read = calloc(g->count ? g->count : 1, sizeof *read);
+    for (int i = 0; read && i < rec->n_shape_reads; i++)
+        read[rec->shape_reads[i]] = true;
+    return read;
 }
 
 ir_graph *recorder_take_graph(recorder *rec, kiln_tensor ***captures, int *n_captures)

@@ -21,6 +21,9 @@ void recorder_finish(recorder *rec);
 int recorder_output(recorder *rec, kiln_tensor *t);
 /* Why the trace cannot be used (a tracer's values were read), or NULL. */
 const char *recorder_failure(const recorder *rec);
+/* Per node of g (the graph taken from rec), whether the body read its
+ * shape; calloc'd, NULL when out of memory. */
+bool *recorder_shape_reads(const recorder *rec, const ir_graph *g);
 /* Takes the graph and the captured tensors (new references) out of rec. */
 ir_graph *recorder_take_graph(recorder *rec, kiln_tensor ***captures, int *n_captures);
 /* Drops the owner's reference; tracers still alive keep the rest alive. */
@@ -87,8 +90,9 @@ executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const 
 int exec_compile_for(const ir_graph *g, const exec_options *o, const kx_target *target, exec_counts *counts,
                      char *why, size_t why_size);
 void exec_free(executable *x);
-/* Runs x: n_out new unowned references in out; 0 or the failing op's status. */
-int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out);
+/* Runs x for the values of its graph's symbols (IR_MAX_SYMBOLS of them): n_out
+ * new unowned references in out; 0 or the failing op's status. */
+int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols, kiln_tensor **out);
 /* Whether an input shares storage with a capture x writes back: the body's
  * reads of that input would then depend on the order of its reads and
  * writes, which only running it eagerly keeps. */
