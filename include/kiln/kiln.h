@@ -299,15 +299,27 @@ KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
  * the graph and runs it. Inside the body, ops on the inputs record instead of
  * computing; eager tensors the body uses without receiving them are captured
  * by reference (a later kiln_assign to them is seen), and kiln_assign to a
- * captured tensor is written back on every call. Reading a traced value
- * (kiln_item, kiln_copy_to_host) fails the trace: the call then runs the
- * body eagerly (use kiln_where instead of branching on data). Every call
- * returns fresh output tensors.
+ * captured tensor is written back on every call. Every call returns fresh
+ * output tensors.
+ *
+ * Reading a traced value (kiln_item, kiln_copy_to_host) breaks the graph:
+ * the ops before the read are compiled and run on the call's data, the read
+ * gives the body the real value, and tracing goes on after it in a new
+ * segment. Later calls run the segments without the body: after each read,
+ * the segment traced for the value the read gives now (the bytes read, so a
+ * bool read from a comparison is a branch taken, an integer a loop's trip
+ * count). A value no trace has seen traces a new path, so the body runs
+ * once per distinct path (up to retrace_limit paths per signature), and C
+ * side effects in the body (a printf) happen only when it runs. Writebacks
+ * happen once the whole call is known. Strict mode makes a read an error;
+ * kiln_where selects values without a read. KILN_LOG=1 names each read that
+ * broke a trace and the ops traced before it.
  *
  * What the body reads from C is frozen at trace time: a double passed to a
- * *_scalar op, a seed, a loop bound, a shape. A number that changes between
- * calls goes in a tensor: an input, or a captured 0-d tensor updated with
- * kiln_assign, which every call reads afresh without retracing:
+ * *_scalar op, a seed, a loop bound, a shape (but see kiln_dynamic). A
+ * number that changes between calls goes in a tensor: an input, or a
+ * captured 0-d tensor updated with kiln_assign, which every call reads
+ * afresh without retracing:
  *
  *   kiln_tensor *lr = kiln_scalar(0.1);   // used by the body: captured
  *   ... body: kiln_sub(w, kiln_mul(lr, grad)) ...
@@ -380,7 +392,8 @@ typedef struct {
     int64_t guard_failures;    /* calls no specialization's guards let through, though one had their
                                   dtypes, ranks and devices: each traced anew (or ran eagerly) */
     int64_t graph_breaks;      /* reads of traced values that split a trace into segments */
-    int64_t segments;          /* compiled segments, over every specialization and path */
+    int64_t segments;          /* the segments f keeps, over every specialization and path (a
+                                  trace that never broke is one) */
 } kiln_fn_stats_t;
 
 typedef struct {

@@ -236,8 +236,10 @@ static void release(kiln_tensor *t)
         return;
     if (t->storage)
         storage_release(t->storage);
-    if (t->trace)
+    if (t->trace) {
+        t->trace->forget(t->trace, t);
         eager_trace_release(t->trace);
+    }
     atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
     header_free(t);
 }

@@ -83,6 +83,15 @@ kiln_tensor *record_op(const char *fn, ir_op op, int n_in, kiln_tensor *const *i
     return tensor_own(active->record(active, op, n_in, in, params ? params : &zero, dt, ndim, shape));
 }
 
+kiln_tensor *read_tracer(const char *fn, const kiln_tensor *t)
+{
+    kiln_clear_error();
+    kiln_tensor *real = t->trace == active && !active->finished ? active->read(active, t, fn) : NULL;
+    if (!real && !kiln_last_error()[0]) /* the trace cannot break: it fails */
+        fail_read_tracer(fn, t);
+    return real;
+}
+
 int fail_read_tracer(const char *fn, const kiln_tensor *t)
 {
     if (t->trace == active && !t->trace->finished)

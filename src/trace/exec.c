@@ -204,12 +204,11 @@ void exec_free(executable *x)
 
 /* -- What it is -------------------------------------------------------------------- */
 
-bool exec_input_aliases_writeback(const executable *x, kiln_tensor *const *in)
+bool exec_writes_back_into(const executable *x, const kiln_tensor *t)
 {
     for (int w = 0; w < x->graph->n_writebacks; w++)
-        for (int i = 0; i < x->graph->n_inputs; i++)
-            if (kiln_shares_storage(in[i], x->captures[x->graph->writebacks[w].capture]))
-                return true;
+        if (kiln_shares_storage(t, x->captures[x->graph->writebacks[w].capture]))
+            return true;
     return false;
 }
 

@@ -75,7 +75,7 @@ kiln_tensor *interp_node(const ir_graph *g, ir_ref r, const interp_sources *s, k
     if (!ir_shape_symbolic(n->ndim, n->shape) || ir_shape_eval(&g->sizes, n->ndim, n->shape, s->symbols, concrete.shape))
         t = eager_dispatch(&concrete, operands);
     else
-        core_internal("kiln_call", "node %u's shape does not evaluate for this call's sizes", r);
+        (void)core_internal("kiln_call", "node %u's shape does not evaluate for this call's sizes", r);
     if (operands != stack)
         free(operands);
     return t;

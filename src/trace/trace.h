@@ -14,6 +14,15 @@ typedef struct recorder recorder;
 recorder *recorder_new(const char *fn_name);
 /* A new unowned tracer for input i of the given signature. */
 kiln_tensor *recorder_input(recorder *rec, int i, const kiln_spec *spec);
+/* At a read of a traced value (fn: kiln_item, kiln_copy_to_host), the graph
+ * so far, whose first output is the value read and the others every value
+ * the rest of the body may use, with the captures it names (borrowed) and
+ * which nodes' shapes the body read: the value read, on real data (a new
+ * unowned tensor), or NULL with the error set (the trace then fails). */
+typedef kiln_tensor *(*recorder_break_fn)(void *ctx, const ir_graph *g, kiln_tensor *const *captures,
+                                          int n_captures, const bool *shape_read, const char *fn);
+/* Lets the trace break at reads (see record.c); without it a read fails it. */
+void recorder_set_break(recorder *rec, recorder_break_fn on_break, void *ctx);
 /* Makes the recorder the active trace of this thread, or stops it. */
 void recorder_activate(recorder *rec);
 void recorder_finish(recorder *rec);
@@ -93,10 +102,10 @@ void exec_free(executable *x);
 /* Runs x for the values of its graph's symbols (IR_MAX_SYMBOLS of them): n_out
  * new unowned references in out; 0 or the failing op's status. */
 int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols, kiln_tensor **out);
-/* Whether an input shares storage with a capture x writes back: the body's
- * reads of that input would then depend on the order of its reads and
- * writes, which only running it eagerly keeps. */
-bool exec_input_aliases_writeback(const executable *x, kiln_tensor *const *in);
+/* Whether t shares storage with a capture x writes back: a body reading t
+ * as an input would then depend on the order of its reads and writes, which
+ * only running it eagerly keeps. */
+bool exec_writes_back_into(const executable *x, const kiln_tensor *t);
 /* The backend whose kernels x runs ("llvm", "nvrtc"), or "interp". */
 const char *exec_backend_name(const executable *x);
 exec_counts exec_kernel_counts(const executable *x);
