@@ -588,24 +588,6 @@ START_TEST(test_jit_off_runs_eagerly)
 }
 END_TEST
 
-static kiln_tensor *gelu_plus(kiln_tensor *x, kiln_tensor *y)
-{
-    return kiln_add(kiln_gelu(x), y);
-}
-
-KILN_COMPILE(gelu_plus_compiled, gelu_plus, 2)
-
-START_TEST(test_one_line_marking)
-{
-    kiln_scope_begin();
-    kiln_tensor *x = tensor(KILN_F32, 2, (int64_t[]){3, 5}, 4), *y = tensor(KILN_F32, 1, (int64_t[]){5}, 5);
-    /* The default backend compiles: its tanh is within 6.5 ulp, eager's 3.5. */
-    for (int i = 0; i < 3; i++)
-        assert_close(gelu_plus_compiled(x, y), gelu_plus(x, y), 2e-6, 1e-6, "KILN_COMPILE");
-    kiln_scope_end();
-}
-END_TEST
-
 static kiln_fn *inner_fn;
 
 static int outer(kiln_tensor *const *in, kiln_tensor **out, void *user)
@@ -752,11 +734,6 @@ static Suite *trace_suite(void)
     tcase_add_test(modes, test_stats_describe_the_specialization);
     tcase_add_test(modes, test_calls_from_two_threads);
     suite_add_tcase(s, modes);
-
-    /* The marked function made by KILN_COMPILE lives as long as the process. */
-    TCase *marking = tcase_create("marking");
-    tcase_add_test(marking, test_one_line_marking);
-    suite_add_tcase(s, marking);
     return s;
 }
 

@@ -1,7 +1,12 @@
 /* Dtype conversion and walks over strided N-d views. */
 #include <string.h>
 
-#include "eager/internal.h"
+#include "eager/isa.h"
+
+/* Compiled once per level (isa.h). */
+#define convert ISA_NAME(convert)
+#define strided_gather ISA_NAME(strided_gather)
+#define strided_scatter ISA_NAME(strided_scatter)
 
 /* Float to integer: truncate toward zero, saturate, NaN gives 0 (C leaves
  * out-of-range conversions undefined; kiln must not). */

@@ -1,0 +1,53 @@
+/* The library as a whole: its version and the level of its eager kernels. */
+#include <stdio.h>
+
+#include "test_common.h"
+
+START_TEST(test_version_is_the_headers)
+{
+    char parts[32];
+    snprintf(parts, sizeof parts, "%d.%d.%d", KILN_VERSION_MAJOR, KILN_VERSION_MINOR, KILN_VERSION_PATCH);
+    ck_assert_str_eq(KILN_VERSION_STRING, parts);
+    ck_assert_str_eq(kiln_version(), KILN_VERSION_STRING);
+}
+END_TEST
+
+/* The best level this CPU runs, as CPUID says (under valgrind: what valgrind
+ * emulates). */
+static const char *best_level(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4"))
+        return "x86-64-v4";
+    if (__builtin_cpu_supports("x86-64-v3"))
+        return "x86-64-v3";
+    if (__builtin_cpu_supports("x86-64-v2"))
+        return "x86-64-v2";
+    return "x86-64";
+#else
+    return NULL;
+#endif
+}
+
+START_TEST(test_eager_kernels_run_the_best_level_or_kiln_isa)
+{
+    const char *isa = kiln_eager_isa(), *asked = getenv("KILN_ISA");
+    ck_assert_ptr_nonnull(isa);
+    if (!strcmp(isa, "native") || !best_level())
+        return; /* -Dnative=true, or a compiler that cannot tell the levels */
+    ck_assert_str_eq(isa, asked && *asked ? asked : best_level());
+}
+END_TEST
+
+static Suite *library_suite(void)
+{
+    Suite *s = suite_create("library");
+    TCase *tc = tcase_create("library");
+    tcase_add_test(tc, test_version_is_the_headers);
+    tcase_add_test(tc, test_eager_kernels_run_the_best_level_or_kiln_isa);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KILN_TEST_MAIN(library_suite)
