@@ -1,5 +1,6 @@
 /* The library as a whole: its version and the level of its eager kernels. */
 #include <stdio.h>
+#include <sys/wait.h>
 
 #include "test_common.h"
 
@@ -40,12 +41,45 @@ START_TEST(test_eager_kernels_run_the_best_level_or_kiln_isa)
 }
 END_TEST
 
+/* The first line kiln-cache prints for args, from KILN_TEST_CACHE_TOOL. */
+static void tool_line(const char *args, char *line, size_t size, int *status)
+{
+    const char *tool = getenv("KILN_TEST_CACHE_TOOL");
+    ck_assert_msg(tool != NULL, "KILN_TEST_CACHE_TOOL is not set");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s", tool, args);
+    FILE *out = popen(cmd, "r");
+    ck_assert_ptr_nonnull(out);
+    if (!fgets(line, (int)size, out))
+        line[0] = '\0';
+    while (fgetc(out) != EOF)
+        continue;
+    *status = pclose(out);
+}
+
+START_TEST(test_kiln_cache_version_and_help)
+{
+    char line[256], want[64];
+    int status;
+    tool_line("--version", line, sizeof line, &status);
+    snprintf(want, sizeof want, "kiln-cache %s (libkiln %s", KILN_VERSION_STRING, KILN_VERSION_STRING);
+    ck_assert_int_eq(status, 0);
+    ck_assert_msg(!strncmp(line, want, strlen(want)), "kiln-cache --version printed \"%s\"", line);
+    tool_line("--help", line, sizeof line, &status);
+    ck_assert_int_eq(status, 0);
+    ck_assert_msg(!strncmp(line, "usage: kiln-cache", 17), "kiln-cache --help printed \"%s\"", line);
+    tool_line("--frobnicate 2>/dev/null", line, sizeof line, &status);
+    ck_assert_int_eq(WEXITSTATUS(status), 2);
+}
+END_TEST
+
 static Suite *library_suite(void)
 {
     Suite *s = suite_create("library");
     TCase *tc = tcase_create("library");
     tcase_add_test(tc, test_version_is_the_headers);
     tcase_add_test(tc, test_eager_kernels_run_the_best_level_or_kiln_isa);
+    tcase_add_test(tc, test_kiln_cache_version_and_help);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -165,10 +166,44 @@ KILN_API int kiln_cuda_memory_stats(kiln_cuda_memory *out);
 KILN_API void kiln_cuda_empty_cache(void);
 /* Waits until all queued CUDA work is done; 0, or negative with the error a kernel raised. */
 KILN_API int kiln_cuda_synchronize(void);
-/* Prints t to stdout in PyTorch's style, eliding the middle of large tensors. */
+/* Prints t to stdout as PyTorch prints a tensor: rows wrapped at 80
+ * columns, the middle of tensors over 1000 elements elided. 0, or negative
+ * with the error set. */
 KILN_API int kiln_print(const kiln_tensor *t);
+/* The same, to f. */
+KILN_API int kiln_fprint(FILE *f, const kiln_tensor *t);
 /* t itself (a new reference) if row-major contiguous, else a contiguous copy. */
 KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
+
+/* -- Files ----------------------------------------------------------------- */
+
+/* The array in a numpy .npy file (versions 1.0 to 3.0; C or Fortran order;
+ * any byte order) of dtype f4, f8, i4, i8 or b1, as a new contiguous tensor.
+ * A file kiln cannot read is an error naming the byte where it went wrong. */
+KILN_API kiln_tensor *kiln_load_npy(const char *path);
+/* Writes t (any layout or device) to path as numpy 1.24's np.save would: a
+ * version 1.0 header, C order, little-endian. 0, or negative with the error
+ * set (a partly written file is removed). */
+KILN_API int kiln_save_npy(const char *path, const kiln_tensor *t);
+
+/* A tensor and its name, as kiln_load_safetensors returns them. */
+typedef struct {
+    const char *name;    /* owned by the array */
+    kiln_tensor *tensor; /* a reference owned by the array, not by a scope */
+} kiln_named_tensor;
+
+/* Loads tensors from a .safetensors file: the n named in names, in that
+ * order, or every tensor in the file's order when names is NULL (n is then
+ * ignored). The file is mapped and only those tensors are copied out; the
+ * header is checked whole (offsets in bounds, sizes matching shapes, no
+ * overlaps or holes). Dtypes F32, F64, I32, I64 and BOOL load as such.
+ * Returns the number of tensors and sets *out to a new array of them (free
+ * it with kiln_free_named_tensors; kiln_retain a tensor to keep it longer);
+ * on failure *out is NULL and the error names the tensor or the byte. */
+KILN_API int kiln_load_safetensors(const char *path, const char *const *names, int n,
+                                   kiln_named_tensor **out);
+/* Releases the n tensors of ts and frees the array (NULL is ignored). */
+KILN_API void kiln_free_named_tensors(kiln_named_tensor *ts, int n);
 
 /* -- Elementwise ops ------------------------------------------------------- */
 /* Binary ops broadcast and promote their operands. Arithmetic on two bools:
