@@ -356,6 +356,18 @@ START_TEST(test_safetensors_malformed_headers)
 }
 END_TEST
 
+/* Names decode JSON's escapes to UTF-8: 2, 3 and 4 bytes (a surrogate pair). */
+START_TEST(test_safetensors_names_decode_escapes)
+{
+    write_safetensors(tmp_path("names.safetensors"),
+                      "{\"\\u00e9\\u20ac\\ud83d\\ude00\\/\\t\":{\"dtype\":\"BOOL\",\"shape\":[],\"data_offsets\":[0,1]}}", 1);
+    kiln_named_tensor *ts;
+    ck_assert_int_eq(kiln_load_safetensors(tmp_path("names.safetensors"), NULL, 0, &ts), 1);
+    ck_assert_str_eq(ts[0].name, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80/\t");
+    kiln_free_named_tensors(ts, 1);
+}
+END_TEST
+
 START_TEST(test_safetensors_header_length)
 {
     kiln_named_tensor *ts;
@@ -475,6 +487,7 @@ static Suite *io_suite(void)
     tcase_add_test(st, test_safetensors_by_name);
     tcase_add_test(st, test_safetensors_all_and_refusals);
     tcase_add_test(st, test_safetensors_malformed_headers);
+    tcase_add_test(st, test_safetensors_names_decode_escapes);
     tcase_add_test(st, test_safetensors_header_length);
     suite_add_tcase(s, st);
     TCase *print = tcase_create("print");

@@ -33,6 +33,8 @@ enum { N_LEVELS = sizeof levels / sizeof *levels };
 
 /* Set before main by choose(); the base level until then. */
 static const eager_isa *current = &levels[0];
+/* current's kernels, looked up once: kernel_for runs on every eager op. */
+static ew_kernel kernels[OP__COUNT][KILN_BOOL + 1];
 
 /* Whether this CPU (and its OS, for the AVX registers) runs levels[i]. As
  * CPUID reports it: under valgrind, the level valgrind emulates. */
@@ -83,6 +85,9 @@ __attribute__((constructor)) static void choose(void)
             best = i;
     }
     current = &levels[best];
+    for (int op = 0; op < OP__COUNT; op++)
+        for (int dt = 0; dt <= KILN_BOOL; dt++)
+            kernels[op][dt] = current->kernel_for((ir_op)op, (kiln_dtype)dt);
 }
 
 const eager_isa *eager_isa_current(void)
@@ -99,7 +104,8 @@ const char *kiln_eager_isa(void)
 
 ew_kernel kernel_for(ir_op op, kiln_dtype compute)
 {
-    return current->kernel_for(op, compute);
+    ew_kernel k = kernels[op][compute]; /* NULL before choose() runs, or for no kernel */
+    return k ? k : current->kernel_for(op, compute);
 }
 
 void convert(void *dst, kiln_dtype dst_dt, const void *src, kiln_dtype src_dt, int64_t n, int64_t stride)

@@ -9,6 +9,7 @@
  * the byte where it was found. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -49,10 +50,14 @@ typedef struct {
     int n, cap;
 } parser;
 
-static int fail_at(const parser *p, size_t at, const char *fmt, const char *arg)
+static int fail_at(const parser *p, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail_at(const parser *p, size_t at, const char *fmt, ...)
 {
     char what[160];
-    snprintf(what, sizeof what, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     return core_fail(CORE_FORMAT, p->fn, "'%s': byte %zu: %s", p->path, 8 + at, what);
 }
 
@@ -78,66 +83,93 @@ static int expect(parser *p, char ch, const char *what)
     return take(p, ch) ? 0 : fail_at(p, p->at, "expected %s", what);
 }
 
-/* The UTF-8 length of the sequence at s (at most n bytes), 0 if invalid. */
+/* The UTF-8 length of the sequence at s (at most n bytes), 0 if invalid:
+ * overlong forms, surrogates and code points past U+10FFFF are refused. */
 static int utf8_length(const unsigned char *s, size_t n)
 {
-    int len = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
-            : s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : 0;
-    if (!len || (size_t)len > n)
+    int len;
+    uint32_t cp;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xc2 && s[0] < 0xe0)
+        len = 2, cp = s[0] & 0x1fu;
+    else if (s[0] >= 0xe0 && s[0] < 0xf0)
+        len = 3, cp = s[0] & 0x0fu;
+    else if (s[0] >= 0xf0 && s[0] < 0xf5)
+        len = 4, cp = s[0] & 0x07u;
+    else
         return 0;
-    for (int i = 1; i < len; i++)
+    if ((size_t)len > n)
+        return 0;
+    for (int i = 1; i < len; i++) {
         if ((s[i] & 0xc0) != 0x80)
             return 0;
-    uint32_t cp = len == 1 ? s[0] : len == 2 ? s[0] & 0x1fu : len == 3 ? s[0] & 0x0fu : s[0] & 0x07u;
-    for (int i = 1; i < len; i++)
         cp = cp << 6 | (s[i] & 0x3fu);
-    bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    return overlong || cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000) ? 0 : len;
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000))
+        return 0;
+    return len;
+}
+
+/* cp as UTF-8 into out; the bytes written. */
+static int utf8_encode(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    int len = cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    static const unsigned char lead[] = {0, 0, 0xc0, 0xe0, 0xf0};
+    for (int i = len - 1; i > 0; i--, cp >>= 6)
+        out[i] = (char)(0x80 | (cp & 0x3f));
+    out[0] = (char)(lead[len] | cp);
+    return len;
+}
+
+static int hex_value(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
 }
 
 static int hex4(parser *p, uint32_t *out)
 {
     *out = 0;
     for (int i = 0; i < 4; i++, p->at++) {
-        int c = p->at < p->len ? p->text[p->at] : 0;
-        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int v = p->at < p->len ? hex_value(p->text[p->at]) : -1;
         if (v < 0)
-            return fail_at(p, p->at, "expected %s", "four hex digits after \\u");
+            return fail_at(p, p->at, "expected four hex digits after \\u");
         *out = *out << 4 | (uint32_t)v;
     }
     return 0;
 }
 
-/* \uXXXX (and its low surrogate) as UTF-8 into out; the bytes written. */
+/* \uXXXX (with its low surrogate when it is a high one) as UTF-8 into out;
+ * the bytes written. */
 static int unicode_escape(parser *p, char *out)
 {
     size_t start = p->at - 2;
     uint32_t cp, low;
     if (hex4(p, &cp) < 0)
         return -1;
+    if (cp >= 0xdc00 && cp < 0xe000)
+        return fail_at(p, start, "a low surrogate alone");
     if (cp >= 0xd800 && cp < 0xdc00) {
         if (p->at + 2 > p->len || p->text[p->at] != '\\' || p->text[p->at + 1] != 'u')
-            return fail_at(p, start, "%s", "a high surrogate without its low one");
+            return fail_at(p, start, "a high surrogate without its low one");
         p->at += 2;
         if (hex4(p, &low) < 0)
             return -1;
         if (low < 0xdc00 || low >= 0xe000)
-            return fail_at(p, start, "%s", "a high surrogate without its low one");
+            return fail_at(p, start, "a high surrogate without its low one");
         cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-    } else if (cp >= 0xdc00 && cp < 0xe000) {
-        return fail_at(p, start, "%s", "a low surrogate alone");
     }
-    if (cp < 0x80)
-        return out[0] = (char)cp, 1;
-    if (cp < 0x800)
-        return out[0] = (char)(0xc0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3f)), 2;
-    if (cp < 0x10000)
-        return out[0] = (char)(0xe0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 0x3f)),
-               out[2] = (char)(0x80 | (cp & 0x3f)), 3;
-    out[0] = (char)(0xf0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 0x3f));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3f)), out[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
+    return utf8_encode(cp, out);
 }
 
 /* The character a one-letter escape stands for, or -1. */
@@ -160,13 +192,13 @@ static int plain_escape(unsigned char c)
 static int read_escape(parser *p, char *chunk)
 {
     if (p->at + 1 >= p->len)
-        return fail_at(p, p->at, "%s", "a string without its closing quote");
+        return fail_at(p, p->at, "a string without its closing quote");
     unsigned char c = p->text[p->at + 1];
     p->at += 2;
     if (c == 'u')
         return unicode_escape(p, chunk);
     if (plain_escape(c) < 0)
-        return fail_at(p, p->at - 2, "%s", "an unknown escape");
+        return fail_at(p, p->at - 2, "an unknown escape");
     chunk[0] = (char)plain_escape(c);
     return 1;
 }
@@ -181,24 +213,24 @@ static int read_string(parser *p, char *out, size_t size)
         char chunk[4];
         int len;
         if (p->text[p->at] < 0x20)
-            return fail_at(p, p->at, "%s", "a control character in a string");
+            return fail_at(p, p->at, "a control character in a string");
         if (p->text[p->at] == '\\') {
             len = read_escape(p, chunk);
         } else if ((len = utf8_length(p->text + p->at, p->len - p->at))) {
             memcpy(chunk, p->text + p->at, (size_t)len);
             p->at += (size_t)len;
         } else {
-            return fail_at(p, p->at, "%s", "a string that is not UTF-8");
+            return fail_at(p, p->at, "a string that is not UTF-8");
         }
         if (len < 0)
             return -1;
         if (n + (size_t)len >= size)
-            return fail_at(p, start, "%s", "a string too long");
+            return fail_at(p, start, "a string too long");
         memcpy(out + n, chunk, (size_t)len);
         n += (size_t)len;
     }
     if (p->at >= p->len)
-        return fail_at(p, start, "%s", "a string without its closing quote");
+        return fail_at(p, start, "a string without its closing quote");
     p->at++;
     out[n] = '\0';
     return 0;
@@ -212,11 +244,11 @@ static int read_count(parser *p, uint64_t *out)
     uint64_t v = 0;
     while (p->at < p->len && p->text[p->at] >= '0' && p->text[p->at] <= '9') {
         if (v > (UINT64_C(1) << 62) / 5 || (p->at > start && v == 0))
-            return fail_at(p, start, "%s", "a number too large or with a leading zero");
+            return fail_at(p, start, "a number too large or with a leading zero");
         v = v * 10 + (uint64_t)(p->text[p->at++] - '0');
     }
     if (p->at == start)
-        return fail_at(p, start, "expected %s", "a non-negative integer");
+        return fail_at(p, start, "expected a non-negative integer");
     *out = v;
     return 0;
 }
@@ -294,7 +326,7 @@ static int read_field(parser *p, entry *e, unsigned *seen)
         if (read_counts(p, values, 2, &count, "data_offsets") < 0)
             return -1;
         e->begin = values[0], e->end = values[1];
-        return count == 2 ? 0 : fail_at(p, at, "%s", "data_offsets needs two numbers");
+        return count == 2 ? 0 : fail_at(p, at, "data_offsets needs two numbers");
     }
     return fail_at(p, at, "unknown or repeated key \"%s\"", key);
 }
@@ -313,7 +345,7 @@ static int read_entry(parser *p, entry *e)
         if (expect(p, '}', "',' or '}'") < 0)
             return -1;
     }
-    return seen == 7 ? 0 : fail_at(p, at, "%s", "a tensor needs dtype, shape and data_offsets");
+    return seen == 7 ? 0 : fail_at(p, at, "a tensor needs dtype, shape and data_offsets");
 }
 
 static entry *new_entry(parser *p)
@@ -352,7 +384,7 @@ static int read_member(parser *p)
 static int parse(parser *p)
 {
     if (p->len == 0 || p->text[0] != '{')
-        return fail_at(p, 0, "%s", "the header must start with '{'");
+        return fail_at(p, 0, "the header must start with '{'");
     p->at = 1;
     if (!take(p, '}')) {
         do {
@@ -363,7 +395,7 @@ static int parse(parser *p)
             return -1;
     }
     skip_space(p); /* the writer pads with spaces to a multiple of 8 */
-    return p->at == p->len ? 0 : fail_at(p, p->at, "%s", "text after the header's object");
+    return p->at == p->len ? 0 : fail_at(p, p->at, "text after the header's object");
 }
 
 /* -- Checks across tensors -------------------------------------------------- */
