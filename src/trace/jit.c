@@ -183,8 +183,13 @@ static plan_options plan_options_of(const kiln_fn *f, const char *sig_text, dump
  * inputs, by NVRTC for CUDA ones. */
 static bool compiles_natively(const kiln_fn *f, kiln_device device)
 {
+#ifdef KILN_HAVE_LLVM
     if (f->opts.backend == KILN_BACKEND_AUTO)
         return true;
+#else
+    if (f->opts.backend == KILN_BACKEND_AUTO)
+        return false; /* interpreted, as the first kiln_jit said */
+#endif
     return device == KILN_CUDA ? f->opts.backend == KILN_BACKEND_NVRTC : f->opts.backend == KILN_BACKEND_LLVM;
 }
 
