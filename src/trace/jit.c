@@ -32,6 +32,12 @@ struct kiln_fn {
     bool eager_only, warned;
 };
 
+#ifdef KILN_HAVE_LLVM
+enum { HAVE_LLVM = 1 };
+#else
+enum { HAVE_LLVM = 0 };
+#endif
+
 enum {
     FAILED_TRACES_BEFORE_EAGER = 3,
     SPEC_STR_MAX = CORE_SHAPE_STR_MAX + 8,
@@ -183,13 +189,8 @@ static plan_options plan_options_of(const kiln_fn *f, const char *sig_text, dump
  * inputs, by NVRTC for CUDA ones. */
 static bool compiles_natively(const kiln_fn *f, kiln_device device)
 {
-#ifdef KILN_HAVE_LLVM
     if (f->opts.backend == KILN_BACKEND_AUTO)
-        return true;
-#else
-    if (f->opts.backend == KILN_BACKEND_AUTO)
-        return false; /* interpreted, as the first kiln_jit said */
-#endif
+        return HAVE_LLVM; /* without it, interpreted, as the first kiln_jit said */
     return device == KILN_CUDA ? f->opts.backend == KILN_BACKEND_NVRTC : f->opts.backend == KILN_BACKEND_LLVM;
 }
 
@@ -538,8 +539,8 @@ static int check_options(const kiln_jit_options *o)
     return 0;
 }
 
-#ifndef KILN_HAVE_LLVM
-/* Said once, at the first kiln_jit, so that nobody learns it from the times. */
+/* Said once, at the first kiln_jit of a build without LLVM, so that nobody
+ * learns it from the times. */
 static void say_interpreted(void)
 {
     static atomic_flag said = ATOMIC_FLAG_INIT;
@@ -547,7 +548,6 @@ static void say_interpreted(void)
         fprintf(stderr, "kiln: this build has no LLVM backend (configured without LLVM >= 15): "
                         "marked functions will be interpreted\n");
 }
-#endif
 
 kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *user,
                   const kiln_jit_options *opts)
@@ -590,10 +590,8 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     const char *dir = getenv("KILN_DUMP_DIR");
     snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir && *dir ? dir : ".");
     pthread_mutex_init(&f->lock, NULL);
-#ifndef KILN_HAVE_LLVM
-    if (o.backend == KILN_BACKEND_AUTO && !f->jit_off)
+    if (!HAVE_LLVM && o.backend == KILN_BACKEND_AUTO && !f->jit_off)
         say_interpreted();
-#endif
     return f;
 }
 
