@@ -13,16 +13,17 @@ START_TEST(test_version_is_the_headers)
 }
 END_TEST
 
-/* The best level this CPU runs, as CPUID says (under valgrind: what valgrind
- * emulates). */
+/* The best level this CPU runs, as CPUID reports it (under valgrind: what
+ * valgrind emulates), tuned for AMD's Zen on AMD CPUs. */
 static const char *best_level(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     __builtin_cpu_init();
+    bool zen = __builtin_cpu_is("amd");
     if (__builtin_cpu_supports("x86-64-v4"))
-        return "x86-64-v4";
+        return zen ? "x86-64-v4-zen" : "x86-64-v4";
     if (__builtin_cpu_supports("x86-64-v3"))
-        return "x86-64-v3";
+        return zen ? "x86-64-v3-zen" : "x86-64-v3";
     if (__builtin_cpu_supports("x86-64-v2"))
         return "x86-64-v2";
     return "x86-64";
@@ -31,13 +32,28 @@ static const char *best_level(void)
 #endif
 }
 
+/* Whether this CPU runs a level named as kiln_eager_isa names them
+ * ("x86-64-v3-zen" needs x86-64-v3). */
+static bool cpu_runs(const char *name)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (!strncmp(name, "x86-64-v4", 9))
+        return __builtin_cpu_supports("x86-64-v4");
+    if (!strncmp(name, "x86-64-v3", 9))
+        return __builtin_cpu_supports("x86-64-v3");
+    if (!strncmp(name, "x86-64-v2", 9))
+        return __builtin_cpu_supports("x86-64-v2");
+#endif
+    return true;
+}
+
 START_TEST(test_eager_kernels_run_the_best_level_or_kiln_isa)
 {
     const char *isa = kiln_eager_isa(), *asked = getenv("KILN_ISA");
     ck_assert_ptr_nonnull(isa);
     if (!strcmp(isa, "native") || !best_level())
         return; /* -Dnative=true, or a compiler that cannot tell the levels */
-    ck_assert_str_eq(isa, asked && *asked ? asked : best_level());
+    ck_assert_str_eq(isa, asked && *asked && cpu_runs(asked) ? asked : best_level());
 }
 END_TEST
 

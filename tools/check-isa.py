@@ -5,7 +5,7 @@
 
 objdump disassembles LIBRARY; the linker's map (ld -Map) says which object
 each piece of code came from. Code compiled for a higher level
-(libkiln_eager_v3.a.p/..., src/eager/isa.h) may use that level; all other code
+(libkiln_eager_v3.a.p/..., libkiln_eager_v3z.a.p/..., src/eager/isa.h) may use that level; all other code
 must stay within x86-64-v2. The check also requires each level's kernels to
 use their level, so a build that lost its -march flags fails too.
 Exit status 0, or 1 with the offending instructions listed.
@@ -66,7 +66,7 @@ def selected_ranges(map_path):
         m = entry.match(name.group(2) if name else line)
         if not m:
             continue
-        level = re.search(r"_v([234])\.a\.p/", m.group(3))
+        level = re.search(r"_v([234])z?\.a\.p/", m.group(3))
         start, size = int(m.group(1), 16), int(m.group(2), 16)
         if level and size:
             ranges.append((start, start + size, int(level.group(1))))

@@ -69,8 +69,10 @@ typedef enum {
  * is the one the program was compiled against. */
 KILN_API const char *kiln_version(void);
 /* The instruction set the eager kernels run at, chosen once at start-up:
- * "x86-64", "x86-64-v2", "x86-64-v3" or "x86-64-v4" (the best this CPU runs,
- * or a lower one named by KILN_ISA); "native" in a -Dnative=true build. */
+ * "x86-64", "x86-64-v2", "x86-64-v3" or "x86-64-v4", the best this CPU runs
+ * ("x86-64-v3-zen" and "x86-64-v4-zen": the same tuned for AMD's Zen, on
+ * AMD CPUs), or another this CPU runs named by KILN_ISA; "native" in a
+ * -Dnative=true build. */
 KILN_API const char *kiln_eager_isa(void);
 
 /* -- Errors and ownership ------------------------------------------------- */

@@ -6,7 +6,9 @@
 #ifdef EAGER_ISA_X86_LEVELS
 ISA_DECLARE(v2)
 ISA_DECLARE(v3)
+ISA_DECLARE(v3z)
 ISA_DECLARE(v4)
+ISA_DECLARE(v4z)
 #endif
 
 #if defined(EAGER_ISA_NATIVE)
@@ -17,28 +19,40 @@ ISA_DECLARE(v4)
 #define BASE_NAME "generic"
 #endif
 
-#define LEVEL(name, level) \
-    {name, kernel_for_##level, convert_##level, strided_gather_##level, strided_scatter_##level, \
-     reduce_rows_##level, reduce_tiles_##level}
+/* A level: the x86-64 level its code needs (0 for the base) and whether it
+ * is tuned for AMD's Zen rather than for any CPU. */
+typedef struct {
+    eager_isa isa;
+    int rank;
+    bool zen;
+} level;
 
-static const eager_isa levels[] = {
-    LEVEL(BASE_NAME, base),
+#define ISA(name, symbol) \
+    {name, kernel_for_##symbol, convert_##symbol, strided_gather_##symbol, strided_scatter_##symbol, \
+     reduce_rows_##symbol, reduce_tiles_##symbol}
+#define LEVEL(name, symbol, rank, zen) {ISA(name, symbol), rank, zen}
+
+static const level levels[] = {
+    LEVEL(BASE_NAME, base, 0, false),
 #ifdef EAGER_ISA_X86_LEVELS
-    LEVEL("x86-64-v2", v2),
-    LEVEL("x86-64-v3", v3),
-    LEVEL("x86-64-v4", v4),
+    LEVEL("x86-64-v2", v2, 1, false),
+    LEVEL("x86-64-v3", v3, 2, false),
+    LEVEL("x86-64-v3-zen", v3z, 2, true),
+    LEVEL("x86-64-v4", v4, 3, false),
+    LEVEL("x86-64-v4-zen", v4z, 3, true),
 #endif
 };
 enum { N_LEVELS = sizeof levels / sizeof *levels };
 
-/* Set before main by choose(); the base level until then. */
-static const eager_isa *current = &levels[0];
-/* current's kernels, looked up once: kernel_for runs on every eager op. */
+/* A copy of the level chosen before main by choose() (the base level until
+ * then): one cache line to read on the way to a kernel, not two. */
+static _Alignas(64) eager_isa current = ISA(BASE_NAME, base);
+/* Its kernels, looked up once: kernel_for runs on every eager op. */
 static ew_kernel kernels[OP__COUNT][KILN_BOOL + 1];
 
-/* Whether this CPU (and its OS, for the AVX registers) runs levels[i]. As
- * CPUID reports it: under valgrind, the level valgrind emulates. */
-static bool cpu_runs(int i)
+/* The highest x86-64 level this CPU (and its OS, for the AVX registers)
+ * runs, as CPUID reports it: under valgrind, the level valgrind emulates. */
+static int cpu_rank(void)
 {
 #ifdef EAGER_ISA_X86_LEVELS
     __builtin_cpu_init();
@@ -52,52 +66,69 @@ static bool cpu_runs(int i)
     bool v2 = __builtin_cpu_supports("x86-64-v2"), v3 = __builtin_cpu_supports("x86-64-v3"),
          v4 = __builtin_cpu_supports("x86-64-v4");
 #endif
-    const bool runs[] = {true, v2, v3, v4};
-    return runs[i];
+    return v4 ? 3 : v3 ? 2 : v2 ? 1 : 0;
 #else
-    return i == 0;
+    return 0;
+#endif
+}
+
+static bool cpu_is_amd(void)
+{
+#ifdef EAGER_ISA_X86_LEVELS
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd");
+#else
+    return false;
 #endif
 }
 
 static int level_named(const char *name)
 {
     for (int i = 0; i < N_LEVELS; i++)
-        if (!strcmp(levels[i].name, name))
+        if (!strcmp(levels[i].isa.name, name))
             return i;
     return -1;
 }
 
-/* KILN_ISA names a lower level to run (tests compare the levels). */
-__attribute__((constructor)) static void choose(void)
+/* The level of that rank tuned for this CPU's maker where there is one. */
+static int best_level(int rank)
 {
     int best = 0;
-    while (best + 1 < N_LEVELS && cpu_runs(best + 1))
-        best++;
+    for (int i = 0; i < N_LEVELS; i++)
+        if (levels[i].rank == rank && (levels[best].rank < rank || levels[i].zen == cpu_is_amd()))
+            best = i;
+    return best;
+}
+
+/* KILN_ISA names another level the CPU runs (tests compare the levels). */
+__attribute__((constructor)) static void choose(void)
+{
+    int rank = cpu_rank(), best = best_level(rank);
     const char *want = getenv("KILN_ISA");
     if (want && *want) {
         int i = level_named(want);
         if (i < 0)
             fprintf(stderr, "kiln: warning: KILN_ISA=%s is not a level of this build; running %s\n", want,
-                    levels[best].name);
-        else if (i > best)
-            fprintf(stderr, "kiln: warning: KILN_ISA=%s: this CPU runs %s at most\n", want, levels[best].name);
+                    levels[best].isa.name);
+        else if (levels[i].rank > rank)
+            fprintf(stderr, "kiln: warning: KILN_ISA=%s: this CPU runs %s at most\n", want, levels[best].isa.name);
         else
             best = i;
     }
-    current = &levels[best];
+    current = levels[best].isa;
     for (int op = 0; op < OP__COUNT; op++)
         for (int dt = 0; dt <= KILN_BOOL; dt++)
-            kernels[op][dt] = current->kernel_for((ir_op)op, (kiln_dtype)dt);
+            kernels[op][dt] = current.kernel_for((ir_op)op, (kiln_dtype)dt);
 }
 
 const eager_isa *eager_isa_current(void)
 {
-    return current;
+    return &current;
 }
 
 const char *kiln_eager_isa(void)
 {
-    return current->name;
+    return current.name;
 }
 
 /* -- The names the other files call ---------------------------------------- */
@@ -105,20 +136,20 @@ const char *kiln_eager_isa(void)
 ew_kernel kernel_for(ir_op op, kiln_dtype compute)
 {
     ew_kernel k = kernels[op][compute]; /* NULL before choose() runs, or for no kernel */
-    return k ? k : current->kernel_for(op, compute);
+    return k ? k : current.kernel_for(op, compute);
 }
 
 void convert(void *dst, kiln_dtype dst_dt, const void *src, kiln_dtype src_dt, int64_t n, int64_t stride)
 {
-    current->convert(dst, dst_dt, src, src_dt, n, stride);
+    current.convert(dst, dst_dt, src, src_dt, n, stride);
 }
 
 void strided_gather(void *dst, kiln_dtype dst_dt, const strided *src, int64_t begin, int64_t count)
 {
-    current->strided_gather(dst, dst_dt, src, begin, count);
+    current.strided_gather(dst, dst_dt, src, begin, count);
 }
 
 void strided_scatter(const strided *dst, const void *src, int64_t begin, int64_t count)
 {
-    current->strided_scatter(dst, src, begin, count);
+    current.strided_scatter(dst, src, begin, count);
 }

@@ -2,8 +2,9 @@
  *
  * kernels.c, convert.c and the loops of reduce.c are where eager time goes.
  * A default build compiles them once for the compiler's own target (every
- * x86-64: "base") and again with -march=x86-64-v2, -v3 and -v4, each copy
- * with its own names: meson passes EAGER_ISA (v2, v3 or v4) and
+ * x86-64: "base") and again with -march=x86-64-v2, -v3 and -v4 (v3 and v4
+ * twice: tuned for any CPU, and as v3z and v4z for AMD's Zen), each copy
+ * with its own names: meson passes EAGER_ISA (v2, v3, v3z, v4 or v4z) and
  * EAGER_ISA_VARIANT, and ISA_NAME(f) appends the level to f. isa.c picks the
  * best level the CPU runs once, at start-up, and the names the other files
  * call (kernel_for, convert, strided_gather, strided_scatter) go through it.
