@@ -896,11 +896,6 @@ START_TEST(test_concurrent_builds_with_failures)
 }
 END_TEST
 
-static kiln_tensor *negated(kiln_tensor *x)
-{
-    return kiln_neg(x);
-}
-
 /* Errors that said something else than what happened. */
 START_TEST(test_errors_say_what_happened)
 {
@@ -912,9 +907,8 @@ START_TEST(test_errors_say_what_happened)
     ck_assert_ptr_nonnull(arr[0]);
     kiln_fn_free(f);
     kiln_clear_error();
-    kiln_fn *slot = NULL;
-    ck_assert_ptr_null(kiln_jit_call(&slot, "negated", (kiln_generic_fn)negated, 1, NULL)); /* named kiln_call */
-    ck_assert_kiln_error("kiln_jit_call", "in is NULL");
+    ck_assert_ptr_null(kiln_jit_slot(NULL, "negated", add_one, 1));
+    ck_assert_kiln_error("kiln_jit_slot", "slot");
     o.retrace_limit = INT_MAX; /* said "out of memory": signatures grow as they come */
     o.dynamic = KILN_DYNAMIC_NEVER;
     f = kiln_jit("add_one", add_one, 1, 1, NULL, &o);
@@ -975,24 +969,6 @@ START_TEST(test_jit_off_runs_eagerly)
     ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 4);
     ck_assert_int_eq(count(f, TRACES), 0);
     kiln_fn_free(f);
-}
-END_TEST
-
-static kiln_tensor *gelu_plus(kiln_tensor *x, kiln_tensor *y)
-{
-    return kiln_add(kiln_gelu(x), y);
-}
-
-KILN_COMPILE(gelu_plus_compiled, gelu_plus, 2)
-
-START_TEST(test_one_line_marking)
-{
-    kiln_scope_begin();
-    kiln_tensor *x = tensor(KILN_F32, 2, (int64_t[]){3, 5}, 4), *y = tensor(KILN_F32, 1, (int64_t[]){5}, 5);
-    /* The default backend compiles: its tanh is within 6.5 ulp, eager's 3.5. */
-    for (int i = 0; i < 3; i++)
-        assert_close(gelu_plus_compiled(x, y), gelu_plus(x, y), 2e-6, 1e-6, "KILN_COMPILE");
-    kiln_scope_end();
 }
 END_TEST
 
@@ -1153,11 +1129,6 @@ static Suite *trace_suite(void)
     tcase_add_test(modes, test_stats_describe_the_specialization);
     tcase_add_test(modes, test_calls_from_two_threads);
     suite_add_tcase(s, modes);
-
-    /* The marked function made by KILN_COMPILE lives as long as the process. */
-    TCase *marking = tcase_create("marking");
-    tcase_add_test(marking, test_one_line_marking);
-    suite_add_tcase(s, marking);
     return s;
 }
 

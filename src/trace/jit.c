@@ -275,7 +275,8 @@ static int backend_device(const kiln_fn *f)
 static int compiled_on(const kiln_fn *f, kiln_device device, bool *compiled)
 {
     int wanted = backend_device(f);
-    *compiled = f->opts.backend == KILN_BACKEND_AUTO || wanted == (int)device;
+    /* AUTO without LLVM interprets CPU inputs, as the first kiln_jit said. */
+    *compiled = (f->opts.backend == KILN_BACKEND_AUTO && (device == KILN_CUDA || kernels_backend_for(KILN_CPU))) || wanted == (int)device;
     if (wanted < 0 || wanted == (int)device)
         return 0;
     return core_fail(CORE_DEVICE, "kiln_call", "'%s' uses the %s backend, which runs on %s, and its inputs are on %s "
@@ -1109,6 +1110,16 @@ static int check_options(const kiln_jit_options *o)
     return 0;
 }
 
+/* Said once, at the first kiln_jit of a build without LLVM, so that nobody
+ * learns it from the times. */
+static void say_interpreted(void)
+{
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&said))
+        fprintf(stderr, "kiln: this build has no LLVM backend (configured without LLVM >= 15): "
+                        "marked functions will be interpreted\n");
+}
+
 kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *user,
                   const kiln_jit_options *opts)
 {
@@ -1165,6 +1176,8 @@ kiln_fn *kiln_jit(const char *name, kiln_body body, int n_in, int n_out, void *u
     snprintf(f->dump_dir, sizeof f->dump_dir, "%s", dir);
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->built, NULL);
+    if (!kernels_backend_for(KILN_CPU) && o.backend == KILN_BACKEND_AUTO && !f->jit_off)
+        say_interpreted();
     return f;
 }
 
@@ -1328,61 +1341,4 @@ const char *kiln_host_target(void)
     if (!t)
         core_fail(CORE_DEVICE, "kiln_host_target", "%s", why);
     return t ? t->name : NULL;
-}
-
-/* -- One-line marking ------------------------------------------------------ */
-
-typedef struct {
-    kiln_generic_fn fn;
-    int n;
-} generic_body;
-
-typedef kiln_tensor *T;
-
-static int run_generic(kiln_tensor *const *in, kiln_tensor **out, void *user)
-{
-    const generic_body *g = user;
-    switch (g->n) {
-    case 1: out[0] = ((T(*)(T))g->fn)(in[0]); break;
-    case 2: out[0] = ((T(*)(T, T))g->fn)(in[0], in[1]); break;
-    case 3: out[0] = ((T(*)(T, T, T))g->fn)(in[0], in[1], in[2]); break;
-    case 4: out[0] = ((T(*)(T, T, T, T))g->fn)(in[0], in[1], in[2], in[3]); break;
-    case 5: out[0] = ((T(*)(T, T, T, T, T))g->fn)(in[0], in[1], in[2], in[3], in[4]); break;
-    default: out[0] = ((T(*)(T, T, T, T, T, T))g->fn)(in[0], in[1], in[2], in[3], in[4], in[5]); break;
-    }
-    return out[0] ? 0 : -1;
-}
-
-kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_generic_fn fn, int n,
-                           kiln_tensor *const *in)
-{
-    if (!slot || !fn || !in) {
-        core_fail_null("kiln_jit_call", !slot ? "slot" : !fn ? "fn" : "in");
-        return NULL;
-    }
-    if (n < 1 || n > 6) {
-        core_fail(CORE_VALUE, "kiln_jit_call", "'%s' takes %d tensors; 1 to 6 are supported",
-                  name ? name : "?", n);
-        return NULL;
-    }
-    kiln_fn *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-    if (!f) {
-        generic_body *g = malloc(sizeof *g);
-        kiln_fn *made = g ? kiln_jit(name, run_generic, n, 1, g, NULL) : NULL;
-        if (!made) {
-            free(g);
-            return NULL;
-        }
-        *g = (generic_body){fn, n};
-        kiln_fn *expected = NULL;
-        if (__atomic_compare_exchange_n(slot, &expected, made, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            f = made;
-        } else {
-            kiln_fn_free(made);
-            free(g);
-            f = expected;
-        }
-    }
-    kiln_tensor *out = NULL;
-    return kiln_call(f, in, &out) == 0 ? out : NULL;
 }
