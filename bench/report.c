@@ -171,6 +171,7 @@ static void json_serve(FILE *out, const bench_serve *s)
     fprintf(out, "      \"serve\": {\n        \"block\": \"%s\", \"calls\": %d,\n", s->block, s->calls);
     json_serve_mode(out, "eager", &s->eager, ",");
     json_serve_mode(out, "static", &s->fixed, ",");
+    json_serve_mode(out, "static_limited", &s->fixed_limited, ",");
     json_serve_mode(out, "dynamic", &s->dynamic, ",");
     fprintf(out, "        \"warm\": [");
     for (int i = 0; i < SERVE_STEADY_SIZES; i++) {

@@ -1,11 +1,12 @@
 /* kiln-bench's serve: a transformer block (pre-norm attention over heads with
  * a causal mask, then a gelu MLP, both residual) called as a server calls it,
- * with batch sizes drawn from 1..64 in a fixed random order: eagerly, marked
- * with fixed shapes (every new batch size traced and compiled, up to the
- * retrace limit, then eager: kiln before dynamic shapes), and marked with
+ * with batch sizes drawn from 1..64 in a fixed random order: eagerly; marked
+ * with fixed shapes, every new batch size traced and compiled (static); the
+ * same with the default retrace limit of 8, past which new sizes run eagerly
+ * (static, limit 8: kiln before dynamic shapes, by default); and marked with
  * dynamic shapes (AUTO). Each mode runs in a fresh process with the disk
  * cache off, so that every compile is cold and none is shared with another
- * mode. A fourth process times warm calls of a fixed and a dynamic
+ * mode. Another process times warm calls of a fixed and a dynamic
  * specialization at the same batch sizes, in turn. */
 #include "serve.h"
 #include "timing.h"
@@ -33,8 +34,8 @@ static kiln_tensor *weight(int64_t rows, int64_t cols, uint64_t seed)
 
 static void block_make(block *b, bool quick)
 {
-    b->T = quick ? 8 : 32;
-    b->C = quick ? 64 : 256;
+    b->T = quick ? 8 : 16;
+    b->C = quick ? 64 : 128;
     b->D = b->C / HEADS;
     int64_t c = b->C, h = 4 * b->C;
     b->ln1_g = kiln_ones(KILN_F32, 1, &c);
@@ -115,8 +116,9 @@ static double max_abs_diff(kiln_tensor *a, kiln_tensor *b)
 /* One mode's run, printed as "total p50 p99 traces compiled fallbacks diff". */
 static int run_mode(block *b, const char *mode, int calls)
 {
-    bool eager = !strcmp(mode, "eager");
-    kiln_fn *f = eager ? NULL : mark(b, !strcmp(mode, "dynamic") ? KILN_DYNAMIC_AUTO : KILN_DYNAMIC_NEVER, 0);
+    bool eager = !strcmp(mode, "eager"), dynamic = !strcmp(mode, "dynamic");
+    int limit = !strcmp(mode, "static") ? SERVE_MAX_BATCH : 0; /* 0: the default, 8 */
+    kiln_fn *f = eager ? NULL : mark(b, dynamic ? KILN_DYNAMIC_AUTO : KILN_DYNAMIC_NEVER, limit);
     int64_t *sizes = malloc((size_t)calls * sizeof *sizes);
     double *ms = malloc((size_t)calls * sizeof *ms), total = 0, diff = eager ? NAN : 0;
     batch_sizes(sizes, calls);
@@ -237,9 +239,9 @@ int serve_measure(int threads, bool quick, bench_serve *s)
     snprintf(s->block, sizeof s->block, "T=%lld C=%lld heads=%d, batch 1..%d", (long long)b.T, (long long)b.C,
              HEADS, SERVE_MAX_BATCH);
     block_free(&b);
-    const char *modes[3] = {"eager", "static", "dynamic"};
-    serve_mode *into[3] = {&s->eager, &s->fixed, &s->dynamic};
-    for (int i = 0; i < 3; i++) {
+    const char *modes[4] = {"eager", "static", "static-limited", "dynamic"};
+    serve_mode *into[4] = {&s->eager, &s->fixed, &s->fixed_limited, &s->dynamic};
+    for (int i = 0; i < 4; i++) {
         fprintf(stderr, "kiln-bench: serve: %s, %d calls in a fresh process\n", modes[i], s->calls);
         if (spawn(self, modes[i], threads, quick, line, sizeof line) < 0)
             return -1;
@@ -262,15 +264,16 @@ void serve_print(const bench_serve *s, FILE *out)
 {
     fprintf(out, "\nserve: a transformer block (%s), %d calls with random batch sizes, cold cache\n", s->block,
             s->calls);
-    fprintf(out, "  %-8s %10s %10s %10s %8s %9s %10s %10s\n", "mode", "total ms", "p50 ms", "p99 ms", "traces",
+    fprintf(out, "  %-16s %10s %10s %10s %8s %9s %10s %10s\n", "mode", "total ms", "p50 ms", "p99 ms", "traces",
             "kernels", "eager", "max diff");
-    const char *names[3] = {"eager", "static", "dynamic"};
-    const serve_mode *modes[3] = {&s->eager, &s->fixed, &s->dynamic};
-    for (int i = 0; i < 3; i++)
-        fprintf(out, "  %-8s %10.1f %10.3f %10.3f %8lld %9lld %10lld %10.2g\n", names[i], modes[i]->total_ms,
+    const char *names[4] = {"eager", "static", "static, limit 8", "dynamic"};
+    const serve_mode *modes[4] = {&s->eager, &s->fixed, &s->fixed_limited, &s->dynamic};
+    for (int i = 0; i < 4; i++)
+        fprintf(out, "  %-16s %10.1f %10.3f %10.3f %8lld %9lld %10lld %10.2g\n", names[i], modes[i]->total_ms,
                 modes[i]->p50_ms, modes[i]->p99_ms, (long long)modes[i]->traces,
                 (long long)modes[i]->kernels_compiled, (long long)modes[i]->eager_fallbacks, modes[i]->max_abs_diff);
-    fprintf(out, "  static / dynamic total: %.2fx\n", s->fixed.total_ms / s->dynamic.total_ms);
+    fprintf(out, "  static / dynamic total: %.2fx; static with limit 8 / dynamic: %.2fx\n",
+            s->fixed.total_ms / s->dynamic.total_ms, s->fixed_limited.total_ms / s->dynamic.total_ms);
     fprintf(out, "  warm calls, fixed vs dynamic specialization:");
     for (int i = 0; i < SERVE_STEADY_SIZES; i++)
         fprintf(out, "  batch %lld %.3f/%.3f ms (%.2fx)", (long long)SERVE_STEADY[i], s->steady_fixed_ms[i],

@@ -21,7 +21,7 @@ typedef struct {
 typedef struct {
     char block[64];                  /* its sizes, for people */
     int calls;
-    serve_mode eager, fixed, dynamic;
+    serve_mode eager, fixed, fixed_limited, dynamic; /* fixed: every size compiled; limited: the default limit */
     double steady_fixed_ms[SERVE_STEADY_SIZES], steady_dynamic_ms[SERVE_STEADY_SIZES];
 } bench_serve;
 
