@@ -35,6 +35,7 @@ typedef struct {
     const char *a, *b;
     char *out;
     void *const *buffers;
+    const int64_t *symbols;
     blocking bl;
     int64_t tm, tn;   /* parts of each matrix's rows and columns */
     int64_t rows_part, cols_part;
@@ -104,7 +105,8 @@ static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t
         for (int64_t ir = 0; ir < mc; ir += g->mr) {
             int64_t row = z * a->m + ic + ir;
             gemm_tile t = {.m_rem = mc - ir < g->mr ? mc - ir : g->mr, .n_rem = nc - jr < g->nr ? nc - jr : g->nr,
-                           .row0 = row, .col0 = jc + jr, .ld_out = a->n, .buffers = j->buffers};
+                           .row0 = row, .col0 = jc + jr, .ld_out = a->n, .buffers = j->buffers,
+                           .symbols = j->symbols};
             if (j->out)
                 t.out = j->out + (row * a->n + jc + jr) * size;
             g->kernel(kc, s->ap + ir * kc * size, bp, s->acc + (ir * s->ld_acc + jr) * size, s->ld_acc, mode, &t);
@@ -130,7 +132,7 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
                 int64_t kc = a->k - pc < j->bl.kc ? a->k - pc : j->bl.kc;
                 int64_t mode = (pc > 0 ? GEMM_LOAD : 0) | (pc + kc >= a->k ? GEMM_FINAL : 0);
                 if (kc > 0 && g->prologue)
-                    g->prologue(s->ap, z * a->m + ic, mc, pc, kc, j->buffers);
+                    g->prologue(s->ap, z * a->m + ic, mc, pc, kc, j->buffers, j->symbols);
                 else if (kc > 0)
                     g->pack_a(j->a + (a_z + ic * a->a_row + pc * a->a_col) * size, a->a_row, a->a_col, mc, kc, s->ap);
                 tiles(j, s, z, ic, mc, jc, nc, pc, kc, mode);
@@ -221,11 +223,11 @@ static void split(job *j, int64_t s)
 }
 
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
-             void *const *buffers, char *err, size_t err_size)
+             void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
 {
     if (args->batch <= 0 || args->m <= 0 || args->n <= 0)
         return 0;
-    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .bl = block_sizes(g, args->k),
+    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols, .bl = block_sizes(g, args->k),
              .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
     double work = (double)args->batch * (double)args->m * (double)args->n * (double)(args->k > 0 ? args->k : 1);
     int64_t threads = work < GEMM_SMALL ? 1 : core_threads(), s = 1;

@@ -44,12 +44,14 @@ enum {
  * columns [col0, col0 + n_rem) of the product (rows counted over the batch:
  * matrix z's row r is z * m + r). A plain product stores to out (leading
  * dimension ld_out); a fused one reads its buffers (the kernel's inputs and
- * outputs). Laid out as the generated code reads it. */
+ * outputs) and the values of its symbols (its symbolic sizes' terms). Laid
+ * out as the generated code reads it. */
 typedef struct {
     int64_t m_rem, n_rem, row0, col0;
     void *out;
     int64_t ld_out;
     void *const *buffers;
+    const int64_t *symbols;
 } gemm_tile;
 
 /* The generated functions, T the product's dtype:
@@ -78,9 +80,10 @@ int gemm_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_s
 /* -- The driver ---------------------------------------------------------------- */
 
 /* A fused kernel's prologue (codegen_prologue): packs rows [row0, row0 +
- * rows) and columns [col0, col0 + cols) of A as pack_a would, computing them. */
+ * rows) and columns [col0, col0 + cols) of A as pack_a would, computing them
+ * from buffers for the symbols' values. */
 typedef void (*gemm_prologue_fn)(void *dst, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
-                                 void *const *buffers);
+                                 void *const *buffers, const int64_t *symbols);
 
 typedef struct {
     gemm_pack_fn pack_a, pack_b;
@@ -91,9 +94,9 @@ typedef struct {
 
 /* C = A @ B as args lays them out (ir/kernel.h), over kiln's thread pool:
  * into out (contiguous [batch, m, n]) when buffers is NULL, else through the
- * fused kernel's epilogue over buffers. 0, or -1 with why in err (out of
- * memory). */
+ * fused kernel's epilogue over buffers, for the symbols' values. 0, or -1
+ * with why in err (out of memory). */
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
-             void *const *buffers, char *err, size_t err_size);
+             void *const *buffers, const int64_t *symbols, char *err, size_t err_size);
 
 #endif
