@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "report.h"
 #include "timing.h"
 
 char *openblas_get_corename(void);
@@ -160,15 +161,6 @@ static double forced_gflops(const char *self, const char *core, int index, int t
     return read == 2 && status == 0 && !strcmp(got, core) ? gflops : NAN;
 }
 
-static const char *num(char *buf, size_t size, double v, const char *fmt)
-{
-    if (isnan(v))
-        snprintf(buf, size, "-");
-    else
-        snprintf(buf, size, fmt, v);
-    return buf;
-}
-
 int matmul_family_run(const char *self, int threads, int reps, bool quick, FILE *out)
 {
     const char *found = openblas_get_corename(), *best = best_core();
@@ -191,9 +183,9 @@ int matmul_family_run(const char *self, int threads, int reps, bool quick, FILE 
         char dims[64], b[5][32];
         snprintf(dims, sizeof dims, "%lldx%lldx%lldx%lld", (long long)o.batch, (long long)o.m, (long long)o.k,
                  (long long)o.n);
-        fprintf(out, "%-16s %-20s %10s %10s %10s %8s %8s\n", SHAPES[i].name, dims, num(b[0], 32, kiln, "%.1f"),
-                num(b[1], 32, openblas, "%.1f"), num(b[2], 32, forced, "%.1f"), num(b[3], 32, kiln / openblas, "%.2fx"),
-                num(b[4], 32, kiln / forced, "%.2fx"));
+        fprintf(out, "%-16s %-20s %10s %10s %10s %8s %8s\n", SHAPES[i].name, dims, bench_number(b[0], 32, kiln, "%.1f"),
+                bench_number(b[1], 32, openblas, "%.1f"), bench_number(b[2], 32, forced, "%.1f"), bench_number(b[3], 32, kiln / openblas, "%.2fx"),
+                bench_number(b[4], 32, kiln / forced, "%.2fx"));
         operands_free(&o);
         if (isnan(kiln)) {
             fprintf(stderr, "kiln-bench: matmul %s: %s\n", SHAPES[i].name, kiln_last_error());
