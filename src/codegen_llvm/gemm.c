@@ -68,13 +68,12 @@ static blocking block_sizes(const gemm_code *g, int64_t k)
     int64_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10), l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10);
     int64_t l3 = cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
     blocking b;
-    b.kc = clamp(l1 / (g->nr * g->size) / 8 * 8, 64, 1024);
-    b.kc = core_env_int("KILN_GEMM_KC", b.kc);
+    b.kc = clamp(core_env_int("KILN_GEMM_KC", clamp(l1 / (g->nr * g->size) / 8 * 8, 64, 1024)), 1, 1 << 16);
     b.mc = clamp(l2 / 2 / (b.kc * g->size) / g->mr * g->mr, g->mr, 4096 / g->mr * g->mr);
-    b.mc = core_env_int("KILN_GEMM_MC", b.mc) / g->mr * g->mr;
+    b.mc = clamp(core_env_int("KILN_GEMM_MC", b.mc) / g->mr * g->mr, g->mr, 1 << 16);
     int64_t budget = clamp(l3 / 4, 1 << 20, 8 << 20);
     b.nc = clamp(budget / ((k > 0 ? k : 1) * g->size) / g->nr * g->nr, g->nr, 4096 / g->nr * g->nr);
-    b.nc = core_env_int("KILN_GEMM_NC", b.nc) / g->nr * g->nr;
+    b.nc = clamp(core_env_int("KILN_GEMM_NC", b.nc) / g->nr * g->nr, g->nr, 1 << 16);
     return b;
 }
 
@@ -82,6 +81,7 @@ static blocking block_sizes(const gemm_code *g, int64_t k)
 
 typedef struct {
     char *ap, *bp, *acc;
+    char *raw[3]; /* as allocated, for core_free */
     int64_t ld_acc;
 } scratch;
 
@@ -145,6 +145,14 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
     }
 }
 
+/* Block bytes at a 64-byte boundary (the kernel loads whole vectors of the
+ * B panel aligned), however small; from raw, bytes + 64 long. */
+static char *aligned_block(char **raw, size_t bytes)
+{
+    *raw = core_alloc(bytes + 64);
+    return *raw ? *raw + (64 - (uintptr_t)*raw % 64) % 64 : NULL;
+}
+
 static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
 {
     const gemm_code *g = j->g;
@@ -154,20 +162,17 @@ static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
     sizes[1] = (size_t)((j->args->k > 0 ? j->args->k : 1) * nc * g->size);
     sizes[2] = j->args->k > j->bl.kc ? (size_t)(mc * nc * g->size) : 0;
     s->ld_acc = nc;
-    s->ap = core_alloc(sizes[0]);
-    s->bp = core_alloc(sizes[1]);
-    s->acc = sizes[2] ? core_alloc(sizes[2]) : NULL;
+    s->ap = aligned_block(&s->raw[0], sizes[0]);
+    s->bp = aligned_block(&s->raw[1], sizes[1]);
+    s->acc = sizes[2] ? aligned_block(&s->raw[2], sizes[2]) : NULL;
     return s->ap && s->bp && (s->acc || !sizes[2]);
 }
 
 static void scratch_free(scratch *s, const size_t sizes[3])
 {
-    if (s->ap)
-        core_free(s->ap, sizes[0]);
-    if (s->bp)
-        core_free(s->bp, sizes[1]);
-    if (s->acc)
-        core_free(s->acc, sizes[2]);
+    for (int i = 0; i < 3; i++)
+        if (s->raw[i])
+            core_free(s->raw[i], sizes[i] + 64);
 }
 
 static void run_tasks(void *ctx, int64_t begin, int64_t end)
