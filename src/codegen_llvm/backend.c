@@ -89,29 +89,6 @@ static int compile(const kx_kernel *k, const char *symbol, const kx_target *t, c
     return status;
 }
 
-/* Loads a product's object: its functions and tile (codegen_llvm/gemm.h),
- * and its prologue when it has one. */
-static llvm_code *load_product(const void *object, size_t size, const char *symbol, bool prologue, gemm_code *g,
-                               char *err, size_t err_size)
-{
-    static const char *const suffixes[5] = {GEMM_PACK_A, GEMM_PACK_B, GEMM_KERNEL, GEMM_GEOMETRY, CODEGEN_PROLOGUE};
-    char names[5][160];
-    const char *list[5];
-    for (int i = 0; i < 5; i++) {
-        snprintf(names[i], sizeof names[i], "%s%s", symbol, suffixes[i]);
-        list[i] = names[i];
-    }
-    void *at[5] = {NULL};
-    llvm_code *code = llvm_load_symbols(object, size, list, prologue ? 5 : 4, at, err, err_size);
-    if (!code)
-        return NULL;
-    const int32_t *geometry = at[3];
-    *g = (gemm_code){.pack_a = (gemm_pack_fn)(uintptr_t)at[0], .pack_b = (gemm_pack_fn)(uintptr_t)at[1],
-                     .kernel = (gemm_kernel_fn)(uintptr_t)at[2], .prologue = (gemm_prologue_fn)(uintptr_t)at[4],
-                     .mr = geometry[0], .nr = geometry[1], .size = geometry[3]};
-    return code;
-}
-
 static kx_code *load(const kx_kernel *k, const void *object, size_t size, const char *symbol, char *err,
                      size_t err_size)
 {
@@ -122,7 +99,7 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
     }
     c->product = k->product >= 0;
     c->n_buffers = k->n_buffers;
-    c->code = c->product ? load_product(object, size, symbol, k->prologue != NULL, &c->gemm, err, err_size)
+    c->code = c->product ? gemm_load(object, size, symbol, k->prologue != NULL, &c->gemm, err, err_size)
                          : llvm_load(object, size, symbol, &c->fn, err, err_size);
     if (!c->code) {
         free(c);
@@ -213,7 +190,7 @@ static int load_generic(const kg_kernel *k, const void *object, size_t size, con
         snprintf(err, err_size, "%s", misfits ? misfits : "out of memory");
         return -1;
     }
-    if (!(p->code = load_product(object, size, symbol, false, &p->gemm, err, err_size))) {
+    if (!(p->code = gemm_load(object, size, symbol, false, &p->gemm, err, err_size))) {
         free(p);
         return -1;
     }

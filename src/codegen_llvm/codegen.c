@@ -28,6 +28,7 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
 
+#include "codegen_llvm/gemm.h"
 #include "codegen_llvm/internal.h"
 #include "codegen_llvm/math.h"
 #include "core/core.h"
@@ -860,8 +861,8 @@ int codegen_prologue(LLVMModuleRef module, const kx_kernel *k, const char *symbo
     if (!gen_open(&g, module, pro, buffers, err, err_size))
         return gen_close(&g, err, err_size), -1;
     char body_name[192], name[192];
-    snprintf(body_name, sizeof body_name, "%s%s.body", symbol, CODEGEN_PROLOGUE);
-    snprintf(name, sizeof name, "%s%s", symbol, CODEGEN_PROLOGUE);
+    snprintf(body_name, sizeof body_name, "%s%s.body", symbol, GEMM_PROLOGUE);
+    snprintf(name, sizeof name, "%s%s", symbol, GEMM_PROLOGUE);
     emit_prologue_entry(&g, emit_prologue_body(&g, body_name, mr, k->buffer_dtypes[k->product]), name);
     return gen_close(&g, err, err_size);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "codegen_llvm/gemm.h"
+#include "codegen_llvm/llvm.h"
 #include "core/core.h"
 
 /* Below this many multiply-adds a product runs on one thread. */
@@ -251,4 +252,25 @@ int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, cons
         return -1;
     }
     return 0;
+}
+
+llvm_code *gemm_load(const void *object, size_t size, const char *symbol, bool prologue, gemm_code *g, char *err,
+                     size_t err_size)
+{
+    static const char *const suffixes[5] = {GEMM_PACK_A, GEMM_PACK_B, GEMM_KERNEL, GEMM_GEOMETRY, GEMM_PROLOGUE};
+    char names[5][160];
+    const char *list[5];
+    for (int i = 0; i < 5; i++) {
+        snprintf(names[i], sizeof names[i], "%s%s", symbol, suffixes[i]);
+        list[i] = names[i];
+    }
+    void *at[5] = {NULL};
+    llvm_code *code = llvm_load_symbols(object, size, list, prologue ? 5 : 4, at, err, err_size);
+    if (!code)
+        return NULL;
+    const int32_t *geometry = at[3];
+    *g = (gemm_code){.pack_a = (gemm_pack_fn)(uintptr_t)at[0], .pack_b = (gemm_pack_fn)(uintptr_t)at[1],
+                     .kernel = (gemm_kernel_fn)(uintptr_t)at[2], .prologue = (gemm_prologue_fn)(uintptr_t)at[4],
+                     .mr = geometry[0], .nr = geometry[1], .size = geometry[3]};
+    return code;
 }

@@ -19,7 +19,7 @@
 
 #include <llvm-c/Target.h>
 
-#include "codegen_llvm/gemm.h"
+#include "codegen_llvm/gemm_codegen.h"
 #include "codegen_llvm/internal.h"
 #include "core/core.h"
 

@@ -19,10 +19,9 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, b
 LLVMValueRef codegen_epilogue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int ld, char *err,
                               size_t err_size);
 /* Adds to module the prologue of product kernel k (k->prologue), which
- * gemm.c runs in place of pack_a: "<symbol>" CODEGEN_PROLOGUE (ptr dst, i64
- * row0, i64 rows, i64 col0, i64 cols, ptr buffers) packs that block of the
+ * gemm.c runs in place of pack_a: "<symbol>" GEMM_PROLOGUE (ptr dst, i64
+ * row0, i64 rows, i64 col0, i64 cols, ptr buffers, ptr symbols) packs that block of the
  * product's left operand as it computes it. 0, or -1 with the reason in err. */
-#define CODEGEN_PROLOGUE ".prologue"
 int codegen_prologue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int mr, char *err,
                      size_t err_size);
 /* A new empty module in ctx for the target machine tm (its triple and data

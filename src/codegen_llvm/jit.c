@@ -25,7 +25,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "codegen_llvm/codegen_version.h"
-#include "codegen_llvm/gemm.h"
+#include "codegen_llvm/gemm_codegen.h"
 #include "codegen_llvm/internal.h"
 
 struct llvm_code {
