@@ -55,7 +55,9 @@ static int operands_make(const shape *s, bool quick, operands *o)
     int single = o->batch == 1; /* then [m,k] @ [k,n], without a batch axis */
     int64_t a_shape[3] = {o->batch, o->m, o->k}, b_shape[3] = {o->batch, o->k, o->n};
     o->a = kiln_randn(3 - single, a_shape + single, 1);
-    o->b = kiln_mul_scalar(kiln_randn(3 - single, b_shape + single, 2), 1 / sqrt((double)o->k));
+    kiln_tensor *b = kiln_randn(3 - single, b_shape + single, 2);
+    o->b = kiln_mul_scalar(b, 1 / sqrt((double)o->k));
+    kiln_release(b);
     size_t na = (size_t)(o->batch * o->m * o->k), nb = (size_t)(o->batch * o->k * o->n);
     o->ha = malloc(na * sizeof(float));
     o->hb = malloc(nb * sizeof(float));
