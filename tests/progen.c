@@ -973,19 +973,23 @@ static bool generate(gen *g, instr *ins, vtype *out)
     }
 }
 
+static unsigned weight_of(const gen *g, int op)
+{
+    if (!(g->o.ops & PROGEN_OP_BIT(op)))
+        return 0;
+    return op == PROGEN_MATMUL ? g->o.matmul_weight : weights[op];
+}
+
 static progen_op random_op(gen *g)
 {
     unsigned total = 0;
     for (int op = 0; op < PROGEN_OP_COUNT; op++)
-        if (g->o.ops & PROGEN_OP_BIT(op))
-            total += weights[op];
+        total += weight_of(g, op);
     int64_t x = below(&g->r, total);
     for (int op = 0; op < PROGEN_OP_COUNT; op++) {
-        if (!(g->o.ops & PROGEN_OP_BIT(op)))
-            continue;
-        if (x < weights[op])
+        if (x < weight_of(g, op))
             return (progen_op)op;
-        x -= weights[op];
+        x -= weight_of(g, op);
     }
     return PROGEN_ADD; /* not reached */
 }
@@ -1049,6 +1053,7 @@ static progen_options with_defaults(const progen_options *opt)
     o.max_dim = o.max_dim ? o.max_dim : 7;
     o.max_numel = o.max_numel ? o.max_numel : 4096;
     o.ops = o.ops ? o.ops : ~UINT64_C(0);
+    o.matmul_weight = o.matmul_weight ? o.matmul_weight : weights[PROGEN_MATMUL];
     return o;
 }
 
