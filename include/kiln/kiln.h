@@ -197,6 +197,26 @@ KILN_API kiln_tensor *kiln_div_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_pow_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_maximum_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_minimum_scalar(kiln_tensor *a, double b);
+/* Python's %, as PyTorch's remainder: the result takes b's sign. Floats:
+ * fmod(a, b) moved into b's sign; integers refuse bool. */
+KILN_API kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);
+/* Python's //, as PyTorch 1.13's floor_divide (floats: a / b for b = 0).
+ * Where kiln differs: an integer divisor of 0 gives 0 from both (numpy's
+ * answer; PyTorch raises), and INT_MIN // -1 wraps to INT_MIN (PyTorch
+ * crashes), eagerly, traced and on CUDA alike. */
+KILN_API kiln_tensor *kiln_floor_divide(kiln_tensor *a, kiln_tensor *b);
+/* The angle of the point (b, a) in (-pi, pi]; integers give f32. */
+KILN_API kiln_tensor *kiln_atan2(kiln_tensor *a, kiln_tensor *b);
+/* minimum(maximum(a, lo), hi), promoting as the *_scalar forms do (so an
+ * integer tensor with a fractional or infinite bound gives f32, as in
+ * PyTorch); lo > hi gives hi, a NaN bound gives NaN. */
+KILN_API kiln_tensor *kiln_clamp(kiln_tensor *a, double lo, double hi);
+/* Logical ops on the truth of any dtype (nonzero, NaN included, is true),
+ * broadcast, giving bool. */
+KILN_API kiln_tensor *kiln_logical_and(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_logical_or(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_logical_xor(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_logical_not(kiln_tensor *a);
 
 /* Comparisons of the promoted operands, giving KILN_BOOL. */
 KILN_API kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);
@@ -225,6 +245,27 @@ KILN_API kiln_tensor *kiln_relu(kiln_tensor *a);    /* a < 0 ? +0 : a, so -0 and
 KILN_API kiln_tensor *kiln_sin(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_cos(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_erf(kiln_tensor *a);
+/* floor, ceil, round (halves to even, as PyTorch's) and trunc keep the dtype,
+ * integers unchanged, and refuse bool. */
+KILN_API kiln_tensor *kiln_floor(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_ceil(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_round(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_trunc(kiln_tensor *a);
+/* Floating point as exp is (integers and bools give f32); SLEEF's 1-ulp
+ * functions eagerly; compiled f32 code has log1p, expm1, log2 and atan
+ * within 3 ulp (vectorized) and libm's tan. */
+KILN_API kiln_tensor *kiln_log1p(kiln_tensor *a);   /* log(1 + a), exact for tiny a */
+KILN_API kiln_tensor *kiln_expm1(kiln_tensor *a);   /* exp(a) - 1, exact for tiny a */
+KILN_API kiln_tensor *kiln_log2(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_tan(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_atan(kiln_tensor *a);
+/* -1, 0 or 1 in a's dtype (0 for NaN and -0); a bool stays itself. */
+KILN_API kiln_tensor *kiln_sign(kiln_tensor *a);
+/* 1 / a: integers and bools give f32. */
+KILN_API kiln_tensor *kiln_reciprocal(kiln_tensor *a);
+/* True where a is NaN, or infinite; never for integers and bools. */
+KILN_API kiln_tensor *kiln_isnan(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_isinf(kiln_tensor *a);
 /* a converted to dt: floats to integers truncate toward zero and saturate,
  * NaN gives 0; anything nonzero becomes true. */
 KILN_API kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt);
@@ -286,6 +327,11 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_t
 KILN_API kiln_tensor *kiln_gelu(kiln_tensor *a);
 /* x * sigmoid(x) */
 KILN_API kiln_tensor *kiln_silu(kiln_tensor *a);
+/* 0.5 x (1 + erf(x / sqrt 2)): PyTorch's exact GELU. */
+KILN_API kiln_tensor *kiln_gelu_erf(kiln_tensor *a);
+/* log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
+ * (PyTorch's defaults are beta 1, threshold 20). */
+KILN_API kiln_tensor *kiln_softplus(kiln_tensor *a, double beta, double threshold);
 
 /* -- In place -------------------------------------------------------------- */
 

@@ -160,7 +160,7 @@ static LLVMValueRef float_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
         LLVMValueRef neg = LLVMBuildFCmp(b, LLVMRealOLT, a[0], constant(g, dt, 0), "");
         return LLVMBuildSelect(b, neg, constant(g, dt, 0), a[0], "");
     }
-    default: return math_emit(g->module, b, op, a[0]);
+    default: return a[1] ? math_emit_binary(g->module, b, op, a[0], a[1]) : math_emit(g->module, b, op, a[0]);
     }
 }
 
@@ -241,7 +241,7 @@ static LLVMValueRef int_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
         LLVMValueRef pos = LLVMBuildICmp(b, LLVMIntSGT, a[0], constant(g, dt, 0), "");
         return LLVMBuildSelect(b, pos, a[0], constant(g, dt, 0), "");
     }
-    default: return NULL;
+    default: return math_emit_int(g->module, b, op, a);
     }
 }
 

@@ -98,6 +98,27 @@ int fill_value(kiln_tensor *dst, double value);
 /* Copies src row-major and contiguous into plain memory of its dtype. */
 void copy_to_memory(void *dst, const kiln_tensor *src);
 
+/* A new tensor: binary op of a and the scalar value (the *_scalar forms'
+ * operand, promoting as a Python number), the scalar first when
+ * scalar_first. Owned as any op's result. */
+kiln_tensor *eager_scalar_op(ir_op op, const char *fn, kiln_tensor *a, double value, bool scalar_first);
+
+/* -- composite.c: ops written with the public ops, so that they trace ----- */
+
+/* Opens a scope for a composite's temporaries; its ops are steps (see
+ * core_steps_begin). */
+void composite_begin(void);
+/* Closes it, keeping result; a step's failure (always one of this call's:
+ * the operands were checked, and an optional operand's NULL is none) is
+ * reported under fn's name. */
+kiln_tensor *composite_end(const char *fn, kiln_tensor *result);
+/* Whether a is not NULL (fn's error) and, when need_axis, axis is one of its. */
+bool composite_check(const char *fn, const kiln_tensor *a, int axis, bool need_axis);
+/* The operand of a float composite: integers and bools become f32 first, as
+ * PyTorch's x.float(), so that nothing is computed (and overflows) in an
+ * integer dtype. */
+kiln_tensor *composite_float(kiln_tensor *a);
+
 /* -- cuda.c: ops on CUDA tensors ---------------------------------------------- */
 
 /* The device the n operands run on: CUDA when any is there, and then every
