@@ -243,6 +243,22 @@ static inline kiln_tensor *oc_traced(oc_fn fn, const void *ctx, int n, kiln_tens
     return status == 0 ? out : NULL;
 }
 
+/* The kernels a traced call of fn on in launches (kiln_fn_stats), or -1
+ * where it is interpreted (a build without a code generator). */
+static inline int oc_kernels(oc_fn fn, const void *ctx, int n, kiln_tensor *const *in)
+{
+    oc_body_ctx b = {fn, ctx};
+    kiln_fn *f = kiln_jit("kernels", oc_body, n, 1, &b, NULL);
+    kiln_tensor *out = NULL;
+    ck_assert_msg(kiln_call(f, in, &out) == 0, "%s", kiln_last_error());
+    kiln_fn_stats_t stats;
+    kiln_fn_stats(f, &stats);
+    int kernels = strcmp(kiln_fn_backend(f), "interp") ? stats.kernels : -1;
+    kiln_fn_free(f);
+    kiln_release(out);
+    return kernels;
+}
+
 static inline bool oc_close(double got, double want, kiln_dtype dt, oc_tol tol)
 {
     if (!oc_is_float(dt) || isinf(want))

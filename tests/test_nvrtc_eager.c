@@ -47,8 +47,8 @@ static kg_kernel ew(ir_op op, int n_in, const kiln_dtype *in, kiln_dtype compute
 static kg_kernel reduction(ir_op op, kiln_dtype in)
 {
     kiln_dtype compute = ir_dtype_is_float(in) ? in : KILN_I64;
-    kiln_dtype acc = op == OP_ARGMAX ? KILN_I64
-                   : op == OP_SUM ? (compute == KILN_I64 ? KILN_I64 : KILN_F64)
+    kiln_dtype acc = op == OP_ARGMAX || op == OP_ARGMIN ? KILN_I64
+                   : op == OP_SUM || op == OP_PROD ? (compute == KILN_I64 ? KILN_I64 : KILN_F64)
                    : op == OP_MEAN ? KILN_F64 /* an integer mean's sum must not wrap */
                    : compute;
     return (kg_kernel){KG_REDUCE, op, 1, {in}, compute, acc,

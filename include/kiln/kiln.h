@@ -271,7 +271,8 @@ KILN_API kiln_tensor *kiln_isinf(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt);
 
 /* -- Reductions ------------------------------------------------------------ */
-/* Over one axis, or every axis with KILN_ALL; keepdim keeps reduced axes as 1.
+/* Over one axis, every axis with KILN_ALL, or several with KILN_AXES (below);
+ * keepdim keeps reduced axes as 1.
  * sum of integers or bools gives i64 (wrapping); mean of them gives f32,
  * summed in f64 so that nothing wraps; f32 sums accumulate in f64 (compiled
  * code keeps a sum of exponentials over a row of at most 4096 in f32 partial
@@ -283,6 +284,40 @@ KILN_API kiln_tensor *kiln_max(kiln_tensor *a, int axis, bool keepdim);
 KILN_API kiln_tensor *kiln_min(kiln_tensor *a, int axis, bool keepdim);
 /* Index (i64) of the first maximum; a NaN counts as the maximum. */
 KILN_API kiln_tensor *kiln_argmax(kiln_tensor *a, int axis, bool keepdim);
+/* Index (i64) of the first minimum; a NaN counts as the minimum (PyTorch's). */
+KILN_API kiln_tensor *kiln_argmin(kiln_tensor *a, int axis, bool keepdim);
+/* Product; as sum for dtypes (integers and bools give i64, wrapping), f32
+ * accumulated in f64; 1 over an empty axis. */
+KILN_API kiln_tensor *kiln_prod(kiln_tensor *a, int axis, bool keepdim);
+/* Whether any (all) elements are nonzero (NaN counts), giving bool; false
+ * (true) over an empty axis. */
+KILN_API kiln_tensor *kiln_any(kiln_tensor *a, int axis, bool keepdim);
+KILN_API kiln_tensor *kiln_all(kiln_tensor *a, int axis, bool keepdim);
+/* The variance of floats: squared deviations from the mean summed and
+ * divided by max(0, n - correction) (1: Bessel's, PyTorch's default; 0: the
+ * population's), so a single element with correction 1 gives NaN. Integers
+ * are refused, as in PyTorch. std is its square root. */
+KILN_API kiln_tensor *kiln_var(kiln_tensor *a, int axis, int64_t correction, bool keepdim);
+KILN_API kiln_tensor *kiln_std(kiln_tensor *a, int axis, int64_t correction, bool keepdim);
+/* Both at once, as torch.var_mean: writes new references to *var and *mean
+ * (batch statistics for training: axis KILN_AXES(0, 2, 3) of NCHW). 0, or
+ * negative with both NULL. */
+KILN_API int kiln_var_mean(kiln_tensor *a, int axis, int64_t correction, bool keepdim, kiln_tensor **var,
+                           kiln_tensor **mean);
+/* log(sum(exp(a))) computed stably (a row of -inf gives -inf); integers give
+ * f32, an empty axis -inf. */
+KILN_API kiln_tensor *kiln_logsumexp(kiln_tensor *a, int axis, bool keepdim);
+
+/* Several axes at once, for every reduction but argmax and argmin:
+ * kiln_sum(x, KILN_AXES(0, 2, 3), true). One to eight axes, each in [-8, 7]
+ * (another is an error naming the function). They are moved last and merged,
+ * so a traced reduction over trailing axes fuses like one over the last. */
+#define KILN_AXES_FLAG 0x40000000
+#define KILN_AXES(...) (KILN_AXES_FLAG | KILN_AXES_BITS_(__VA_ARGS__, 99, 99, 99, 99, 99, 99, 99, 99))
+#define KILN_AXES_BITS_(a, b, c, d, e, f, g, h, ...)                                                \
+    (KILN_AXIS_BIT_(a) | KILN_AXIS_BIT_(b) | KILN_AXIS_BIT_(c) | KILN_AXIS_BIT_(d) | KILN_AXIS_BIT_(e) | \
+     KILN_AXIS_BIT_(f) | KILN_AXIS_BIT_(g) | KILN_AXIS_BIT_(h))
+#define KILN_AXIS_BIT_(a) ((a) == 99 ? 0 : (a) < -8 || (a) > 7 ? 1 << 16 : 1 << ((a) & 15))
 
 /* -- Movement: views where possible, no copy ------------------------------- */
 

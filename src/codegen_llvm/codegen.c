@@ -451,7 +451,10 @@ static void emit_row(gen *g, LLVMValueRef row)
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
         LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, rs->dtype), g->buffers[rs->buffer], &row, 1, "");
-        LLVMBuildStore(g->b, convert(g, g->rows[rs->row], rs->from, rs->dtype), at);
+        if (rs->expr >= 0) /* its loads are constant along the row: they ignore g->i */
+            clear_memo(g);
+        LLVMValueRef value = rs->expr >= 0 ? expr(g, rs->expr) : g->rows[rs->row];
+        LLVMBuildStore(g->b, convert(g, value, rs->from, rs->dtype), at);
     }
 }
 

@@ -224,7 +224,7 @@ bool nvrtc_op(strbuf *s, ir_op op, kiln_dtype operand, const char *a, const char
 
 static const char *fold_of(ir_op op, bool is_float)
 {
-    if (op == OP_SUM || op == OP_MEAN)
+    if (op == OP_SUM || op == OP_MEAN || op == OP_PROD)
         return NULL;
     if (op == OP_MAX)
         return is_float ? "kiln_fold_max" : "kiln_max";
@@ -250,13 +250,14 @@ void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt)
 void nvrtc_fold(strbuf *s, ir_op op, kiln_dtype dt, const char *acc, const char *value)
 {
     const char *f = fold_of(op, ir_dtype_is_float(dt));
+    ir_op arith = op == OP_PROD ? OP_MUL : OP_ADD;
     if (f) {
         strbuf_put(s, "%s = %s(%s, %s);\n", acc, f, acc, value);
     } else if (ir_dtype_is_float(dt)) {
-        strbuf_put(s, "%s = %s + %s;\n", acc, acc, value);
+        strbuf_put(s, "%s = %s %s %s;\n", acc, acc, arith == OP_MUL ? "*" : "+", value);
     } else {
         strbuf_put(s, "%s = ", acc);
-        int_op(s, OP_ADD, dt, acc, value);
+        int_op(s, arith, dt, acc, value);
         strbuf_put(s, ";\n");
     }
 }

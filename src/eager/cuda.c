@@ -231,8 +231,9 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
     kg_kernel k = request(KG_REDUCE, op, 1);
     k.in[0] = in->dtype;
     k.compute = compute;
-    k.acc = op == OP_ARGMAX ? KILN_I64 : op == OP_MAX || op == OP_MIN ? compute
-                                        : compute == KILN_I64 && op == OP_SUM ? KILN_I64 : KILN_F64;
+    k.acc = op == OP_ARGMAX || op == OP_ARGMIN ? KILN_I64
+            : op == OP_MAX || op == OP_MIN      ? compute
+            : compute == KILN_I64 && op != OP_MEAN ? KILN_I64 : KILN_F64;
     k.out = out->dtype;
     kg_code code;
     int status = kernel_for_request(fn, &k, &code) < 0 ? -CORE_DEVICE : 0;

@@ -18,7 +18,7 @@ static const unary_fn unary_fns[OP__COUNT] = {
 };
 
 static const reduce_fn reduce_fns[OP__COUNT] = {
-#define OP_REDUCE(N, n, rule) [OP_##N] = kiln_##n,
+#define OP_REDUCE(N, n, flags, rule) [OP_##N] = kiln_##n,
 #define OP(N, n, arity, kind, flags, rule)
 #include "ir/ops.def"
 };

@@ -119,6 +119,25 @@ bool composite_check(const char *fn, const kiln_tensor *a, int axis, bool need_a
  * integer dtype. */
 kiln_tensor *composite_float(kiln_tensor *a);
 
+/* -- statistics.c: several axes, and reductions composed of others ------------ */
+
+/* Whether axis is a set of axes (KILN_AXES), not one axis or KILN_ALL. */
+static inline bool eager_is_axes(int axis)
+{
+    return axis > 0 && (axis & KILN_AXES_FLAG);
+}
+/* The axes of a that a reduction's axis argument names (KILN_ALL, one
+ * axis, or a KILN_AXES set) as a mask; 0, or fn's error. */
+int eager_reduced_axes(const char *fn, const kiln_tensor *a, int axis, bool *reduced);
+/* one (a reduction over one axis) over a set of axes of a: the axes moved
+ * last and merged, so that the reduction is over rows. */
+kiln_tensor *eager_reduce_axes(const char *fn, kiln_tensor *(*one)(kiln_tensor *, int, bool), kiln_tensor *a,
+                               int axis, bool keepdim);
+/* A tensor of dt and shape holding value, on device; owned as an op's
+ * result. Traced, a constant broadcast to the shape. */
+kiln_tensor *eager_filled(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape, double value,
+                          kiln_device device);
+
 /* -- cuda.c: ops on CUDA tensors ---------------------------------------------- */
 
 /* The device the n operands run on: CUDA when any is there, and then every

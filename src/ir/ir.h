@@ -25,6 +25,7 @@ enum {
     FLAG_SIDE_EFFECT = 2,
     FLAG_TRANSCENDENTAL = 4, /* costly per element: worth threads sooner */
     FLAG_RANDOM = 8,         /* a source of random values, drawn afresh each call */
+    FLAG_UNFUSED = 16,       /* run by its eager op in every plan, never inside a fused kernel */
 };
 
 /* How an op's result dtype follows from its operands' dtypes. */

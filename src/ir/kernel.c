@@ -81,6 +81,8 @@ kx_value kx_reduction_identity(ir_op op, kiln_dtype dtype)
 {
     if (op == OP_SUM || op == OP_MEAN)
         return (kx_value){0, 0};
+    if (op == OP_PROD)
+        return (kx_value){1, 1};
     bool max = op == OP_MAX;
     if (ir_dtype_is_float(dtype))
         return (kx_value){.f = max ? -INFINITY : INFINITY};
@@ -174,8 +176,12 @@ char *kx_to_text(const kx_kernel *k)
     }
     for (int i = 0; i < k->n_row_stores; i++) {
         const kx_row_store *rs = &k->row_stores[i];
-        strbuf_put(&t, "store_row b%d r%d : %s -> %s\n", rs->buffer, rs->row, ir_dtype_names[rs->from],
-                   ir_dtype_names[rs->dtype]);
+        if (rs->expr >= 0)
+            strbuf_put(&t, "store_row b%d e%d : %s -> %s\n", rs->buffer, rs->expr, ir_dtype_names[rs->from],
+                       ir_dtype_names[rs->dtype]);
+        else
+            strbuf_put(&t, "store_row b%d r%d : %s -> %s\n", rs->buffer, rs->row, ir_dtype_names[rs->from],
+                       ir_dtype_names[rs->dtype]);
     }
     return strbuf_finish(&t);
 }
@@ -250,11 +256,13 @@ static int check_elementwise(const kg_kernel *k, char *err, size_t err_size)
 static int reduce_acc(ir_op op, kiln_dtype compute)
 {
     switch (op) {
-    case OP_SUM: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
+    case OP_SUM:
+    case OP_PROD: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
     case OP_MEAN: return KILN_F64; /* an integer mean too: nothing wraps */
     case OP_MAX:
     case OP_MIN: return compute;
-    case OP_ARGMAX: return KILN_I64;
+    case OP_ARGMAX:
+    case OP_ARGMIN: return KILN_I64;
     default: return -1;
     }
 }
@@ -265,7 +273,7 @@ static int check_reduce(const kg_kernel *k, char *err, size_t err_size)
     kg_describe(k, what, sizeof what);
     int acc = reduce_acc(k->op, k->compute);
     if (acc < 0)
-        snprintf(err, err_size, "no reduction eager kernel for %s: %s is not sum, mean, max, min or argmax", what,
+        snprintf(err, err_size, "no reduction eager kernel for %s: %s is not sum, mean, max, min, argmax, prod or argmin", what,
                  ir_ops[k->op].name);
     else if (k->n_in != 1)
         snprintf(err, err_size, "no eager kernel for %s: a reduction takes 1 input", what);

@@ -83,8 +83,12 @@ typedef struct {
 typedef struct {
     int buffer;       /* a contiguous output of one element per row */
     int row;          /* which reduction's value */
-    kiln_dtype from;  /* that value's dtype (the reduction's result) */
+    kiln_dtype from;  /* the stored value's dtype (the reduction's result) */
     kiln_dtype dtype; /* the output's */
+    /* A row epilogue: the expression stored instead of the reduction's value,
+     * made of row values, constants and loads constant along the row
+     * (logsumexp's log(sum) + max), of dtype from; -1 for none. */
+    int expr;
 } kx_row_store;
 
 typedef struct kx_kernel {
@@ -186,7 +190,7 @@ typedef struct {
 
 typedef enum {
     KG_ELEMENTWISE, /* op of the table, or OP_CAST: a copy converting in[0] to out */
-    KG_REDUCE,      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_ARGMAX */
+    KG_REDUCE,      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_ARGMAX, OP_PROD, OP_ARGMIN */
     KG_MATMUL,
 } kg_kind;
 
@@ -196,9 +200,10 @@ typedef enum {
  *   (for OP_WHERE in[0] is the bool condition, not converted), the op's
  *   result converted to out. Unused input pointers are NULL.
  * REDUCE: kernel(kg_reduce_args, out *, const in0 *); the input converted
- *   to compute (f32, f64 or i64), accumulated in acc (f64 or i64 for SUM, f64
- *   for MEAN, compute for MAX and MIN, i64 for ARGMAX: the first maximum, a NaN
- *   counting as the maximum), a mean divided by n in f64, stored as out.
+ *   to compute (f32, f64 or i64), accumulated in acc (f64 or i64 for SUM and
+ *   PROD, f64 for MEAN, compute for MAX and MIN, i64 for ARGMAX and ARGMIN: the
+ *   first maximum or minimum, a NaN counting as either), a mean divided by n
+ *   in f64, stored as out.
  *   Grid: one block per output row when inner == 1, else a thread per output.
  * MATMUL: kernel(kg_matmul_args, out *, const in0 *, const in1 *), all of
  *   dtype compute; integers wrap. Grid (ceil(n / tile_n), ceil(m / tile_m),
