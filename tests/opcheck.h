@@ -290,6 +290,16 @@ static inline void oc_compare(kiln_tensor *got, kiln_dtype dt, int ndim, const i
     free(g);
 }
 
+/* in[0..n) on oc_device(), into moved (owned by the scope). */
+static inline void oc_move(const char *what, int n, kiln_tensor *const *in, kiln_tensor **moved)
+{
+    ck_assert(n <= 8);
+    for (int i = 0; i < n; i++) {
+        moved[i] = oc_device() == KILN_CPU ? in[i] : kiln_to_device(in[i], KILN_CUDA);
+        ck_assert_msg(moved[i] != NULL, "%s: moving input %d: %s", what, i, kiln_last_error());
+    }
+}
+
 /* fn on in (n tensors, on the CPU) eagerly, interpreted and compiled, each
  * on oc_device(), against the reference (dt, ndim, shape, want). */
 static inline void oc_check(const char *what, oc_fn fn, const void *ctx, int n, kiln_tensor *const *in, kiln_dtype dt,
@@ -297,26 +307,25 @@ static inline void oc_check(const char *what, oc_fn fn, const void *ctx, int n, 
 {
     kiln_scope_begin();
     kiln_tensor *moved[8];
-    ck_assert(n <= 8);
-    for (int i = 0; i < n; i++) {
-        moved[i] = oc_device() == KILN_CPU ? in[i] : kiln_to_device(in[i], KILN_CUDA);
-        ck_assert_msg(moved[i] != NULL, "%s: moving input %d: %s", what, i, kiln_last_error());
-    }
+    oc_move(what, n, in, moved);
     oc_compare(fn(moved, ctx), dt, ndim, shape, want, tol, what, "eagerly");
     oc_compare(oc_traced(fn, ctx, n, moved, KILN_BACKEND_INTERP), dt, ndim, shape, want, tol, what, "interpreted");
     oc_compare(oc_traced(fn, ctx, n, moved, KILN_BACKEND_AUTO), dt, ndim, shape, want, tol, what, "compiled");
     kiln_scope_end();
 }
 
-/* fn on in fails in every mode with an error containing needle. */
+/* fn on in (moved to oc_device()) fails in every mode with an error
+ * containing needle. */
 static inline void oc_check_error(const char *what, oc_fn fn, const void *ctx, int n, kiln_tensor *const *in,
                                   const char *needle)
 {
     kiln_scope_begin();
+    kiln_tensor *moved[8];
+    oc_move(what, n, in, moved);
     for (int mode = 0; mode < 3; mode++) {
         kiln_clear_error();
-        kiln_tensor *got = mode == 0 ? fn(in, ctx)
-                                     : oc_traced(fn, ctx, n, in, mode == 1 ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO);
+        kiln_tensor *got = mode == 0 ? fn(moved, ctx)
+                                     : oc_traced(fn, ctx, n, moved, mode == 1 ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO);
         ck_assert_msg(got == NULL, "%s (mode %d): no error", what, mode);
         ck_assert_msg(strstr(kiln_last_error(), needle) != NULL, "%s (mode %d): error \"%s\" lacks \"%s\"", what,
                       mode, kiln_last_error(), needle);

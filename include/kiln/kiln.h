@@ -340,6 +340,40 @@ KILN_API kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis);
 /* Inserts a size-1 axis at position axis (-1 appends). A view. */
 KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis);
 
+/* -- Along an axis, and by indices ------------------------------------------ */
+
+/* Running sums along axis: integers and bools give i64 (wrapping), f32
+ * accumulates in f64. A 0-d tensor takes axis 0 or -1. */
+KILN_API kiln_tensor *kiln_cumsum(kiln_tensor *a, int axis);
+/* The k largest (largest) or smallest elements along axis, in order, into
+ * new references *values and *indices (i64). NaN counts above every number;
+ * ties come lowest index first (PyTorch leaves their order open). 0, or
+ * negative with both NULL (k outside [0, extent] included). */
+KILN_API int kiln_topk(kiln_tensor *a, int64_t k, int axis, bool largest, kiln_tensor **values,
+                       kiln_tensor **indices);
+/* Every element along axis in order (ascending, or descending), stable:
+ * equal elements keep their order; NaN last ascending, first descending. */
+KILN_API int kiln_sort(kiln_tensor *a, int axis, bool descending, kiln_tensor **values, kiln_tensor **indices);
+/* Indices are i32 or i64 on a's device; a negative index counts from the end
+ * of its axis. An index out of range is an error naming it and the axis,
+ * eagerly and when a traced call runs (indexing is never fused, so the check
+ * always runs): never a read out of bounds. */
+/* torch.gather: out[i][j] = a[index[i][j]][j] for axis 0; index has a's rank
+ * and sizes no larger than a's off the axis; the result has index's shape. */
+KILN_API kiln_tensor *kiln_gather(kiln_tensor *a, int axis, kiln_tensor *index);
+/* a's slices at the positions of index (0-d or 1-d) along axis. */
+KILN_API kiln_tensor *kiln_index_select(kiln_tensor *a, int axis, kiln_tensor *index);
+/* Rows of weight [vocabulary, dimension] for ids of any shape: [..., dimension]. */
+KILN_API kiln_tensor *kiln_embedding(kiln_tensor *weight, kiln_tensor *ids);
+/* A copy of a with src added at index along axis (torch.scatter_add, out of
+ * place: the gradient of gather): index has the rank of a and src, fits in
+ * src, and in a off the axis; src has a's dtype (not bool). Repeated indices
+ * add up (in any order on CUDA). */
+KILN_API kiln_tensor *kiln_scatter_add(kiln_tensor *a, int axis, kiln_tensor *index, kiln_tensor *src);
+/* a with value (converted to a's dtype as kiln_cast converts) where mask
+ * (bool, broadcasting to a's shape) is true. */
+KILN_API kiln_tensor *kiln_masked_fill(kiln_tensor *a, kiln_tensor *mask, double value);
+
 /* -- Linear algebra -------------------------------------------------------- */
 
 /* numpy.matmul: 1-d operands are promoted and the added axis removed after;

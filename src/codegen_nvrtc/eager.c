@@ -323,6 +323,8 @@ char *nvrtc_eager_source(const kg_kernel *k, char *name, size_t name_size, char 
         return NULL;
     if (k->kind == KG_MATMUL)
         return nvrtc_matmul_source(k, name, err, err_size);
+    if (k->kind >= KG_SCAN)
+        return nvrtc_lines_source(k, name, err, err_size);
     strbuf s = {0};
     strbuf_put(&s, "%s\n", NVRTC_PRELUDE);
     bool made = k->kind == KG_ELEMENTWISE ? elementwise(&s, k, name, err, err_size)

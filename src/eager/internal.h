@@ -138,6 +138,11 @@ kiln_tensor *eager_reduce_axes(const char *fn, kiln_tensor *(*one)(kiln_tensor *
 kiln_tensor *eager_filled(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape, double value,
                           kiln_device device);
 
+/* -- lines.c ------------------------------------------------------------------ */
+
+/* Topk node n's indices of a; owned as an op's result. */
+kiln_tensor *eager_topk_indices(const ir_node *n, kiln_tensor *a);
+
 /* -- cuda.c: ops on CUDA tensors ---------------------------------------------- */
 
 /* The device the n operands run on: CUDA when any is there, and then every
@@ -153,6 +158,14 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
 /* out [batch, m, n] = a @ b as args lays them out, all of dtype dt. */
 int cuda_matmul(const char *fn, const kg_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
                 const kiln_tensor *b, kiln_tensor *out);
+/* A request for a generic kernel, zeroed throughout (the struct is the key). */
+kg_kernel cuda_request(kg_kind kind, ir_op op, int n_in);
+/* Generic kernel k, made ready once in this process; 0 or fn's error. */
+int cuda_kernel(const char *fn, const kg_kernel *k, kg_code *code);
+/* Queues code on grid with params (as cuLaunchKernel's); 0 or fn's error. */
+int cuda_launch(const char *fn, const kg_code *code, const unsigned grid[3], void **params);
+/* A grid-stride grid over items, a thread each, into grid. */
+const unsigned *cuda_grid_over(unsigned grid[3], const kg_code *code, int64_t items);
 /* A new unowned contiguous CPU copy of the CUDA tensor t, and the reverse. */
 kiln_tensor *cuda_to_host(const char *fn, const kiln_tensor *t);
 kiln_tensor *cuda_from_host(const char *fn, const kiln_tensor *t);

@@ -193,7 +193,7 @@ const char *kx_options_text(const kx_kernel_options *o)
 
 /* -- Shape-generic kernels --------------------------------------------------- */
 
-static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul"};
+static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul", "scan", "topk", "index"};
 
 static bool dtype_valid(kiln_dtype dt)
 {
@@ -213,7 +213,7 @@ void kg_describe(const kg_kernel *k, char *buf, size_t size)
 /* The fields every kind needs in range, so that k can be named at all. */
 static int check_fields(const kg_kernel *k, char *err, size_t err_size)
 {
-    if ((unsigned)k->kind > KG_MATMUL)
+    if ((unsigned)k->kind > KG_INDEX)
         snprintf(err, err_size, "eager kernel of unknown kind %d", (int)k->kind);
     else if ((unsigned)k->op >= OP__COUNT)
         snprintf(err, err_size, "eager kernel of unknown op %d", (int)k->op);
@@ -310,6 +310,28 @@ void kg_matmul_grid(const kg_matmul_args *args, int tile_m, int tile_n, unsigned
     grid[2] = (unsigned)(args->batch < GRID_YZ_MAX ? args->batch : GRID_YZ_MAX);
 }
 
+/* Scans, top-k and indexing: the op of the kind, and the dtypes its code
+ * is written for. */
+static int check_line_or_index(const kg_kernel *k, char *err, size_t err_size)
+{
+    char what[128];
+    kg_describe(k, what, sizeof what);
+    bool index_dtype = k->n_in == 2 && (k->in[k->op == OP_GATHER ? 1 : 0] == KILN_I32 ||
+                                        k->in[k->op == OP_GATHER ? 1 : 0] == KILN_I64);
+    if (k->kind == KG_SCAN && (k->op != OP_CUMSUM || k->n_in != 1 || k->acc != (k->compute == KILN_I64 ? KILN_I64 : KILN_F64) ||
+                               (k->compute != KILN_F32 && k->compute != KILN_F64 && k->compute != KILN_I64)))
+        snprintf(err, err_size, "no scan eager kernel for %s: cumsum of f32, f64 or i64, summed in f64 or i64", what);
+    else if (k->kind == KG_TOPK && (k->op != OP_TOPK || k->n_in != 1 || k->out != KILN_I64 || k->compute != k->in[0]))
+        snprintf(err, err_size, "no top-k eager kernel for %s: topk compares its input's dtype, gives i64", what);
+    else if (k->kind == KG_INDEX && ((k->op != OP_GATHER && k->op != OP_SCATTER_ADD) || !index_dtype ||
+                                     (k->op == OP_SCATTER_ADD && (k->out == KILN_BOOL || k->in[1] != k->out)) ||
+                                     (k->op == OP_GATHER && k->in[0] != k->out)))
+        snprintf(err, err_size, "no indexing eager kernel for %s: gather or scatter_add by i32 or i64 indices", what);
+    else
+        return 0;
+    return -1;
+}
+
 int kg_check(const kg_kernel *k, char *err, size_t err_size)
 {
     if (check_fields(k, err, err_size) < 0)
@@ -317,7 +339,8 @@ int kg_check(const kg_kernel *k, char *err, size_t err_size)
     switch (k->kind) {
     case KG_ELEMENTWISE: return check_elementwise(k, err, err_size);
     case KG_REDUCE: return check_reduce(k, err, err_size);
-    default: return check_matmul(k, err, err_size);
+    case KG_MATMUL: return check_matmul(k, err, err_size);
+    default: return check_line_or_index(k, err, err_size);
     }
 }
 
