@@ -118,6 +118,18 @@ KILN_API kiln_tensor *kiln_rand(int ndim, const int64_t *shape, uint64_t seed);
 KILN_API kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed);
 /* A 0-d f32 tensor. */
 KILN_API kiln_tensor *kiln_scalar(double value);
+/* steps values from start to end, both included (torch.linspace: the first
+ * half counted from start, the rest from end); one step gives start. */
+KILN_API kiln_tensor *kiln_linspace(double start, double end, int64_t steps, kiln_dtype dt);
+/* [n, m] with ones on the diagonal, zeros elsewhere. */
+KILN_API kiln_tensor *kiln_eye(kiln_dtype dt, int64_t n, int64_t m);
+/* New tensors of a's dtype, shape and device: zeros, ones, value (converted
+ * as kiln_cast converts), unspecified. Inside a marked body they are
+ * constants of the trace (empty_like's zeros), not captured tensors. */
+KILN_API kiln_tensor *kiln_zeros_like(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_ones_like(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_full_like(kiln_tensor *a, double value);
+KILN_API kiln_tensor *kiln_empty_like(kiln_tensor *a);
 /* Number of dimensions, or -1 for NULL. */
 KILN_API int kiln_ndim(const kiln_tensor *t);
 /* The shape (kiln_ndim entries), borrowed from t; NULL for NULL. */
@@ -339,6 +351,30 @@ KILN_API kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis);
 KILN_API kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis);
 /* Inserts a size-1 axis at position axis (-1 appends). A view. */
 KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis);
+/* The n tensors (equal shapes) joined along a new axis at position axis. */
+KILN_API kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int axis);
+/* Views of a along axis in pieces of size (the last may be smaller; an empty
+ * axis is one empty piece), new references into out[0..max_out): the
+ * number of pieces, or negative (more than max_out is an error). */
+KILN_API int kiln_split(kiln_tensor *a, int64_t size, int axis, kiln_tensor **out, int max_out);
+/* Views of a along axis in n pieces of the given sizes (summing to its
+ * extent) into out[0..n): n, or negative. */
+KILN_API int kiln_split_sizes(kiln_tensor *a, int n, const int64_t *sizes, int axis, kiln_tensor **out);
+/* a reversed along axis, or several (KILN_AXES); a view, where PyTorch's
+ * flip copies. */
+KILN_API kiln_tensor *kiln_flip(kiln_tensor *a, int axis);
+typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT } kiln_pad_mode;
+/* torch.nn.functional.pad: n pads in (before, after) pairs from the last
+ * axis backwards. CONSTANT fills with value (a negative pad crops);
+ * REFLECT mirrors a about its edges, each pad in [0, extent). */
+KILN_API kiln_tensor *kiln_pad(kiln_tensor *a, int n, const int64_t *pads, kiln_pad_mode mode, double value);
+/* a's elements on and below (tril) or above (triu) diagonal of its last two
+ * axes (0 the main one, positive above it), zeros elsewhere. */
+KILN_API kiln_tensor *kiln_tril(kiln_tensor *a, int64_t diagonal);
+KILN_API kiln_tensor *kiln_triu(kiln_tensor *a, int64_t diagonal);
+/* a tiled reps[i] times along each axis; n >= a's rank, leading counts add
+ * axes (torch.Tensor.repeat). A copy, but a view where every count is 1. */
+KILN_API kiln_tensor *kiln_repeat(kiln_tensor *a, int n, const int64_t *reps);
 
 /* -- Along an axis, and by indices ------------------------------------------ */
 
