@@ -366,7 +366,7 @@ KILN_API kiln_tensor *kiln_flip(kiln_tensor *a, int axis);
 typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT } kiln_pad_mode;
 /* torch.nn.functional.pad: n pads in (before, after) pairs from the last
  * axis backwards. CONSTANT fills with value (a negative pad crops);
- * REFLECT mirrors a about its edges, each pad in [0, extent). */
+ * REFLECT mirrors a about its edges, each pad 0 or in [1, extent). */
 KILN_API kiln_tensor *kiln_pad(kiln_tensor *a, int n, const int64_t *pads, kiln_pad_mode mode, double value);
 /* a's elements on and below (tril) or above (triu) diagonal of its last two
  * axes (0 the main one, positive above it), zeros elsewhere. */

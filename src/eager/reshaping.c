@@ -171,7 +171,7 @@ static int check_pad(const char *fn, const kiln_tensor *a, int n, const int64_t 
         return core_fail(CORE_VALUE, fn, "mode %d is not a kiln_pad_mode", (int)mode);
     for (int i = 0; i < n; i++) {
         int64_t extent = a->shape[a->ndim - 1 - i / 2];
-        bool fits = mode == KILN_PAD_CONSTANT ? pads[i] >= -extent : pads[i] >= 0 && pads[i] < extent;
+        bool fits = mode == KILN_PAD_CONSTANT ? pads[i] >= -extent : pads[i] == 0 || (pads[i] > 0 && pads[i] < extent);
         if (!fits)
             return core_fail(CORE_VALUE, fn, "pad %lld of axis %d of %s: %s", (long long)pads[i],
                              a->ndim - 1 - i / 2, describe(d, a),
