@@ -408,7 +408,7 @@ START_TEST(test_bad_requests_are_refused)
     /* Reductions. */
     kg_kernel r = reduction(OP_SUM, KILN_F32);
     r.op = OP_ADD;
-    check_refused(r, NAME_MAX_LEN, "add(f32)", "not sum, mean, max, min or argmax");
+    check_refused(r, NAME_MAX_LEN, "add(f32)", "not sum, mean, max, min, argmax, prod or argmin");
     r = reduction(OP_MAX, KILN_I32);
     r.compute = r.acc = KILN_I32;
     check_refused(r, NAME_MAX_LEN, "max(i32) in i32", "f32, f64 or i64");
