@@ -173,6 +173,25 @@ static void gather_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* index_select of contiguous data on the CPU: whole blocks of the elements
+ * after the axis copied at once (an embedding's rows), outer * n of them. */
+typedef struct {
+    const char *data;
+    const kiln_tensor *index;
+    int64_t n, axis_size, block; /* block: bytes after the axis */
+    char *out;
+} rows_job;
+
+static void copy_rows(void *ctx, int64_t begin, int64_t end)
+{
+    const rows_job *j = ctx;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t o = r / j->n, v = index_at(j->index, r % j->n);
+        v += v < 0 ? j->axis_size : 0;
+        memcpy(j->out + r * j->block, j->data + (o * j->axis_size + v) * j->block, (size_t)j->block);
+    }
+}
+
 /* A new unowned tensor: data gathered along axis over (ndim, shape) by
  * index read through index_strides; its indices checked already (CPU). */
 static kiln_tensor *gathered(const char *fn, const kiln_tensor *data, const kiln_tensor *index, int axis, int ndim,
@@ -189,6 +208,16 @@ static kiln_tensor *gathered(const char *fn, const kiln_tensor *data, const kiln
         index_args(&args, out, data->strides, index_strides, NULL, axis, extent(data, axis));
         if (cuda_indexing(fn, &k, &args, eager_data(out), eager_data(data), eager_data(index), index) < 0)
             return tensor_drop(out);
+        return out;
+    }
+    if (ndim == data->ndim && ndim > 0 && index->ndim <= 1 && eager_is_contiguous(data)) { /* index_select */
+        int64_t outer = 1, block = (int64_t)eager_dtype_size(data->dtype);
+        for (int d = 0; d < ndim; d++) {
+            outer *= d < axis ? shape[d] : 1;
+            block *= d > axis ? shape[d] : 1;
+        }
+        rows_job rows = {eager_data(data), index, shape[axis], data->shape[axis], block, eager_data(out)};
+        core_parallel_for(outer * shape[axis], 1 + 256 * 1024 / (block + 1), copy_rows, &rows);
         return out;
     }
     gather_job job = {data, index, ndim, axis, shape, index_strides, eager_data(out)};
