@@ -108,7 +108,7 @@ static inline kiln_tensor *oc_tensor(kiln_dtype dt, oc_layout lay, int ndim, con
     for (int64_t j = 0; j < base_n; j++)
         oc_put(dt, buf, j, 99);
     for (int64_t i = 0; i < n; i++) {
-        int64_t idx[KILN_MAX_DIMS];
+        int64_t idx[KILN_MAX_DIMS] = {0};
         oc_unravel(i, ndim, shape, idx);
         if (lay == OC_TRANSPOSED) {
             int64_t first = idx[0];

@@ -273,7 +273,9 @@ static const unsigned char weights[PROGEN_OP_COUNT] = {
     [PROGEN_SCATTER_ADD] = 1, [PROGEN_MASKED_FILL] = 2, [PROGEN_STACK] = 1, [PROGEN_SPLIT] = 1,
     [PROGEN_FLIP] = 1, [PROGEN_PAD] = 1, [PROGEN_TRIL] = 1, [PROGEN_TRIU] = 1, [PROGEN_REPEAT] = 1,
     [PROGEN_EYE] = 1, [PROGEN_LINSPACE] = 1, [PROGEN_ZEROS_LIKE] = 1, [PROGEN_ONES_LIKE] = 1,
-    [PROGEN_FULL_LIKE] = 1,
+    [PROGEN_FULL_LIKE] = 1, [PROGEN_BATCH_NORM] = 1, [PROGEN_GROUP_NORM] = 1, [PROGEN_RMS_NORM] = 1,
+    [PROGEN_LAYER_NORM_AXES] = 1, [PROGEN_CROSS_ENTROPY] = 1, [PROGEN_NLL_LOSS] = 1, [PROGEN_MSE_LOSS] = 1,
+    [PROGEN_DROPOUT] = 1,
 };
 
 static const double scalars[] = {0, 1, -1, 2, -2, 3, 0.5, -0.5, 1.5, 0.1, -0.0, 1e-3, 100, 7, -2.25};
@@ -348,7 +350,7 @@ static bool is_view(progen_op op)
 {
     switch (op) {
     case PROGEN_FLIP: case PROGEN_SPLIT: case PROGEN_REPEAT: case PROGEN_PAD: case PROGEN_SIGN:
-    case PROGEN_CUMSUM:
+    case PROGEN_CUMSUM: case PROGEN_DROPOUT:
         return true;
     default:
         return op >= PROGEN_RESHAPE && op <= PROGEN_UNSQUEEZE && op != PROGEN_CONCAT;
@@ -776,6 +778,132 @@ static bool gen_masked_fill(gen *g, instr *ins, vtype *out)
     ins->x = PICK(&g->r, fills);
     *out = *a;
     out->nonneg = nonneg(a) && !(ins->x < 0);
+    return true;
+}
+
+/* -- Norms and losses -------------------------------------------------------------- */
+
+/* A 1-d value of size n, or -1. */
+static int vector_of(gen *g, int64_t n)
+{
+    int count = 0;
+    for (int v = 0; v < n_values(g); v++)
+        if (type_of(g, v)->ndim == 1 && type_of(g, v)->shape[0] == n)
+            g->cand[count++] = v;
+    return count ? choose(g, count) : -1;
+}
+
+/* batch_norm and group_norm: x [N, C, ...]; b and c [C] values (mean and
+ * var, gamma and beta), or -1. Dtypes promote through each step. */
+static bool gen_channel_norm(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 2);
+    if (ins->a < 0)
+        return false;
+    const vtype *x = type_of(g, ins->a);
+    int64_t c = x->shape[1];
+    ins->b = vector_of(g, c);
+    ins->c = chance(&g->r, 1, 3) ? -1 : vector_of(g, c);
+    ins->x = PICK(&g->r, eps_values);
+    if (ins->op == PROGEN_BATCH_NORM && ins->b < 0)
+        return false;
+    if (ins->op == PROGEN_GROUP_NORM) {
+        int64_t divisors[8], n = 0;
+        for (int64_t k = 1; k <= c && n < 8; k++)
+            if (c % k == 0)
+                divisors[n++] = k;
+        if (n == 0)
+            return false; /* no channels: no groups */
+        ins->k = divisors[below(&g->r, n)];
+    }
+    *out = *x;
+    out->nonneg = false;
+    out->dtype = float_of(x->dtype);
+    if (ins->op == PROGEN_BATCH_NORM) /* (x - mean) * rsqrt(var + eps) [* gamma] [+ beta] */
+        out->dtype = higher(higher(out->dtype, type_of(g, ins->b)->dtype), float_of(type_of(g, ins->b)->dtype));
+    if (ins->c >= 0)
+        out->dtype = higher(out->dtype, type_of(g, ins->c)->dtype);
+    return true;
+}
+
+/* rms_norm (gamma broadcasting to x) and layer_norm over the last k axes
+ * (gamma and beta broadcasting to those axes). */
+static bool gen_row_norm(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *x = type_of(g, ins->a);
+    ins->k = between(&g->r, 1, x->ndim);
+    ins->x = PICK(&g->r, eps_values);
+    vtype last = {.ndim = ins->op == PROGEN_RMS_NORM ? x->ndim : (int)ins->k};
+    memcpy(last.shape, x->shape + x->ndim - last.ndim, (size_t)last.ndim * sizeof *last.shape);
+    *out = *x;
+    out->nonneg = false;
+    out->dtype = float_of(x->dtype);
+    int *affine[2] = {&ins->b, &ins->c};
+    for (int i = 0; i < (ins->op == PROGEN_RMS_NORM ? 1 : 2); i++) {
+        int n = 0;
+        vtype t;
+        for (int v = 0; v < n_values(g); v++) {
+            const vtype *u = type_of(g, v);
+            if (u->ndim <= last.ndim && broadcast(&last, u, &t) && !memcmp(t.shape, last.shape, sizeof t.shape))
+                g->cand[n++] = v;
+        }
+        if (n == 0 || chance(&g->r, 1, 3))
+            continue; /* NULL */
+        *affine[i] = choose(g, n);
+        const vtype *u = type_of(g, *affine[i]);
+        /* layer_norm_axes flattens its affine operands: never 0-d */
+        out->dtype = promote(out->dtype, false, u->dtype, u->ndim == 0 && ins->op == PROGEN_RMS_NORM);
+    }
+    return true;
+}
+
+/* cross_entropy and nll_loss of a [N, C] value (C >= 1) whose labels are a
+ * [N] value modulo C, or its own argmax; now and then class 0 is ignored. */
+static bool gen_class_loss(gen *g, instr *ins, vtype *out)
+{
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++)
+        if (type_of(g, v)->ndim == 2 && type_of(g, v)->shape[1] > 0)
+            g->cand[n++] = v;
+    if (n == 0)
+        return false;
+    ins->a = choose(g, n);
+    const vtype *x = type_of(g, ins->a);
+    ins->b = chance(&g->r, 1, 2) ? vector_of(g, x->shape[0]) : -1;
+    ins->k = x->shape[1];
+    ins->start = chance(&g->r, 1, 3) ? 0 : -100; /* ignore_index */
+    static const double smoothing[] = {0, 0, 0.1, 0.5};
+    ins->x = ins->op == PROGEN_CROSS_ENTROPY ? PICK(&g->r, smoothing) : 0;
+    out->dtype = float_of(x->dtype);
+    out->ndim = 0;
+    out->nonneg = false;
+    return true;
+}
+
+static bool gen_dropout(gen *g, instr *ins, vtype *out)
+{
+    static const double ps[] = {0.5, 0.1, 0.9, 0, 1};
+    ins->a = pick(g, PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64), 0);
+    if (ins->a < 0)
+        return false;
+    ins->x = PICK(&g->r, ps);
+    ins->keepdim = !chance(&g->r, 1, 4); /* training */
+    *out = *type_of(g, ins->a);
+    return true;
+}
+
+static bool gen_mse(gen *g, instr *ins, vtype *out)
+{
+    vtype t;
+    if (!gen_binary(g, ins, &t)) /* any two that broadcast (gen_binary's add rule: any dtypes) */
+        return false;
+    const vtype *a = type_of(g, ins->a), *b = type_of(g, ins->b);
+    out->dtype = float_of(promote(float_of(a->dtype), a->ndim == 0, b->dtype, b->ndim == 0));
+    out->ndim = 0;
+    out->nonneg = false;
     return true;
 }
 
@@ -1320,6 +1448,11 @@ static bool generate(gen *g, instr *ins, vtype *out)
     case PROGEN_REPEAT: return gen_repeat(g, ins, out);
     case PROGEN_ZEROS_LIKE: case PROGEN_ONES_LIKE: case PROGEN_FULL_LIKE: return gen_like(g, ins, out);
     case PROGEN_EYE: case PROGEN_LINSPACE: return gen_eye_linspace(g, ins, out);
+    case PROGEN_BATCH_NORM: case PROGEN_GROUP_NORM: return gen_channel_norm(g, ins, out);
+    case PROGEN_RMS_NORM: case PROGEN_LAYER_NORM_AXES: return gen_row_norm(g, ins, out);
+    case PROGEN_CROSS_ENTROPY: case PROGEN_NLL_LOSS: return gen_class_loss(g, ins, out);
+    case PROGEN_MSE_LOSS: return gen_mse(g, ins, out);
+    case PROGEN_DROPOUT: return gen_dropout(g, ins, out);
     case PROGEN_ADD_SCALAR: case PROGEN_SUB_SCALAR: case PROGEN_MUL_SCALAR: case PROGEN_DIV_SCALAR:
     case PROGEN_POW_SCALAR: case PROGEN_MAXIMUM_SCALAR: case PROGEN_MINIMUM_SCALAR:
         return gen_scalar(g, ins, out);
@@ -1507,7 +1640,7 @@ int progen_n_outputs(const progen_program *p)
 bool progen_draws_random(const progen_program *p)
 {
     for (int i = 0; i < p->n_instrs; i++)
-        if (p->instrs[i].op == PROGEN_RAND || p->instrs[i].op == PROGEN_RANDN)
+        if (p->instrs[i].op == PROGEN_RAND || p->instrs[i].op == PROGEN_RANDN || p->instrs[i].op == PROGEN_DROPOUT)
             return true;
     return false;
 }
@@ -1931,6 +2064,52 @@ static void sb_call(strbuf *sb, const progen_program *p, const instr *ins)
         sb_double(sb, ins->x);
         sb_printf(sb, ")");
         break;
+    case PROGEN_BATCH_NORM:
+        sb_printf(sb, "%s(v%d, v%d, v%d, ", name, ins->a, ins->b, ins->b);
+        sb_printf(sb, ins->c >= 0 ? "v%d, v%d, " : "NULL, NULL, ", ins->c, ins->c);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_GROUP_NORM:
+        sb_printf(sb, "%s(v%d, %lld, ", name, ins->a, (long long)ins->k);
+        sb_printf(sb, ins->c >= 0 ? "v%d, v%d, " : "NULL, NULL, ", ins->c, ins->c);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_RMS_NORM:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_printf(sb, ins->b >= 0 ? "v%d, " : "NULL, ", ins->b);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_LAYER_NORM_AXES:
+        sb_printf(sb, "%s(v%d, %lld, ", name, ins->a, (long long)ins->k);
+        sb_printf(sb, ins->b >= 0 ? "v%d, " : "NULL, ", ins->b);
+        sb_printf(sb, ins->c >= 0 ? "v%d, " : "NULL, ", ins->c);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_CROSS_ENTROPY: case PROGEN_NLL_LOSS:
+        sb_printf(sb, "%s(v%d, ", ins->op == PROGEN_NLL_LOSS ? name : "kiln_cross_entropy_ex", ins->a);
+        if (ins->b >= 0)
+            sb_indices(sb, ins, ins->b);
+        else
+            sb_printf(sb, "kiln_argmax(v%d, -1, false)", ins->a);
+        sb_printf(sb, ", %lld", (long long)ins->start);
+        if (ins->op == PROGEN_CROSS_ENTROPY) {
+            sb_printf(sb, ", ");
+            sb_double(sb, ins->x);
+        }
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_MSE_LOSS:
+        sb_printf(sb, "%s(v%d, v%d)", name, ins->a, ins->b);
+        break;
+    case PROGEN_DROPOUT:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ", %s)", ins->keepdim ? "true" : "false");
+        break;
     case PROGEN_RESHAPE: case PROGEN_EXPAND:
         sb_printf(sb, "%s(v%d, ", name, ins->a);
         sb_shape(sb, ins->ndim, ins->shape);
@@ -2172,6 +2351,18 @@ static kiln_tensor *call_more(const instr *ins, kiln_tensor *const *v, kiln_tens
     case PROGEN_ZEROS_LIKE: return kiln_zeros_like(a);
     case PROGEN_ONES_LIKE: return kiln_ones_like(a);
     case PROGEN_FULL_LIKE: return kiln_full_like(a, ins->x);
+    case PROGEN_BATCH_NORM: return kiln_batch_norm(a, b, b, c, c, ins->x);
+    case PROGEN_GROUP_NORM: return kiln_group_norm(a, ins->k, c, c, ins->x);
+    case PROGEN_RMS_NORM: return kiln_rms_norm(a, b, ins->x);
+    case PROGEN_LAYER_NORM_AXES: return kiln_layer_norm_axes(a, (int)ins->k, b, c, ins->x);
+    case PROGEN_CROSS_ENTROPY:
+    case PROGEN_NLL_LOSS: {
+        kiln_tensor *labels = b ? indices(ins, b) : kiln_argmax(a, -1, false);
+        return ins->op == PROGEN_NLL_LOSS ? kiln_nll_loss(a, labels, ins->start)
+                                          : kiln_cross_entropy_ex(a, labels, ins->start, ins->x);
+    }
+    case PROGEN_MSE_LOSS: return kiln_mse_loss(a, b);
+    case PROGEN_DROPOUT: return kiln_dropout(a, ins->x, ins->keepdim);
     default: return NULL;
     }
 }
@@ -2263,6 +2454,11 @@ int progen_run(const progen_program *p, kiln_tensor *const *in, kiln_tensor **ou
     if (!v)
         return fail_value(p, 0, "out of memory");
     int status = 0;
+    for (int i = 0; i < p->n_instrs; i++) /* eager and traced runs draw the same masks */
+        if (p->instrs[i].op == PROGEN_DROPOUT) {
+            kiln_manual_seed(p->seed);
+            break;
+        }
     for (int i = 0; i < p->n_inputs && status == 0; i++)
         status = check_value(p, i, v[i] = in[i]);
     kiln_scope_begin();

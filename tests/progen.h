@@ -69,7 +69,10 @@
     _(EMBEDDING, embedding) _(SCATTER_ADD, scatter_add) _(MASKED_FILL, masked_fill)    \
     _(STACK, stack) _(SPLIT, split) _(FLIP, flip) _(PAD, pad) _(TRIL, tril)            \
     _(TRIU, triu) _(REPEAT, repeat) _(EYE, eye) _(LINSPACE, linspace)                  \
-    _(ZEROS_LIKE, zeros_like) _(ONES_LIKE, ones_like) _(FULL_LIKE, full_like)
+    _(ZEROS_LIKE, zeros_like) _(ONES_LIKE, ones_like) _(FULL_LIKE, full_like)          \
+    _(BATCH_NORM, batch_norm) _(GROUP_NORM, group_norm) _(RMS_NORM, rms_norm)          \
+    _(LAYER_NORM_AXES, layer_norm_axes) _(CROSS_ENTROPY, cross_entropy)                \
+    _(NLL_LOSS, nll_loss) _(MSE_LOSS, mse_loss) _(DROPOUT, dropout)
 
 typedef enum {
 #define PROGEN_ENUM(N, n) PROGEN_##N,
@@ -117,7 +120,8 @@ void progen_free(progen_program *p);
 int progen_n_inputs(const progen_program *p);
 int progen_n_outputs(const progen_program *p);
 /* Whether p draws random values: traced, each call draws new ones, and
- * only the first call's equal eager's (whose seeds are fixed). */
+ * only the first call's equal eager's (whose seeds are fixed; a program
+ * with dropout sets the global generator to its seed when it starts). */
 bool progen_draws_random(const progen_program *p);
 int progen_n_instrs(const progen_program *p);
 /* The op of instruction i (helpers the generator inserted included). */

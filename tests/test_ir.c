@@ -191,6 +191,7 @@ static ir_graph *every_op_graph(void)
     emit(g, OP_CONST, KILN_F64, SCALAR, 0, NULL, &(ir_params){.value = 2.5, .scalar = 1});
     emit(g, OP_RAND, KILN_F32, SHAPE(2, 3), 0, NULL, &(ir_params){.index = INT64_MIN}); /* a seed: any bits */
     emit(g, OP_RANDN, KILN_F32, SHAPE(4), 0, NULL, &(ir_params){.index = 7});
+    emit(g, OP_UNIFORM, KILN_F32, SHAPE(3), 0, NULL, &(ir_params){.index = 8}); /* words into the call's draw */
     /* 0-d arithmetic on constants, for the folding pass to find */
     ir_ref two = constant(g, KILN_F64, 2);
     binary(g, OP_MUL, two, constant(g, KILN_F64, 3));

@@ -118,6 +118,16 @@ KILN_API kiln_tensor *kiln_rand(int ndim, const int64_t *shape, uint64_t seed);
 KILN_API kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed);
 /* A 0-d f32 tensor. */
 KILN_API kiln_tensor *kiln_scalar(double value);
+/* The global generator that kiln_dropout draws from: Philox4x32-10, counter
+ * based, a seed and an offset in 32-bit words that each draw advances (by
+ * its element count rounded up to 4). The same seed and offset give the
+ * same values on the CPU and on CUDA, eagerly and traced; a traced call
+ * draws what the body run eagerly from the same state would. (PyTorch's own
+ * Philox layout differs: the masks are not torch's.) manual_seed sets the
+ * seed and offset 0; set_rng_state rounds the offset up to a whole block. */
+KILN_API void kiln_manual_seed(uint64_t seed);
+KILN_API void kiln_rng_state(uint64_t *seed, uint64_t *offset);
+KILN_API void kiln_set_rng_state(uint64_t seed, uint64_t offset);
 /* steps values from start to end, both included (torch.linspace: the first
  * half counted from start, the rest from end); one step gives start. */
 KILN_API kiln_tensor *kiln_linspace(double start, double end, int64_t steps, kiln_dtype dt);
@@ -432,6 +442,42 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_t
 KILN_API kiln_tensor *kiln_gelu(kiln_tensor *a);
 /* x * sigmoid(x) */
 KILN_API kiln_tensor *kiln_silu(kiln_tensor *a);
+/* Normalizes over the last k axes (torch's layer_norm with normalized_shape
+ * of x's last k sizes); gamma and beta (or NULL) broadcast to those axes. */
+KILN_API kiln_tensor *kiln_layer_norm_axes(kiln_tensor *x, int k, kiln_tensor *gamma, kiln_tensor *beta,
+                                           double eps);
+/* Inference batch norm over axis 1 of x [N, C, ...] with running statistics
+ * mean and var [C]: (x - mean) / sqrt(var + eps) * gamma + beta, gamma and
+ * beta [C] or NULL. (Training statistics: kiln_var_mean over KILN_AXES(0, 2, 3).) */
+KILN_API kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *mean, kiln_tensor *var, kiln_tensor *gamma,
+                                      kiln_tensor *beta, double eps);
+/* Normalizes x [N, C, ...] over each of groups equal groups of its channels
+ * (and the axes after them), then gamma and beta [C] (or NULL) per channel. */
+KILN_API kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *gamma, kiln_tensor *beta,
+                                      double eps);
+/* x / sqrt(mean(x^2) + eps) over the last axis, times gamma (or NULL). */
+KILN_API kiln_tensor *kiln_rms_norm(kiln_tensor *x, kiln_tensor *gamma, double eps);
+/* The mean over the batch of -log softmax(logits)[label]: logits [N, C] (or
+ * [C] with a 0-d label), labels [N] of i64 (or i32), classes in [0, C).
+ * kiln_cross_entropy_ex adds PyTorch's ignore_index (rows with that label
+ * count for nothing; the mean is over the others, NaN if none) and
+ * label_smoothing in [0, 1]; kiln_cross_entropy is ignore_index -100 and no
+ * smoothing. A label out of range is an error naming it eagerly; traced (or
+ * on CUDA) it fails the call as an index out of range of the gather that
+ * picks it (a negative label shown moved down by C). */
+KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *labels);
+KILN_API kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *labels, int64_t ignore_index,
+                                            double label_smoothing);
+/* The mean over the batch of -log_probs[label] (log_probs [N, C] as
+ * cross_entropy's logits), rows labeled ignore_index left out. */
+KILN_API kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *labels, int64_t ignore_index);
+/* mean((a - b)^2) over every element of the broadcast; integers give f32. */
+KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b);
+/* Training (and p > 0): x times a mask of the global generator's that keeps
+ * each element with probability 1 - p, scaled by 1 / (1 - p) (a dropped NaN
+ * or infinity gives NaN, as in PyTorch). Traced, each call draws a new
+ * mask. Otherwise x itself (a new reference). Floats only; p in [0, 1]. */
+KILN_API kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training);
 /* 0.5 x (1 + erf(x / sqrt 2)): PyTorch's exact GELU. */
 KILN_API kiln_tensor *kiln_gelu_erf(kiln_tensor *a);
 /* log(1 + exp(beta x)) / beta, and x itself where beta x > threshold

@@ -194,11 +194,42 @@ static void scatter_add(strbuf *s, const kg_kernel *k, const char *name)
                   "}\n");
 }
 
+/* -- uniform ------------------------------------------------------------------- */
+
+/* src/eager/philox.c's generator, a thread per block of 4 words. */
+static void uniform(strbuf *s, const char *name)
+{
+    strbuf_put(s,
+               "struct kg_random_args { long long numel; unsigned long long seed, offset; };\n"
+               "static_assert(sizeof(kg_random_args) == %zu, \"kg_random_args as ir/kernel.h has it\");\n"
+               "extern \"C\" __global__ void __launch_bounds__(%d) %s(kg_random_args args, float *__restrict__ out)\n"
+               "{\n"
+               "    for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; 4 * b < args.numel;\n"
+               "         b += (long long)gridDim.x * blockDim.x) {\n"
+               "        unsigned long long counter = args.offset / 4 + (unsigned long long)b;\n"
+               "        unsigned c[4] = {(unsigned)counter, (unsigned)(counter >> 32), 0u, 0u};\n"
+               "        unsigned k0 = (unsigned)args.seed, k1 = (unsigned)(args.seed >> 32);\n"
+               "        for (int round = 0; round < 10; round++) {\n"
+               "            unsigned hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];\n"
+               "            unsigned hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];\n"
+               "            unsigned n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;\n"
+               "            c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;\n"
+               "            k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;\n"
+               "        }\n"
+               "        for (int k = 0; k < 4 && 4 * b + k < args.numel; k++)\n"
+               "            out[4 * b + k] = (float)(c[k] >> 8) * 5.9604644775390625e-8f;\n"
+               "    }\n"
+               "}\n",
+               sizeof(kg_random_args), KG_BLOCK, name);
+}
+
 char *nvrtc_lines_source(const kg_kernel *k, const char *name, char *err, size_t err_size)
 {
     strbuf s = {0};
     strbuf_put(&s, "%s\n", NVRTC_PRELUDE);
-    if (k->kind == KG_SCAN)
+    if (k->kind == KG_RANDOM)
+        uniform(&s, name);
+    else if (k->kind == KG_SCAN)
         scan(&s, k, name);
     else if (k->kind == KG_TOPK)
         topk(&s, k, name);

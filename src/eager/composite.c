@@ -36,6 +36,15 @@ bool composite_check(const char *fn, const kiln_tensor *a, int axis, bool need_a
     return !need_axis || check_axis(fn, axis, a, 0, &resolved) == 0;
 }
 
+bool composite_check_pair(const char *fn, const kiln_tensor *a, const kiln_tensor *b)
+{
+    if (!composite_check(fn, a, 0, false))
+        return false;
+    if (!b)
+        core_fail_null(fn, "operand b");
+    return b != NULL;
+}
+
 /* softmax's operand and axis: a 0-d tensor takes axis 0 or -1, as kiln_sum does. */
 static bool check_softmax(const char *fn, const kiln_tensor *a, int axis)
 {

@@ -282,8 +282,10 @@ kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed)
     return random_op(OP_RANDN, ndim, shape, seed);
 }
 
-kiln_tensor *eager_random(const ir_node *n, uint64_t stream, kiln_device device)
+kiln_tensor *eager_random(const ir_node *n, uint64_t stream, uint64_t rng_base, kiln_device device)
 {
+    if (n->op == OP_UNIFORM)
+        return eager_uniform(n, rng_base, device);
     uint64_t seed = (uint64_t)n->params.index;
     if (stream > 0) /* the first call draws what eager draws for the seed */
         seed = mix(seed, stream ^ 0xD1B54A32D192ED03ull);

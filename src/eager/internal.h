@@ -114,6 +114,8 @@ void composite_begin(void);
 kiln_tensor *composite_end(const char *fn, kiln_tensor *result);
 /* Whether a is not NULL (fn's error) and, when need_axis, axis is one of its. */
 bool composite_check(const char *fn, const kiln_tensor *a, int axis, bool need_axis);
+/* Whether neither a nor b is NULL (fn's error naming the first that is). */
+bool composite_check_pair(const char *fn, const kiln_tensor *a, const kiln_tensor *b);
 /* The operand of a float composite: integers and bools become f32 first, as
  * PyTorch's x.float(), so that nothing is computed (and overflows) in an
  * integer dtype. */
@@ -142,6 +144,11 @@ kiln_tensor *eager_filled(const char *fn, kiln_dtype dt, int ndim, const int64_t
 
 /* Topk node n's indices of a; owned as an op's result. */
 kiln_tensor *eager_topk_indices(const ir_node *n, kiln_tensor *a);
+
+/* -- philox.c ------------------------------------------------------------------- */
+
+/* Uniform node n's values, drawn at base plus its offset in the call. */
+kiln_tensor *eager_uniform(const ir_node *n, uint64_t base, kiln_device device);
 
 /* -- cuda.c: ops on CUDA tensors ---------------------------------------------- */
 

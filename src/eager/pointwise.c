@@ -48,12 +48,8 @@ kiln_tensor *kiln_logical_not(kiln_tensor *a)
 
 static kiln_tensor *logical(const char *fn, ir_op op, kiln_tensor *a, kiln_tensor *b)
 {
-    if (!composite_check(fn, a, 0, false))
+    if (!composite_check_pair(fn, a, b))
         return NULL;
-    if (!b) {
-        core_fail_null(fn, "operand b");
-        return NULL;
-    }
     composite_begin();
     kiln_tensor *x = truth(a), *y = truth(b);
     kiln_tensor *r = op == OP_MUL ? kiln_mul(x, y) : op == OP_ADD ? kiln_add(x, y) : kiln_ne(x, y);

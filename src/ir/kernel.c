@@ -193,7 +193,7 @@ const char *kx_options_text(const kx_kernel_options *o)
 
 /* -- Shape-generic kernels --------------------------------------------------- */
 
-static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul", "scan", "topk", "index"};
+static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul", "scan", "topk", "index", "random"};
 
 static bool dtype_valid(kiln_dtype dt)
 {
@@ -213,7 +213,7 @@ void kg_describe(const kg_kernel *k, char *buf, size_t size)
 /* The fields every kind needs in range, so that k can be named at all. */
 static int check_fields(const kg_kernel *k, char *err, size_t err_size)
 {
-    if ((unsigned)k->kind > KG_INDEX)
+    if ((unsigned)k->kind > KG_RANDOM)
         snprintf(err, err_size, "eager kernel of unknown kind %d", (int)k->kind);
     else if ((unsigned)k->op >= OP__COUNT)
         snprintf(err, err_size, "eager kernel of unknown op %d", (int)k->op);
@@ -323,6 +323,8 @@ static int check_line_or_index(const kg_kernel *k, char *err, size_t err_size)
         snprintf(err, err_size, "no scan eager kernel for %s: cumsum of f32, f64 or i64, summed in f64 or i64", what);
     else if (k->kind == KG_TOPK && (k->op != OP_TOPK || k->n_in != 1 || k->out != KILN_I64 || k->compute != k->in[0]))
         snprintf(err, err_size, "no top-k eager kernel for %s: topk compares its input's dtype, gives i64", what);
+    else if (k->kind == KG_RANDOM && (k->op != OP_UNIFORM || k->out != KILN_F32))
+        snprintf(err, err_size, "no random eager kernel for %s: uniform f32 values", what);
     else if (k->kind == KG_INDEX && ((k->op != OP_GATHER && k->op != OP_SCATTER_ADD) || !index_dtype ||
                                      (k->op == OP_SCATTER_ADD && (k->out == KILN_BOOL || k->in[1] != k->out)) ||
                                      (k->op == OP_GATHER && k->in[0] != k->out)))

@@ -212,6 +212,13 @@ typedef struct {
     int ndim, axis;
 } kg_index_args;
 
+/* numel f32 uniform values of Philox4x32-10 keyed by seed, from word
+ * offset (a multiple of 4): src/eager/philox.c's. */
+typedef struct {
+    long long numel;
+    unsigned long long seed, offset;
+} kg_random_args;
+
 typedef enum {
     KG_ELEMENTWISE, /* op of the table, or OP_CAST: a copy converting in[0] to out */
     KG_REDUCE,      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_ARGMAX, OP_PROD, OP_ARGMIN */
@@ -219,6 +226,7 @@ typedef enum {
     KG_SCAN,        /* OP_CUMSUM */
     KG_TOPK,        /* OP_TOPK */
     KG_INDEX,       /* OP_GATHER (index_select too), OP_SCATTER_ADD */
+    KG_RANDOM,      /* OP_UNIFORM */
 } kg_kind;
 
 /* Which generic kernel: its kind, op and dtypes.
@@ -246,7 +254,8 @@ typedef enum {
  *   *bad): GATHER reads in0 (data, of dtype out) at the indices in1 (i32 or
  *   i64) into the contiguous out of the index's shape; SCATTER_ADD adds
  *   in1 (src, of dtype out) at the indices in0 into out (atomically; bool
- *   refused). A thread per index element. */
+ *   refused). A thread per index element.
+ * RANDOM: kernel(kg_random_args, float *out); a thread per 4 elements. */
 typedef struct {
     kg_kind kind;
     ir_op op;

@@ -455,10 +455,25 @@ static const ir_node *epilogue_reduction(const builder *b, ir_ref root, ir_ref r
     return NULL;
 }
 
-/* The kernel computing root; NULL with b->failed set when a node must be
- * materialized first, or b->nomem. */
-static kx_kernel *build_kernel(builder *b, ir_ref root)
+/* The value under node's reshapes that its kernel computes: a reshape
+ * stores its operand's row-major bytes, so the kernel computes the operand
+ * straight into the reshape's buffer instead of copying it after. */
+static ir_ref reshaped_value(const builder *b, ir_ref node)
 {
+    while (b->g->nodes[node].op == OP_RESHAPE) {
+        ir_ref o = ir_operands(b->g, &b->g->nodes[node])[0];
+        if (b->mat[o] || ir_ops[b->g->nodes[o].op].kind == KIND_SOURCE)
+            break;
+        node = o;
+    }
+    return node;
+}
+
+/* The kernel computing node; NULL with b->failed set when a node must be
+ * materialized first, or b->nomem. */
+static kx_kernel *build_kernel(builder *b, ir_ref node)
+{
+    ir_ref root = reshaped_value(b, node);
     const ir_node *n = &b->g->nodes[root];
     bool reduces = ir_ops[n->op].kind == KIND_REDUCTION;
     const ir_node *rows_of = reduces ? n : ir_ops[n->op].kind == KIND_ELEMENTWISE ? epilogue_reduction(b, root, root)
@@ -480,7 +495,8 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
     if (rows_of && rows_of->params.keepdim)
         map.src[n->ndim - 1] = -1, map.coef[n->ndim - 1] = 0;
     int e = build(b, root, &map);
-    int out = e < 0 ? -1 : add_buffer(b, root);
+    b->root = node; /* its buffer, the output, always has a slot */
+    int out = e < 0 ? -1 : add_buffer(b, node);
     kx_kernel *k = b->k;
     if (out < 0 || !store_output(b, n, out, e, rows_of && !reduces)) {
         b->nomem |= b->failed == IR_NONE;
