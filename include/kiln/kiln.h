@@ -478,6 +478,33 @@ KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b);
  * or infinity gives NaN, as in PyTorch). Traced, each call draws a new
  * mask. Otherwise x itself (a new reference). Floats only; p in [0, 1]. */
 KILN_API kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training);
+/* Convolution and pooling over NCHW x [N, C, H, W] (or unbatched [C, H, W]),
+ * as torch.nn.functional's. Zeros in the params mean the defaults: stride
+ * 1, padding 0, dilation 1, groups 1. */
+typedef struct {
+    int64_t stride[2], padding[2], dilation[2], groups;
+} kiln_conv2d_params;
+/* Cross-correlation of x with w [O, C / groups, KH, KW] plus bias [O] (or
+ * NULL); p NULL: the defaults. Floats only (x and w may differ: they
+ * promote, where PyTorch wants one dtype). Groups of one channel each
+ * (depthwise) sum the taps elementwise; others are one batched product per
+ * group over the windows' columns (a buffer of C KH KW OH OW per image). */
+KILN_API kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *bias, const kiln_conv2d_params *p);
+/* kernel >= 1, stride (zeros: the kernel's), padding at most half the
+ * kernel; ceil_mode rounds the output size up (a last window starting in
+ * the right padding dropped); count_include_pad counts the padding in an
+ * average's divisor (never ceil mode's overhang past it). */
+typedef struct {
+    int64_t kernel[2], stride[2], padding[2];
+    bool ceil_mode, count_include_pad;
+} kiln_pool2d_params;
+/* Window maxima (NaN wins); numbers of any dtype, not bool. */
+KILN_API kiln_tensor *kiln_max_pool2d(kiln_tensor *x, const kiln_pool2d_params *p);
+/* Window means; integers become f32 first (PyTorch divides integers). */
+KILN_API kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, const kiln_pool2d_params *p);
+/* Means over out_h x out_w windows, window i of an axis of n spanning
+ * [floor(i n / out), ceil((i + 1) n / out)); 1x1 is global pooling. */
+KILN_API kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
 /* 0.5 x (1 + erf(x / sqrt 2)): PyTorch's exact GELU. */
 KILN_API kiln_tensor *kiln_gelu_erf(kiln_tensor *a);
 /* log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
