@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "report.h"
+#include "timing.h"
 #include "workloads.h"
 
 enum { WARMUPS = 2, MAX_REPS = 1000, TINY_BATCH = 1000 };
@@ -50,8 +51,8 @@ enum { WARMUPS = 2, MAX_REPS = 1000, TINY_BATCH = 1000 };
 static const char usage[] =
     "usage: kiln-bench [--workload NAME] [--device cpu|cuda] [--threads N] [--quick]\n"
     "                  [--reps N] [--compiles N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
-    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny matmul (default: the\n"
-    "                   first six; on cuda matmul too)\n"
+    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny matmul serve (default:\n"
+    "                   the first six and serve; on cuda matmul too, not serve)\n"
     "  --device D       cpu (default), or cuda: inputs on the GPU, GPU sizes (exits 2 without one)\n"
     "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
     "  --quick          small sizes, for CI: finishes in seconds\n"
@@ -92,25 +93,6 @@ static _Noreturn void die(const char *what)
 }
 
 /* -- Timing ---------------------------------------------------------------- */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Waits for the GPU's queued work, on CUDA; a kernel's failure ends the run. */
 static void wait_for_device(const char *what)
@@ -697,7 +679,7 @@ static int parse_args(int argc, char **argv, options *opt)
         return fprintf(stderr, "kiln-bench: --threads must be at least 1, --reps and --compiles at most %d\n",
                        MAX_REPS), -1;
     const char *name = opt->probe ? opt->probe_workload : opt->workload;
-    if (name && !workload_find(name))
+    if (name && strcmp(name, "serve") && !workload_find(name))
         return fprintf(stderr, "kiln-bench: no workload %s\n%s", name, usage), -1;
     return 0;
 }
@@ -719,6 +701,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (opt.probe && !strncmp(opt.probe, "serve-", 6))
+        return serve_child(opt.probe + 6, opt.quick);
     if (opt.probe)
         return probe(opt.probe, workload_find(opt.probe_workload), opt.size);
 
@@ -744,8 +728,14 @@ int main(int argc, char **argv)
         if (wanted)
             measure(w, &opt, &run.probes, &run.results[run.count++]);
     }
+    bool serve = device == KILN_CPU && (!opt.workload || !strcmp(opt.workload, "serve"));
+    if (serve && serve_measure(opt.threads, opt.quick, &run.serve) < 0)
+        die("serve");
+    run.has_serve = serve;
     snprintf(run.backend, sizeof run.backend, "%s", run.count && run.results[0].backend ? run.results[0].backend : "?");
     bench_print_table(&run, stdout);
+    if (serve)
+        serve_print(&run.serve, stdout);
     if (opt.compare && bench_print_comparison(&run, opt.compare, stdout) < 0)
         return 1;
     if (opt.json && bench_write_json(&run, opt.json) < 0)

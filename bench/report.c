@@ -154,6 +154,34 @@ static void json_result(FILE *out, const bench_result *r, bool last)
     fprintf(out, "\"reps\": %d}%s\n", r->reps, last ? "" : ",");
 }
 
+static void json_serve_mode(FILE *out, const char *name, const serve_mode *m, const char *tail)
+{
+    fprintf(out, "        \"%s\": {", name);
+    json_number(out, "total_ms", m->total_ms, ", ");
+    json_number(out, "p50_ms", m->p50_ms, ", ");
+    json_number(out, "p99_ms", m->p99_ms, ", ");
+    fprintf(out, "\"traces\": %lld, \"kernels_compiled\": %lld, \"eager_fallbacks\": %lld, ", (long long)m->traces,
+            (long long)m->kernels_compiled, (long long)m->eager_fallbacks);
+    json_number(out, "max_abs_diff", m->max_abs_diff, "}");
+    fprintf(out, "%s\n", tail);
+}
+
+static void json_serve(FILE *out, const bench_serve *s)
+{
+    fprintf(out, "      \"serve\": {\n        \"block\": \"%s\", \"calls\": %d,\n", s->block, s->calls);
+    json_serve_mode(out, "eager", &s->eager, ",");
+    json_serve_mode(out, "static", &s->fixed, ",");
+    json_serve_mode(out, "static_limited", &s->fixed_limited, ",");
+    json_serve_mode(out, "dynamic", &s->dynamic, ",");
+    fprintf(out, "        \"warm\": [");
+    for (int i = 0; i < SERVE_STEADY_SIZES; i++) {
+        fprintf(out, "%s{\"batch\": %lld, ", i ? ", " : "", (long long)SERVE_STEADY[i]);
+        json_number(out, "static_ms", s->steady_fixed_ms[i], ", ");
+        json_number(out, "dynamic_ms", s->steady_dynamic_ms[i], "}");
+    }
+    fprintf(out, "]\n      }\n");
+}
+
 int bench_write_json(const bench_run *run, const char *path)
 {
     FILE *out = fopen(path, "w");
@@ -176,7 +204,10 @@ int bench_write_json(const bench_run *run, const char *path)
     fprintf(out, "      \"workloads\": [\n");
     for (int i = 0; i < run->count; i++)
         json_result(out, &run->results[i], i == run->count - 1);
-    fprintf(out, "      ]\n    }\n  ]\n}\n");
+    fprintf(out, "      ]%s\n", run->has_serve ? "," : "");
+    if (run->has_serve)
+        json_serve(out, &run->serve);
+    fprintf(out, "    }\n  ]\n}\n");
     return fclose(out) == 0 ? 0 : -1;
 }
 

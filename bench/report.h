@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "serve.h"
+
 enum { BENCH_MAX_RESULTS = 16 };
 
 typedef struct {
@@ -41,6 +43,8 @@ typedef struct {
     bench_probes probes;
     bench_result results[BENCH_MAX_RESULTS];
     int count;
+    bool has_serve;   /* serve ran: its figures are in serve */
+    bench_serve serve;
 } bench_run;
 
 /* Fills in the CPU's name and core count; the device is the caller's. */

@@ -52,6 +52,26 @@ def check_json(path):
             fail("%s: no kernels" % w["name"])
         if (w["limit_kind"] is None) != (w["name"] == "tiny"):
             fail("%s: limit_kind %r" % (w["name"], w["limit_kind"]))
+    check_serve(run)
+
+
+def check_serve(run):
+    serve = run.get("serve")
+    if not serve or serve.get("calls", 0) < 1:
+        fail("serve missing")
+    for mode in ["eager", "static", "static_limited", "dynamic"]:
+        m = serve[mode]
+        if not (m["total_ms"] > 0 and m["p50_ms"] > 0 and m["p99_ms"] >= m["p50_ms"]):
+            fail("serve %s: times %r" % (mode, m))
+        if mode != "eager" and not (m["max_abs_diff"] is not None and m["max_abs_diff"] <= 1e-4):
+            fail("serve %s differs from eager by %r" % (mode, m["max_abs_diff"]))
+    # Dynamic shapes trace the first size, then once symbolically, and a
+    # batch of 1 apart: at most three traces for every batch size.
+    traces = [serve[m]["traces"] for m in ["static", "static_limited", "dynamic"]]
+    if not (traces[0] > 8 and traces[1] == 8 and 1 <= traces[2] <= 3):
+        fail("serve traces (static, static with limit 8, dynamic): %r" % traces)
+    if len(serve["warm"]) != 4 or not all(w["static_ms"] > 0 and w["dynamic_ms"] > 0 for w in serve["warm"]):
+        fail("serve warm calls %r" % serve["warm"])
 
 
 def check_svg(path):

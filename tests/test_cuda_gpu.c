@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dynprog.h"
 #include "progen.h"
 #include "test_common.h"
 
@@ -97,6 +98,38 @@ START_TEST(test_nvrtc_backend_runs_fused_kernels)
 END_TEST
 
 /* A CPU 0-d i64 beyond 2^53 goes to the kernel as its bits: exactly. */
+/* A program over a symbolic batch and sequence, traced once on CUDA (its
+ * kernels taking the sizes as arguments), against the CPU at four sizes. */
+START_TEST(test_symbolic_programs_traced)
+{
+    dynprog *cpu = dynprog_new((uint64_t)_i + 11, KILN_CPU), *gpu = dynprog_new((uint64_t)_i + 11, KILN_CUDA);
+    ck_assert_msg(gpu != NULL, "%s", kiln_last_error());
+    kiln_jit_options o = kiln_jit_defaults();
+    o.dynamic_dims = DYNPROG_DIMS;
+    kiln_fn *f = kiln_jit("symbolic", dynprog_body, DYNPROG_INPUTS, DYNPROG_OUTPUTS, gpu, &o);
+    int64_t sizes[4][2] = {{2, 3}, {5, 17}, {3, 33}, {4, 8}};
+    for (int s = 0; s < 4; s++) {
+        kiln_scope_begin();
+        kiln_tensor *in[DYNPROG_INPUTS], *dev[DYNPROG_INPUTS], *got[DYNPROG_OUTPUTS], *want[DYNPROG_OUTPUTS];
+        dynprog_inputs(cpu, sizes[s][0], sizes[s][1], (uint64_t)s, in);
+        for (int i = 0; i < DYNPROG_INPUTS; i++)
+            dev[i] = kiln_to_device(in[i], KILN_CUDA);
+        ck_assert_int_eq(dynprog_body(in, want, cpu), 0);
+        ck_assert_msg(kiln_call(f, dev, got) == 0, "%s", kiln_last_error());
+        for (int k = 0; k < DYNPROG_OUTPUTS; k++)
+            assert_close_to_cpu(got[k], want[k], "a symbolic program on CUDA");
+        kiln_scope_end();
+    }
+    kiln_fn_stats_t st;
+    kiln_fn_stats(f, &st);
+    ck_assert_int_eq(st.traces, 1);
+    ck_assert_str_eq(kiln_fn_backend(f), "nvrtc");
+    kiln_fn_free(f);
+    dynprog_free(cpu);
+    dynprog_free(gpu);
+}
+END_TEST
+
 START_TEST(test_i64_scalar_operand_exact)
 {
     const int64_t big = ((int64_t)1 << 53) + 1, values[3] = {1, -2, (int64_t)1 << 60};
@@ -263,6 +296,7 @@ static Suite *gpu_suite(void)
     tcase_add_test(tc, test_every_op_eagerly);
     tcase_add_test(tc, test_random_programs_traced);
     tcase_add_test(tc, test_nvrtc_backend_runs_fused_kernels);
+    tcase_add_loop_test(tc, test_symbolic_programs_traced, 0, 3);
     tcase_add_test(tc, test_i64_scalar_operand_exact);
     tcase_add_test(tc, test_integer_mean_does_not_wrap);
     tcase_add_test(tc, test_references_match_pytorch);

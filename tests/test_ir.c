@@ -399,6 +399,32 @@ START_TEST(test_the_documented_example_round_trips)
 }
 END_TEST
 
+START_TEST(test_symbolic_shapes_round_trip_and_verify)
+{
+    const char *text = G "%0 = input 0 : f32[s0,8]\n"
+                         "%1 = input 1 : f32[s1,s0,8]\n"
+                         "%2 = add %1 %0 : f32[s1,s0,8]\n"
+                         "%3 = reshape %2 : f32[8*s0*s1]\n"
+                         "%4 = input 2 : f32[3]\n"
+                         "%5 = concat %3 %4 axis=0 : f32[8*s0*s1+3]\n"
+                         "%6 = sum %2 axis=1 keepdim=0 : f32[s1,8]\n"
+                         "%7 = slice %0 axis=0 start=0 step=1 : f32[s0,8]\n"
+                         "output %5 %6 %7\n";
+    ir_graph *g = parse_ok(text);
+    assert_text(g, text);
+    ck_assert_int_eq(g->n_symbols, 2);
+    ck_assert(g->nodes[0].shape[0] < 0 && g->nodes[1].shape[1] == g->nodes[0].shape[0]);
+    int64_t at[IR_MAX_SYMBOLS] = {5, 3}, shape[KILN_MAX_DIMS];
+    ck_assert(ir_shape_eval(&g->sizes, 1, g->nodes[5].shape, at, shape));
+    ck_assert_int_eq(shape[0], 8 * 5 * 3 + 3);
+    ir_graph_free(g);
+    /* The same polynomial written otherwise is the same size. */
+    g = parse_ok(G "%0 = input 0 : f32[s0,s1]\n%1 = reshape %0 : f32[s1*s0]\noutput %1\n");
+    ck_assert_int_eq(g->sizes.n, 3);
+    ir_graph_free(g);
+}
+END_TEST
+
 START_TEST(test_dot_has_one_edge_per_operand)
 {
     ir_graph *g = every_op_graph();
@@ -482,6 +508,16 @@ static const malformed_case unsound[] = {
     {"slice before the start",
      G "%0 = input 0 : f32[4]\n%1 = slice %0 axis=0 start=1 step=-1 : f32[3]\noutput %1\n", 1},
     {"slice with step 0", G "%0 = input 0 : f32[4]\n%1 = slice %0 axis=0 start=0 step=0 : f32[2]\noutput %1\n", 1},
+    {"symbolic sizes that do not broadcast",
+     G "%0 = input 0 : f32[s0,4]\n%1 = input 1 : f32[s1,4]\n%2 = add %0 %1 : f32[s0,4]\noutput %2\n", 2},
+    {"a symbolic size broadcast against a concrete one",
+     G "%0 = input 0 : f32[s0]\n%1 = input 1 : f32[4]\n%2 = add %0 %1 : f32[4]\noutput %2\n", 2},
+    {"reshape changing a symbolic element count",
+     G "%0 = input 0 : f32[s0,4]\n%1 = reshape %0 : f32[s0,2]\noutput %1\n", 1},
+    {"part of a symbolic axis sliced",
+     G "%0 = input 0 : f32[s0]\n%1 = slice %0 axis=0 start=1 step=1 : f32[s0]\noutput %1\n", 1},
+    {"concat whose size is not the sum",
+     G "%0 = input 0 : f32[s0]\n%1 = input 1 : f32[3]\n%2 = concat %0 %1 axis=0 : f32[s0+2]\noutput %2\n", 2},
     {"matmul with differing inner sizes",
      G "%0 = input 0 : f32[2,3]\n%1 = input 1 : f32[4,2]\n%2 = matmul %0 %1 : f32[2,2]\noutput %2\n", 2},
     {"const that is not 0-d", G "%0 = const 1 : f32[4]\noutput %0\n", 0},
@@ -1386,6 +1422,7 @@ static Suite *ir_suite(void)
     tcase_add_test(text, test_constants_parse_to_the_same_double);
     tcase_add_test(text, test_the_documented_example_round_trips);
     tcase_add_test(text, test_dot_has_one_edge_per_operand);
+    tcase_add_test(text, test_symbolic_shapes_round_trip_and_verify);
     suite_add_tcase(s, text);
 
     TCase *parser = tcase_create("parser robustness");

@@ -778,8 +778,8 @@ END_TEST
 START_TEST(test_epilogues_in_blocks_do_not_stream)
 {
     static const product_case c = {"large", 2, 2, {8192, 16}, {16, 1024}, false, false, 1};
-    kiln_spec specs[3] = {{KILN_F32, 2, {8192, 16}, KILN_CPU}, {KILN_F32, 2, {16, 1024}, KILN_CPU},
-                          {KILN_F32, 1, {1024}, KILN_CPU}};
+    kiln_spec specs[3] = {{.dtype = KILN_F32, .ndim = 2, .shape = {8192, 16}, .device = KILN_CPU}, {.dtype = KILN_F32, .ndim = 2, .shape = {16, 1024}, .device = KILN_CPU},
+                          {.dtype = KILN_F32, .ndim = 1, .shape = {1024}, .device = KILN_CPU}};
     char *kernel = precompiled_kernel("large_linear_gelu", linear_gelu, 3, (void *)&c, specs);
     ck_assert_msg(strstr(kernel, "in_place") && !strstr(kernel, "stream_stores"), "%s", kernel);
     free(kernel);
@@ -799,7 +799,7 @@ static int half_plus_one(kiln_tensor *const *in, kiln_tensor **out, void *user)
 static void check_half_plus_one(kiln_fn *f, int64_t n)
 {
     if (UNDER_VALGRIND()) {
-        kiln_spec spec = {KILN_F32, 1, {n}, KILN_CPU};
+        kiln_spec spec = {.dtype = KILN_F32, .ndim = 1, .shape = {n}, .device = KILN_CPU};
         ck_assert_msg(kiln_fn_precompile(f, &spec, "host") == 0, "%s", kiln_last_error());
         return;
     }
@@ -843,7 +843,7 @@ static int softmax_rows(kiln_tensor *const *in, kiln_tensor **out, void *user)
  * it stays staged and does not stream. Compiled only, never run. */
 START_TEST(test_staged_stores_do_not_stream)
 {
-    kiln_spec spec = {KILN_F32, 2, {2048, 4096}, KILN_CPU};
+    kiln_spec spec = {.dtype = KILN_F32, .ndim = 2, .shape = {2048, 4096}, .device = KILN_CPU};
     char *kernel = precompiled_kernel("softmax_rows", softmax_rows, 1, NULL, &spec);
     ck_assert_msg(strstr(kernel, " in r1\n") && !strstr(kernel, "stream_stores"), "%s", kernel);
     free(kernel);

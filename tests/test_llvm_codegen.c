@@ -10,7 +10,7 @@
 /* out = in * 3 over rows x cols f32, both contiguous. */
 static kx_kernel *triple_kernel(int64_t rows, int64_t cols)
 {
-    kx_kernel *k = kx_kernel_new(2, (int64_t[]){rows, cols});
+    kx_kernel *k = kx_kernel_new(&(ir_sizes){0}, 2, (int64_t[]){rows, cols});
     k->n_buffers = 2;
     k->buffer_dtypes[0] = k->buffer_dtypes[1] = KILN_F32;
     k->exprs = calloc(3, sizeof *k->exprs);
@@ -67,8 +67,8 @@ static void check_run(const compiled *c, int64_t rows, int64_t cols, int shift)
     for (size_t i = 0; i < n; i++)
         in[i] = (float)i * 0.25f - 100.0f;
     void *buffers[2] = {in, out};
-    c->fn(buffers, 0, rows / 2);
-    c->fn(buffers, rows / 2, rows);
+    c->fn(buffers, 0, rows / 2, NULL);
+    c->fn(buffers, rows / 2, rows, NULL);
     for (size_t i = 0; i < n; i++)
         ck_assert_msg(out[i] == in[i] * 3.0f, "shift %d: element %zu is %g, not %g", shift, i, out[i], in[i] * 3.0f);
     free(in);

@@ -234,7 +234,7 @@ START_TEST(test_errors_name_the_problem)
         ck_assert_msg(!strncmp(err, "no CUDA driver: ", 16), "%s", err);
     kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){4});
     kiln_fn *f = kiln_jit("f", halve, 1, 1, NULL, NULL);
-    kiln_spec spec = {KILN_F32, 1, {4}, KILN_CPU};
+    kiln_spec spec = {.dtype = KILN_F32, .ndim = 1, .shape = {4}, .device = KILN_CPU};
     ck_assert_int_lt(kiln_fn_precompile(f, &spec, "cuda:sm_1"), 0);
     ck_assert_kiln_error("kiln_fn_precompile", "sm_1");
     setenv("KILN_CACHE", "off", 1);

@@ -2,6 +2,7 @@
  *
  *   kiln-cache [--dir ROOT] ls | stat | verify | prune --max-bytes N |
  *              export FILE [--all | KEY...] | import FILE | target
+ *   kiln-cache --help | --version
  *
  * ROOT defaults to what kiln itself uses (KILN_CACHE_DIR, else
  * $XDG_CACHE_HOME/kiln, else ~/.cache/kiln). Exit status: 0, 1 when verify
@@ -23,6 +24,7 @@
 
 static const char USAGE[] =
     "usage: kiln-cache [--dir ROOT] COMMAND\n"
+    "       kiln-cache --help | --version\n"
     "  ls                         entries: key, backend, target, size, last use, function and signature\n"
     "  stat                       entries, bytes, disk hits and misses\n"
     "  verify                     check every entry; exit 1 if any is damaged\n"
@@ -338,6 +340,11 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
         fputs(USAGE, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("kiln-cache %s (libkiln %s, cache format %d)\n", KILN_VERSION_STRING, kiln_version(),
+               CACHE_FORMAT_VERSION);
         return 0;
     }
     char dir[CACHE_PATH_MAX], anchor[CACHE_PATH_MAX];

@@ -43,6 +43,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,23 @@ typedef enum {
 
 #define KILN_ALL INT_MIN  /* axis: reduce (or squeeze) over every axis */
 #define KILN_MAX_DIMS 8   /* the most dimensions a tensor may have */
+
+/* -- Version --------------------------------------------------------------- */
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_STRING "0.1.0"
+
+/* The version of the library running, "major.minor.patch"; KILN_VERSION_STRING
+ * is the one the program was compiled against. */
+KILN_API const char *kiln_version(void);
+/* The instruction set the eager kernels run at, chosen once at start-up:
+ * "x86-64", "x86-64-v2", "x86-64-v3" or "x86-64-v4", the best this CPU runs
+ * ("x86-64-v3-zen" and "x86-64-v4-zen": the same tuned for AMD's Zen, on
+ * AMD CPUs), or another this CPU runs named by KILN_ISA; "native" in a
+ * -Dnative=true build. */
+KILN_API const char *kiln_eager_isa(void);
 
 /* -- Errors and ownership ------------------------------------------------- */
 
@@ -187,10 +205,44 @@ KILN_API int kiln_cuda_memory_stats(kiln_cuda_memory *out);
 KILN_API void kiln_cuda_empty_cache(void);
 /* Waits until all queued CUDA work is done; 0, or negative with the error a kernel raised. */
 KILN_API int kiln_cuda_synchronize(void);
-/* Prints t to stdout in PyTorch's style, eliding the middle of large tensors. */
+/* Prints t to stdout as PyTorch prints a tensor: rows wrapped at 80
+ * columns, the middle of tensors over 1000 elements elided. 0, or negative
+ * with the error set. */
 KILN_API int kiln_print(const kiln_tensor *t);
+/* The same, to f. */
+KILN_API int kiln_fprint(FILE *f, const kiln_tensor *t);
 /* t itself (a new reference) if row-major contiguous, else a contiguous copy. */
 KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
+
+/* -- Files ----------------------------------------------------------------- */
+
+/* The array in a numpy .npy file (versions 1.0 to 3.0; C or Fortran order;
+ * any byte order) of dtype f4, f8, i4, i8 or b1, as a new contiguous tensor.
+ * A file kiln cannot read is an error naming the byte where it went wrong. */
+KILN_API kiln_tensor *kiln_load_npy(const char *path);
+/* Writes t (any layout or device) to path as numpy 1.24's np.save would: a
+ * version 1.0 header, C order, little-endian. 0, or negative with the error
+ * set (a partly written file is removed). */
+KILN_API int kiln_save_npy(const char *path, const kiln_tensor *t);
+
+/* A tensor and its name, as kiln_load_safetensors returns them. */
+typedef struct {
+    const char *name;    /* owned by the array */
+    kiln_tensor *tensor; /* a reference owned by the array, not by a scope */
+} kiln_named_tensor;
+
+/* Loads tensors from a .safetensors file: the n named in names, in that
+ * order, or every tensor in the file's order when names is NULL (n is then
+ * ignored). The file is mapped and only those tensors are copied out; the
+ * header is checked whole (offsets in bounds, sizes matching shapes, no
+ * overlaps or holes). Dtypes F32, F64, I32, I64 and BOOL load as such.
+ * Returns the number of tensors and sets *out to a new array of them (free
+ * it with kiln_free_named_tensors; kiln_retain a tensor to keep it longer);
+ * on failure *out is NULL and the error names the tensor or the byte. */
+KILN_API int kiln_load_safetensors(const char *path, const char *const *names, int n,
+                                   kiln_named_tensor **out);
+/* Releases the n tensors of ts and frees the array (NULL is ignored). */
+KILN_API void kiln_free_named_tensors(kiln_named_tensor *ts, int n);
 
 /* -- Elementwise ops ------------------------------------------------------- */
 /* Binary ops broadcast and promote their operands. Arithmetic on two bools:
@@ -523,15 +575,27 @@ KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
  * the graph and runs it. Inside the body, ops on the inputs record instead of
  * computing; eager tensors the body uses without receiving them are captured
  * by reference (a later kiln_assign to them is seen), and kiln_assign to a
- * captured tensor is written back on every call. Reading a traced value
- * (kiln_item, kiln_copy_to_host) fails the trace: the call then runs the
- * body eagerly (use kiln_where instead of branching on data). Every call
- * returns fresh output tensors.
+ * captured tensor is written back on every call. Every call returns fresh
+ * output tensors.
+ *
+ * Reading a traced value (kiln_item, kiln_copy_to_host) breaks the graph:
+ * the ops before the read are compiled and run on the call's data, the read
+ * gives the body the real value, and tracing goes on after it in a new
+ * segment. Later calls run the segments without the body: after each read,
+ * the segment traced for the value the read gives now (the bytes read, so a
+ * bool read from a comparison is a branch taken, an integer a loop's trip
+ * count). A value no trace has seen traces a new path, so the body runs
+ * once per distinct path (up to retrace_limit paths per signature), and C
+ * side effects in the body (a printf) happen only when it runs. Writebacks
+ * happen once the whole call is known. Strict mode makes a read an error;
+ * kiln_where selects values without a read. KILN_LOG=1 names each read that
+ * broke a trace and the ops traced before it.
  *
  * What the body reads from C is frozen at trace time: a double passed to a
- * *_scalar op, a seed, a loop bound, a shape. A number that changes between
- * calls goes in a tensor: an input, or a captured 0-d tensor updated with
- * kiln_assign, which every call reads afresh without retracing:
+ * *_scalar op, a seed, a loop bound, a shape (but see kiln_dynamic). A
+ * number that changes between calls goes in a tensor: an input, or a
+ * captured 0-d tensor updated with kiln_assign, which every call reads
+ * afresh without retracing:
  *
  *   kiln_tensor *lr = kiln_scalar(0.1);   // used by the body: captured
  *   ... body: kiln_sub(w, kiln_mul(lr, grad)) ...
@@ -552,6 +616,24 @@ KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
  * Outputs are any tensors the body made or received. */
 typedef int (*kiln_body)(kiln_tensor *const *in, kiln_tensor **out, void *user);
 
+/* Dynamic shapes: which input dimensions a specialization keeps symbolic,
+ * so that one trace and one compile serve every size of them.
+ * KILN_DYNAMIC_AUTO: a dimension whose size changes between calls is traced
+ * again as symbolic (after the first call, which is specialized to its
+ * sizes), and those of dynamic_dims from the start. KILN_DYNAMIC_MARKED: only
+ * dynamic_dims, and the axes kiln_mark_dynamic marks on a precompiled spec.
+ * KILN_DYNAMIC_NEVER: every size is specialized. Sizes 0 and 1 are always
+ * specialized (broadcasting depends on them), and so is a dimension whose
+ * size the body reads (kiln_shape, kiln_numel), or that an op needs fixed (a
+ * reshape to fixed sizes: pass -1 for the one that varies; an expand: -1
+ * keeps a size; a slice of part of it; broadcasting against a fixed size; a
+ * kiln_assign to a captured tensor). Symbolic sizes the ops make equal
+ * become one symbol. A call runs a specialization whose guards it passes:
+ * the same dtypes, ranks and devices, the fixed sizes equal, each symbol's
+ * dimensions equal and at least 2; else it traces anew. KILN_LOG=1 says
+ * what became of each dimension, and why. */
+typedef enum { KILN_DYNAMIC_AUTO, KILN_DYNAMIC_NEVER, KILN_DYNAMIC_MARKED } kiln_dynamic;
+
 typedef struct {
     kiln_backend backend; /* default KILN_BACKEND_AUTO */
     int opt_level;        /* 0 runs no graph passes; 1..3 run them; default 2 */
@@ -559,6 +641,10 @@ typedef struct {
     bool no_cache;        /* skip the disk cache (kernels are still shared in the process) */
     int retrace_limit;    /* signatures traced before falling back; 0: default 8 */
     bool fast_math;       /* allow rewrites that are not exact in IEEE arithmetic */
+    kiln_dynamic dynamic; /* default (zero) KILN_DYNAMIC_AUTO */
+    /* NULL, or n_in masks (copied): bit d of dynamic_dims[i] keeps axis d of
+     * input i symbolic from the first call (not under KILN_DYNAMIC_NEVER). */
+    const uint32_t *dynamic_dims;
 } kiln_jit_options;
 
 /* Specializations are counted once each: as compiles when code was
@@ -578,6 +664,12 @@ typedef struct {
                                   value it makes held until it returns, as in kiln_call's scope */
     int products_in_blocks;    /* CPU matrix products of the last specialization computed a block of
                                   rows at a time, their epilogue kernel run on each block in cache */
+    int64_t symbolic;          /* specializations with symbolic sizes (see kiln_dynamic) */
+    int64_t guard_failures;    /* calls no specialization's guards let through, though one had their
+                                  dtypes, ranks and devices: each traced anew (or ran eagerly) */
+    int64_t graph_breaks;      /* reads of traced values that split a trace into segments */
+    int64_t segments;          /* the segments f keeps, over every specialization and path (a
+                                  trace that never broke is one) */
 } kiln_fn_stats_t;
 
 typedef struct {
@@ -585,7 +677,13 @@ typedef struct {
     int ndim;
     int64_t shape[8];
     kiln_device device;
+    uint32_t dynamic;     /* bit d: axis d is symbolic (kiln_mark_dynamic); shape[d] an example size */
 } kiln_spec;
+
+/* Marks axis (negative counts from the end) of spec symbolic, for
+ * kiln_fn_precompile: the specialization it makes serves every size of that
+ * axis (see kiln_dynamic). 0, or an error for a bad axis. */
+KILN_API int kiln_mark_dynamic(kiln_spec *spec, int axis);
 
 /* t's signature as kiln_fn_precompile takes it: dtype, shape and device;
  * zeros for NULL. */
@@ -622,34 +720,93 @@ KILN_API const char *kiln_fn_backend(const kiln_fn *f);
  * malloc'd (free it), or NULL when f has none. */
 KILN_API char *kiln_fn_graph_text(const kiln_fn *f);
 
-/* For one-line marking, kiln_jit_call runs fn (a C function of n tensors,
- * 1 <= n <= 6, returning a new tensor) as a marked function kept in *slot. */
-typedef void (*kiln_generic_fn)(void);
-KILN_API kiln_tensor *kiln_jit_call(kiln_fn **slot, const char *name, kiln_generic_fn fn, int n,
-                                    kiln_tensor *const *in);
+/* -- One-line marking ------------------------------------------------------ *
+ * KILN_COMPILE(gelu_fast, gelu, 1) at file scope defines
+ *
+ *     kiln_tensor *gelu_fast(kiln_tensor *x);   gelu(x), traced once per input signature
+ *     kiln_fn *gelu_fast_fn(void);              its marked function (kiln_fn_stats,
+ *                                               kiln_fn_precompile, kiln_fn_backend)
+ *
+ * fn must be a function of n kiln_tensor * (1 <= n <= 8) that returns a new
+ * kiln_tensor *; another type or arity does not compile. gelu_fast returns a
+ * new reference, or NULL with the error set. The marked function is made by
+ * the first call of either, belongs to kiln (never kiln_fn_free it) and is
+ * freed at exit, so leak checks at exit find none of it. */
 
-/* KILN_COMPILE(gelu_fast, gelu, 1) defines kiln_tensor *gelu_fast(kiln_tensor *)
- * that runs gelu(x) compiled: traced once per input signature. The marked
- * function lives as long as the process. */
-#define KILN_COMPILE(name, fn, n)                                                   \
-    kiln_tensor *name(KILN_PARAMS_##n)                                              \
-    {                                                                               \
-        static kiln_fn *slot_;                                                      \
-        kiln_tensor *in_[] = {KILN_ARGS_##n};                                       \
-        return kiln_jit_call(&slot_, #fn, (kiln_generic_fn)(fn), n, in_);           \
+/* The marked function in *slot, made on first use (by one thread) as
+ * kiln_jit(name, body, n_in, 1, NULL, NULL) and freed at exit; NULL with the
+ * error set if it cannot be made. For KILN_COMPILE. */
+KILN_API kiln_fn *kiln_jit_slot(kiln_fn **slot, const char *name, kiln_body body, int n_in);
+
+#define KILN_COMPILE(name, fn, n)                                                      \
+    KILN_CHECK_TYPE_(name, fn, n)                                                      \
+    static int name##_body_(kiln_tensor *const *in_, kiln_tensor **out_, void *user_)  \
+    {                                                                                  \
+        (void)user_;                                                                   \
+        out_[0] = fn(KILN_IN_##n);                                                     \
+        return out_[0] ? 0 : -1;                                                       \
+    }                                                                                  \
+    kiln_fn *name##_fn(void);                                                          \
+    kiln_fn *name##_fn(void)                                                           \
+    {                                                                                  \
+        static kiln_fn *slot_;                                                         \
+        return kiln_jit_slot(&slot_, #fn, name##_body_, n);                            \
+    }                                                                                  \
+    kiln_tensor *name(KILN_PARAMS_##n);                                                \
+    kiln_tensor *name(KILN_PARAMS_##n)                                                 \
+    {                                                                                  \
+        kiln_tensor *in_[] = {KILN_ARGS_##n}, *out_ = NULL;                            \
+        kiln_fn *f_ = name##_fn();                                                     \
+        return f_ && kiln_call(f_, in_, &out_) == 0 ? out_ : NULL;                     \
     }
+
+/* fn's type, checked where the compiler can say why; elsewhere the call in
+ * the body still refuses another arity. */
+#if defined(__cplusplus) || !defined(__GNUC__)
+#define KILN_CHECK_TYPE_(name, fn, n)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define KILN_CHECK_TYPE_(name, fn, n)                                                  \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&(fn)), kiln_tensor *(*)(KILN_TYPES_##n)), \
+                   "KILN_COMPILE(" #name ", " #fn ", " #n "): " #fn                   \
+                   " must take " #n " kiln_tensor * and return kiln_tensor *");
+#else
+#define KILN_CHECK_TYPE_(name, fn, n)                                                  \
+    typedef char name##_needs_##fn##_of_##n##_tensors_                                 \
+        [__builtin_types_compatible_p(__typeof__(&(fn)), kiln_tensor *(*)(KILN_TYPES_##n)) ? 1 : -1];
+#endif
+
+#define KILN_TYPES_1 kiln_tensor *
+#define KILN_TYPES_2 KILN_TYPES_1, kiln_tensor *
+#define KILN_TYPES_3 KILN_TYPES_2, kiln_tensor *
+#define KILN_TYPES_4 KILN_TYPES_3, kiln_tensor *
+#define KILN_TYPES_5 KILN_TYPES_4, kiln_tensor *
+#define KILN_TYPES_6 KILN_TYPES_5, kiln_tensor *
+#define KILN_TYPES_7 KILN_TYPES_6, kiln_tensor *
+#define KILN_TYPES_8 KILN_TYPES_7, kiln_tensor *
 #define KILN_PARAMS_1 kiln_tensor *a0_
 #define KILN_PARAMS_2 KILN_PARAMS_1, kiln_tensor *a1_
 #define KILN_PARAMS_3 KILN_PARAMS_2, kiln_tensor *a2_
 #define KILN_PARAMS_4 KILN_PARAMS_3, kiln_tensor *a3_
 #define KILN_PARAMS_5 KILN_PARAMS_4, kiln_tensor *a4_
 #define KILN_PARAMS_6 KILN_PARAMS_5, kiln_tensor *a5_
+#define KILN_PARAMS_7 KILN_PARAMS_6, kiln_tensor *a6_
+#define KILN_PARAMS_8 KILN_PARAMS_7, kiln_tensor *a7_
 #define KILN_ARGS_1 a0_
 #define KILN_ARGS_2 KILN_ARGS_1, a1_
 #define KILN_ARGS_3 KILN_ARGS_2, a2_
 #define KILN_ARGS_4 KILN_ARGS_3, a3_
 #define KILN_ARGS_5 KILN_ARGS_4, a4_
 #define KILN_ARGS_6 KILN_ARGS_5, a5_
+#define KILN_ARGS_7 KILN_ARGS_6, a6_
+#define KILN_ARGS_8 KILN_ARGS_7, a7_
+#define KILN_IN_1 in_[0]
+#define KILN_IN_2 KILN_IN_1, in_[1]
+#define KILN_IN_3 KILN_IN_2, in_[2]
+#define KILN_IN_4 KILN_IN_3, in_[3]
+#define KILN_IN_5 KILN_IN_4, in_[4]
+#define KILN_IN_6 KILN_IN_5, in_[5]
+#define KILN_IN_7 KILN_IN_6, in_[6]
+#define KILN_IN_8 KILN_IN_7, in_[7]
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,8 @@ enum { TASK_ELEMENTS = 32768, TASK_ELEMENTS_TRANSCENDENTAL = 4096 };
 struct kx_code {
     llvm_code *code;
     llvm_kernel_fn fn;
-    int64_t grain; /* rows a pool task takes at least */
+    int64_t work;  /* elements a pool task takes at least */
+    ir_poly cols;  /* the kernel's row length */
 };
 
 static bool accepts(const char *name)
@@ -73,29 +74,31 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
         free(c);
         return NULL;
     }
-    int64_t work = k->transcendental ? TASK_ELEMENTS_TRANSCENDENTAL : TASK_ELEMENTS;
-    c->grain = k->cols > 0 ? work / k->cols : work;
+    c->work = k->transcendental ? TASK_ELEMENTS_TRANSCENDENTAL : TASK_ELEMENTS;
+    ir_size_poly(&k->sizes, k->cols, &c->cols);
     return c;
 }
 
 typedef struct {
     const kx_code *code;
     void *const *buffers;
+    const int64_t *symbols;
     int64_t first_row;
 } rows_call;
 
 static void run_rows(void *ctx, int64_t begin, int64_t end)
 {
     const rows_call *c = ctx;
-    c->code->fn(c->buffers, c->first_row + begin, c->first_row + end);
+    c->code->fn(c->buffers, c->first_row + begin, c->first_row + end, c->symbols);
 }
 
-static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, int64_t begin,
-                  int64_t end, char *err, size_t err_size)
+static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
+                  int64_t begin, int64_t end, char *err, size_t err_size)
 {
     (void)product, (void)err, (void)err_size;
-    rows_call call = {code, buffers, begin};
-    core_parallel_for(end - begin, code->grain, run_rows, &call);
+    rows_call call = {code, buffers, symbols, begin};
+    int64_t cols = ir_poly_eval(&code->cols, symbols);
+    core_parallel_for(end - begin, cols > 0 ? code->work / cols : code->work, run_rows, &call);
     return 0;
 }
 

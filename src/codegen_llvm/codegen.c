@@ -5,9 +5,11 @@
  * Each kernel becomes two functions: its body, whose buffer pointers are
  * separate noalias parameters (outputs are fresh, so they never alias an
  * input, and the vectorizer needs to know it), and an entry with the common
- * signature void(ptr buffers, i64 begin, i64 end) that loads the pointers and
- * calls the body. Sums may be reassociated (as eager's vectorized sums are);
- * nothing else is.
+ * signature void(ptr buffers, i64 begin, i64 end, ptr symbols) that loads
+ * the pointers and calls the body. A symbolic size (rows, cols, strides) is
+ * its polynomial evaluated once, in the body's entry, from the symbols'
+ * values (i64 each). Sums may be reassociated (as eager's vectorized sums
+ * are); nothing else is.
  *
  * A kernel compiled to stream its stores (kx_kernel_options.stream_stores)
  * has a second body, for when its outputs are 64-byte aligned (as kiln
@@ -40,6 +42,8 @@ typedef struct {
     LLVMValueRef *view_base; /* per view: the row's first element index */
     LLVMValueRef *rows;      /* per reduction: its value for this row */
     LLVMValueRef *memo;      /* per expression, in the current loop */
+    LLVMValueRef *sizes;     /* per symbolic size of the kernel's table: its value, in the entry */
+    LLVMValueRef symbols;    /* the body's pointer to the symbols' values */
     LLVMValueRef i;          /* the current loop's element index */
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
@@ -245,6 +249,40 @@ static LLVMValueRef int_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
     }
 }
 
+/* -- Sizes ----------------------------------------------------------------- */
+
+/* Size v of the kernel: a constant, or its value computed in the entry. */
+static LLVMValueRef size_value(gen *g, int64_t v)
+{
+    return v >= 0 ? i64c(g, v) : g->sizes[-1 - v];
+}
+
+static LLVMValueRef poly_value(gen *g, const ir_poly *p)
+{
+    LLVMValueRef sum = i64c(g, 0);
+    for (int t = 0; t < p->n; t++) {
+        LLVMValueRef term = i64c(g, p->terms[t].coef);
+        for (int s = 0; s < IR_MAX_SYMBOLS; s++) {
+            if (!p->terms[t].exp[s])
+                continue;
+            LLVMValueRef index = i64c(g, s);
+            LLVMValueRef at = LLVMBuildGEP2(g->b, g->i64, g->symbols, &index, 1, "");
+            LLVMValueRef symbol = LLVMBuildLoad2(g->b, g->i64, at, "");
+            for (int e = 0; e < p->terms[t].exp[s]; e++)
+                term = LLVMBuildMul(g->b, term, symbol, "");
+        }
+        sum = LLVMBuildAdd(g->b, sum, term, "");
+    }
+    return sum;
+}
+
+/* Every size of the kernel's table, at the builder (the body's entry). */
+static void compute_sizes(gen *g)
+{
+    for (int i = 0; i < g->k->sizes.n; i++)
+        g->sizes[i] = poly_value(g, &g->k->sizes.polys[i]);
+}
+
 /* -- Expressions ----------------------------------------------------------- */
 
 static LLVMValueRef expr(gen *g, int e);
@@ -253,7 +291,7 @@ static LLVMValueRef load(gen *g, const kx_view *v)
 {
     LLVMValueRef index = g->view_base[v - g->k->views];
     if (v->inner_stride)
-        index = LLVMBuildAdd(g->b, index, LLVMBuildMul(g->b, g->i, i64c(g, v->inner_stride), ""), "");
+        index = LLVMBuildAdd(g->b, index, LLVMBuildMul(g->b, g->i, size_value(g, v->inner_stride), ""), "");
     LLVMTypeRef t = type_of(g->ctx, v->dtype);
     LLVMValueRef at = LLVMBuildGEP2(g->b, t, g->buffers[v->buffer], &index, 1, "");
     return LLVMBuildLoad2(g->b, t, at, "");
@@ -356,7 +394,7 @@ static LLVMValueRef identity(gen *g, const kx_reduction *r)
 static LLVMValueRef address(gen *g, const kx_view *v)
 {
     LLVMValueRef index = LLVMBuildAdd(g->b, g->view_base[v - g->k->views],
-                                      LLVMBuildMul(g->b, g->i, i64c(g, v->inner_stride), ""), "");
+                                      LLVMBuildMul(g->b, g->i, size_value(g, v->inner_stride), ""), "");
     return LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->buffers[v->buffer], &index, 1, "");
 }
 
@@ -381,9 +419,9 @@ static void emit_stores(gen *g, int pass)
 static LLVMValueRef reduce_row(gen *g, int n)
 {
     const kx_reduction *r = &g->k->reductions[n];
-    LLVMValueRef init = identity(g, r), count = i64c(g, g->k->cols);
+    LLVMValueRef init = identity(g, r), count = size_value(g, g->k->cols);
     LLVMValueRef acc_final = init;
-    if (g->k->cols > 0) {
+    if (g->k->cols != 0) { /* a symbolic count is 2 or more */
         LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
         loop l = loop_begin(g, "reduce");
         LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
@@ -399,7 +437,7 @@ static LLVMValueRef reduce_row(gen *g, int n)
     if (r->op != OP_MEAN)
         return acc_final;
     LLVMValueRef sum = convert(g, acc_final, r->dtype, r->result);
-    return LLVMBuildFDiv(g->b, sum, LLVMConstReal(type_of(g->ctx, r->result), (double)g->k->cols), "");
+    return LLVMBuildFDiv(g->b, sum, LLVMBuildSIToFP(g->b, count, type_of(g->ctx, r->result), ""), "");
 }
 
 static void store_row(gen *g)
@@ -414,7 +452,7 @@ static void store_row(gen *g)
     g->i = l.index;
     clear_memo(g);
     emit_stores(g, KX_STORE_PASS);
-    loop_end(g, &l, i64c(g, k->cols));
+    loop_end(g, &l, size_value(g, k->cols));
 }
 
 /* -- Rows ------------------------------------------------------------------ */
@@ -427,16 +465,17 @@ static void view_bases(gen *g, LLVMValueRef row)
     LLVMValueRef index[KX_MAX_DIMS];
     LLVMValueRef rest = row;
     for (int d = k->n_outer - 1; d >= 0; d--) {
-        index[d] = d ? LLVMBuildSRem(g->b, rest, i64c(g, k->outer[d]), "") : rest;
+        index[d] = d ? LLVMBuildSRem(g->b, rest, size_value(g, k->outer[d]), "") : rest;
         if (d)
-            rest = LLVMBuildSDiv(g->b, rest, i64c(g, k->outer[d]), "");
+            rest = LLVMBuildSDiv(g->b, rest, size_value(g, k->outer[d]), "");
     }
     for (int v = 0; v < k->n_views; v++) {
-        LLVMValueRef base = i64c(g, k->views[v].offset);
+        LLVMValueRef base = size_value(g, k->views[v].offset);
         for (int d = 0; d < k->n_outer; d++)
             if (k->views[v].outer_strides[d])
                 base = LLVMBuildAdd(g->b, base,
-                                    LLVMBuildMul(g->b, index[d], i64c(g, k->views[v].outer_strides[d]), ""), "");
+                                    LLVMBuildMul(g->b, index[d], size_value(g, k->views[v].outer_strides[d]), ""),
+                                    "");
         g->view_base[v] = base;
     }
 }
@@ -464,17 +503,17 @@ static void add_attribute(gen *g, LLVMValueRef fn, unsigned index, const char *n
     LLVMAddAttributeAtIndex(fn, index, LLVMCreateEnumAttribute(g->ctx, kind, value));
 }
 
-/* body(begin, end, buffers...): the rows [begin, end). The streaming body
- * may assume its outputs 64-byte aligned, and fences its non-temporal
- * stores before it returns. */
+/* body(begin, end, buffers..., symbols): the rows [begin, end). The
+ * streaming body may assume its outputs 64-byte aligned, and fences its
+ * non-temporal stores before it returns. */
 static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
 {
     const kx_kernel *k = g->k;
-    LLVMTypeRef params[2 + KX_MAX_BUFFERS];
+    LLVMTypeRef params[3 + KX_MAX_BUFFERS];
     params[0] = params[1] = g->i64;
-    for (int i = 0; i < k->n_buffers; i++)
+    for (int i = 0; i <= k->n_buffers; i++)
         params[2 + i] = LLVMPointerTypeInContext(g->ctx, 0);
-    LLVMTypeRef type = LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 2 + (unsigned)k->n_buffers, 0);
+    LLVMTypeRef type = LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 3 + (unsigned)k->n_buffers, 0);
     g->fn = LLVMAddFunction(g->module, name, type);
     LLVMSetLinkage(g->fn, LLVMInternalLinkage);
     g->stream_tag = streaming ? stream_tag(g->ctx) : NULL;
@@ -486,10 +525,12 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
             add_attribute(g, g->fn, 3 + (unsigned)i, "align", 64);
         g->buffers[i] = LLVMGetParam(g->fn, 2 + (unsigned)i);
     }
+    g->symbols = LLVMGetParam(g->fn, 2 + (unsigned)k->n_buffers);
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "entry");
     LLVMBasicBlockRef rows = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
     LLVMPositionBuilderAtEnd(g->b, entry);
+    compute_sizes(g);
     LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, rows);
@@ -520,19 +561,19 @@ static LLVMValueRef outputs_aligned(gen *g, LLVMValueRef *pointers)
 
 static void call_body(gen *g, LLVMValueRef body, LLVMValueRef *args)
 {
-    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(body), body, args, 2 + (unsigned)g->k->n_buffers, "");
+    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(body), body, args, 3 + (unsigned)g->k->n_buffers, "");
     LLVMBuildRetVoid(g->b);
 }
 
-/* entry(buffers, begin, end): loads the pointers and calls the body, the
- * streaming one if there is one and the outputs are aligned for it. */
+/* entry(buffers, begin, end, symbols): loads the pointers and calls the
+ * body, the streaming one if there is one and the outputs are aligned for it. */
 static void emit_entry(gen *g, LLVMValueRef body, LLVMValueRef streaming_body, const char *name)
 {
     LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0);
-    LLVMTypeRef params[3] = {ptr, g->i64, g->i64};
-    LLVMValueRef fn = LLVMAddFunction(g->module, name, LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 3, 0));
+    LLVMTypeRef params[4] = {ptr, g->i64, g->i64, ptr};
+    LLVMValueRef fn = LLVMAddFunction(g->module, name, LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 4, 0));
     LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, fn, "entry"));
-    LLVMValueRef args[2 + KX_MAX_BUFFERS];
+    LLVMValueRef args[3 + KX_MAX_BUFFERS];
     args[0] = LLVMGetParam(fn, 1);
     args[1] = LLVMGetParam(fn, 2);
     for (int i = 0; i < g->k->n_buffers; i++) {
@@ -540,6 +581,7 @@ static void emit_entry(gen *g, LLVMValueRef body, LLVMValueRef streaming_body, c
         LLVMValueRef at = LLVMBuildGEP2(g->b, ptr, LLVMGetParam(fn, 0), &index, 1, "");
         args[2 + i] = LLVMBuildLoad2(g->b, ptr, at, "");
     }
+    args[2 + g->k->n_buffers] = LLVMGetParam(fn, 3);
     if (!streaming_body) {
         call_body(g, body, args);
         return;
@@ -565,8 +607,9 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, b
     g.view_base = calloc((size_t)k->n_views + 1, sizeof *g.view_base);
     g.rows = calloc((size_t)k->n_reductions + 1, sizeof *g.rows);
     g.memo = calloc((size_t)k->n_exprs + 1, sizeof *g.memo);
+    g.sizes = calloc((size_t)k->sizes.n + 1, sizeof *g.sizes);
     int status = -1;
-    if (g.view_base && g.rows && g.memo) {
+    if (g.view_base && g.rows && g.memo && g.sizes) {
         char body_name[128], streaming_name[160];
         snprintf(body_name, sizeof body_name, "%s.body", name);
         snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
@@ -585,6 +628,7 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, b
     free(g.view_base);
     free(g.rows);
     free(g.memo);
+    free(g.sizes);
     LLVMDisposeBuilder(g.b);
     return status;
 }

@@ -14,7 +14,7 @@ extern const kx_backend llvm_backend;
 
 /* A kernel's code: runs rows [begin, end) over its buffers (inputs then
  * outputs). */
-typedef void (*llvm_kernel_fn)(void *const *buffers, int64_t begin, int64_t end);
+typedef void (*llvm_kernel_fn)(void *const *buffers, int64_t begin, int64_t end, const int64_t *symbols);
 
 typedef struct llvm_code llvm_code;
 typedef struct llvm_target llvm_target;

@@ -12,8 +12,14 @@ struct kx_code {
     device_module *module;
     bool product;          /* launched as a matmul, its epilogue applied to each tile */
     nvrtc_layout layout;   /* else: a block per row or a thread per item */
+    ir_poly rows, cols;    /* the kernel's, in the symbols */
     int n_buffers;
 };
+
+/* What a fused kernel's last parameter, kiln_symbols, holds. */
+typedef struct {
+    long long s[IR_MAX_SYMBOLS];
+} symbols_arg;
 
 /* A GPU architecture code is compiled for. */
 typedef struct arch_target {
@@ -93,6 +99,8 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
     }
     c->product = k->product >= 0;
     c->layout = nvrtc_layout_of(k);
+    ir_size_poly(&k->sizes, k->rows, &c->rows);
+    ir_size_poly(&k->sizes, k->cols, &c->cols);
     c->n_buffers = k->n_buffers;
     return c;
 }
@@ -115,19 +123,24 @@ static int launch_product(const kx_code *code, void *const *buffers, const kg_ma
 
 /* Every launch strides over its rows or elements, so any grid computes the
  * whole kernel: one as large as fills the device (device_grid). */
-static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, int64_t begin,
-                  int64_t end, char *err, size_t err_size)
+static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
+                  int64_t begin, int64_t end, char *err, size_t err_size)
 {
     (void)begin, (void)end;
     if (code->product)
         return launch_product(code, buffers, product, err, err_size);
     const nvrtc_layout *l = &code->layout;
-    if (l->items == 0)
+    int64_t items = nvrtc_items(l, ir_poly_eval(&code->rows, symbols), ir_poly_eval(&code->cols, symbols));
+    if (items == 0)
         return 0;
-    void *params[KX_MAX_BUFFERS];
+    symbols_arg sz;
+    for (int s = 0; s < IR_MAX_SYMBOLS; s++)
+        sz.s[s] = symbols[s];
+    void *params[KX_MAX_BUFFERS + 1];
     for (int b = 0; b < code->n_buffers; b++)
         params[b] = (void *)&buffers[b];
-    int64_t blocks = l->per_row ? l->items : (l->items + NVRTC_BLOCK - 1) / NVRTC_BLOCK;
+    params[code->n_buffers] = &sz;
+    int64_t blocks = l->per_row ? items : (items + NVRTC_BLOCK - 1) / NVRTC_BLOCK;
     return device_launch(code->module, (unsigned[3]){device_grid(blocks), 1, 1}, NVRTC_BLOCK, params, err,
                          err_size);
 }

@@ -9,7 +9,9 @@
  * NaN-propagating max and min, sums in the reduction's own dtype. A store of
  * a reduction's pass is made by the thread that later reads it back in the
  * store pass: every loop over a row strides it alike. Its writers of
- * expressions, views and stores also write the epilogues matmul.c fuses. */
+ * expressions, views and stores also write the epilogues matmul.c fuses.
+ * A symbolic size is its polynomial in the symbols' values, which the
+ * kernel's last parameter (kiln_symbols sz) brings. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,15 +20,35 @@
 #include "codegen_nvrtc/internal.h"
 #include "core/core.h"
 
-/* -- Views and expressions ------------------------------------------------ */
+/* -- Sizes, views and expressions ------------------------------------------ */
+
+/* Writes size v of kernel k: a constant, or its polynomial over sz.s[]. */
+static void put_size(strbuf *s, const kx_kernel *k, int64_t v)
+{
+    ir_poly p;
+    if (v >= 0 || !ir_size_poly(&k->sizes, v, &p)) {
+        strbuf_put(s, "%lldLL", (long long)v);
+        return;
+    }
+    strbuf_put(s, "(");
+    for (int t = 0; t < p.n; t++) {
+        strbuf_put(s, "%s%lldLL", t ? " + " : "", (long long)p.terms[t].coef);
+        for (int sym = 0; sym < IR_MAX_SYMBOLS; sym++)
+            for (int e = 0; e < p.terms[t].exp[sym]; e++)
+                strbuf_put(s, " * sz.s[%d]", sym);
+    }
+    strbuf_put(s, ")");
+}
 
 /* The element index of view v at loop index "i" of the current row. */
 static void element(nvrtc_gen *g, int v)
 {
-    if (g->k->views[v].inner_stride)
-        strbuf_put(g->s, "v%d + i * %lldLL", v, (long long)g->k->views[v].inner_stride);
-    else
+    if (g->k->views[v].inner_stride) {
+        strbuf_put(g->s, "v%d + i * ", v);
+        put_size(g->s, g->k, g->k->views[v].inner_stride);
+    } else {
         strbuf_put(g->s, "v%d", v);
+    }
 }
 
 void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
@@ -85,7 +107,7 @@ static void signature(nvrtc_gen *g, const char *name)
     strbuf_put(g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", NVRTC_BLOCK, name);
     for (int b = 0; b < k->n_buffers; b++)
         strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", nvrtc_ctype(k->buffer_dtypes[b]), b);
-    strbuf_put(g->s, ")\n{\n");
+    strbuf_put(g->s, "%skiln_symbols sz)\n{\n    (void)sz;\n", k->n_buffers ? ", " : "");
 }
 
 void nvrtc_view_bases(nvrtc_gen *g)
@@ -93,17 +115,25 @@ void nvrtc_view_bases(nvrtc_gen *g)
     const kx_kernel *k = g->k;
     strbuf_put(g->s, "        long long rest = row;\n");
     for (int d = k->n_outer - 1; d >= 0; d--) {
-        if (d)
-            strbuf_put(g->s, "        long long o%d = rest %% %lldLL; rest /= %lldLL;\n", d, (long long)k->outer[d],
-                       (long long)k->outer[d]);
-        else
+        if (d) {
+            strbuf_put(g->s, "        long long o%d = rest %% ", d);
+            put_size(g->s, k, k->outer[d]);
+            strbuf_put(g->s, "; rest /= ");
+            put_size(g->s, k, k->outer[d]);
+            strbuf_put(g->s, ";\n");
+        } else {
             strbuf_put(g->s, "        long long o0 = rest;\n");
+        }
     }
     for (int v = 0; v < k->n_views; v++) {
-        strbuf_put(g->s, "        long long v%d = %lldLL", v, (long long)k->views[v].offset);
-        for (int d = 0; d < k->n_outer; d++)
-            if (k->views[v].outer_strides[d])
-                strbuf_put(g->s, " + o%d * %lldLL", d, (long long)k->views[v].outer_strides[d]);
+        strbuf_put(g->s, "        long long v%d = ", v);
+        put_size(g->s, k, k->views[v].offset);
+        for (int d = 0; d < k->n_outer; d++) {
+            if (k->views[v].outer_strides[d]) {
+                strbuf_put(g->s, " + o%d * ", d);
+                put_size(g->s, k, k->views[v].outer_strides[d]);
+            }
+        }
         strbuf_put(g->s, ";\n");
     }
     strbuf_put(g->s, "        (void)rest;\n");
@@ -131,7 +161,7 @@ void nvrtc_store_value(nvrtc_gen *g, const kx_store *st, bool *done)
  * a 16-byte boundary or the same for the whole row. */
 static bool quads_fit(const kx_kernel *k)
 {
-    if (k->cols % 4 || k->n_stores == 0)
+    if (kx_symbolic(k) || k->cols % 4 || k->n_stores == 0)
         return false;
     for (int v = 0; v < k->n_views; v++) {
         const kx_view *w = &k->views[v];
@@ -189,8 +219,12 @@ nvrtc_layout nvrtc_layout_of(const kx_kernel *k)
 {
     nvrtc_layout l = {.per_row = k->n_reductions > 0 || k->n_row_stores > 0};
     l.quads = !l.per_row && quads_fit(k);
-    l.items = l.per_row ? k->rows : l.quads ? k->rows * (k->cols / 4) : k->rows * k->cols;
     return l;
+}
+
+int64_t nvrtc_items(const nvrtc_layout *l, int64_t rows, int64_t cols)
+{
+    return l->per_row ? rows : l->quads ? rows * (cols / 4) : rows * cols;
 }
 
 static void elementwise(nvrtc_gen *g)
@@ -201,12 +235,15 @@ static void elementwise(nvrtc_gen *g)
         return;
     }
     bool *done = nvrtc_new_loop(g);
+    strbuf_put(g->s, "    const long long rows = ");
+    put_size(g->s, k, k->rows);
+    strbuf_put(g->s, ", cols = ");
+    put_size(g->s, k, k->cols ? k->cols : 1);
     strbuf_put(g->s,
-               "    for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < %lldLL;\n"
+               ";\n"
+               "    for (long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x; at < rows * cols;\n"
                "         at += (long long)gridDim.x * blockDim.x) {\n"
-               "        long long row = at / %lldLL, i = at %% %lldLL;\n",
-               (long long)(k->rows * k->cols), (long long)(k->cols ? k->cols : 1),
-               (long long)(k->cols ? k->cols : 1));
+               "        long long row = at / cols, i = at %% cols;\n");
     nvrtc_view_bases(g);
     for (int s = 0; done && s < k->n_stores; s++)
         nvrtc_store_value(g, &k->stores[s], done);
@@ -231,8 +268,7 @@ static void reduce(nvrtc_gen *g, int n)
     bool *done = nvrtc_new_loop(g);
     strbuf_put(g->s, "        %s acc%d = ", t, n);
     nvrtc_value(g->s, r->dtype, r->identity);
-    strbuf_put(g->s, ";\n        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
-               (long long)k->cols);
+    strbuf_put(g->s, ";\n        for (long long i = threadIdx.x; i < cols; i += blockDim.x) {\n");
     nvrtc_emit_expr(g, r->expr, done);
     char value[16], acc[16];
     snprintf(value, sizeof value, "e%d", r->expr);
@@ -260,8 +296,8 @@ static void reduce(nvrtc_gen *g, int n)
                      "        __syncthreads();\n",
                n, n);
     if (r->op == OP_MEAN)
-        strbuf_put(g->s, "        %s r%d = (%s)part%d[0] / %lldLL;\n", nvrtc_ctype(r->result), n,
-                   nvrtc_ctype(r->result), n, (long long)k->cols);
+        strbuf_put(g->s, "        %s r%d = (%s)part%d[0] / cols;\n", nvrtc_ctype(r->result), n,
+                   nvrtc_ctype(r->result), n);
     else
         strbuf_put(g->s, "        %s r%d = part%d[0];\n", t, n, n);
     strbuf_put(g->s, "        __syncthreads();\n"); /* part%d is read by all before the next row reuses it */
@@ -271,7 +307,12 @@ static void reduce(nvrtc_gen *g, int n)
 static void row_kernel(nvrtc_gen *g)
 {
     const kx_kernel *k = g->k;
-    strbuf_put(g->s, "    for (long long row = blockIdx.x; row < %lldLL; row += gridDim.x) {\n", (long long)k->rows);
+    strbuf_put(g->s, "    const long long rows = ");
+    put_size(g->s, k, k->rows);
+    strbuf_put(g->s, ", cols = ");
+    put_size(g->s, k, k->cols);
+    strbuf_put(g->s, ";\n    (void)cols;\n"
+                     "    for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n");
     nvrtc_view_bases(g);
     for (int r = 0; r < k->n_reductions; r++)
         reduce(g, r);
@@ -279,8 +320,7 @@ static void row_kernel(nvrtc_gen *g)
     for (int s = 0; s < k->n_stores; s++)
         stores |= k->stores[s].pass == KX_STORE_PASS;
     if (stores) {
-        strbuf_put(g->s, "        for (long long i = threadIdx.x; i < %lldLL; i += blockDim.x) {\n",
-                   (long long)k->cols);
+        strbuf_put(g->s, "        for (long long i = threadIdx.x; i < cols; i += blockDim.x) {\n");
         stores_of(g, KX_STORE_PASS, done);
         strbuf_put(g->s, "        }\n");
     }

@@ -20,6 +20,7 @@ const char *nvrtc_ctype(kiln_dtype dt)
 /* Functions every kernel may call: conversions as kiln_cast converts, and
  * the reductions' folds. */
 const char NVRTC_PRELUDE[] =
+    "struct kiln_symbols { long long s[8]; };\n"
     "template <typename I, typename F> __device__ I kiln_f2i(F v, I lo, I hi) {\n"
     "    if (v != v) return 0;\n"
     "    if (v <= (F)lo) return lo;\n"

@@ -10,14 +10,14 @@
 char *nvrtc_source(const kx_kernel *k, const char *name, char *err, size_t err_size);
 
 /* How nvrtc_source lays k over its grid: a block per row when it reduces
- * rows, else a thread per element, or per 4 (float4 quads); items is how
- * many rows or threads' items there are. Its loops stride, so any grid
- * computes it all. */
+ * rows, else a thread per element, or per 4 (float4 quads, never for
+ * symbolic sizes). Its loops stride, so any grid computes it all. */
 typedef struct {
     bool per_row, quads;
-    int64_t items;
 } nvrtc_layout;
 nvrtc_layout nvrtc_layout_of(const kx_kernel *k);
+/* How many rows or threads' items a kernel of rows x cols laid out as l has. */
+int64_t nvrtc_items(const nvrtc_layout *l, int64_t rows, int64_t cols);
 
 /* -- cuda.c: a kernel's rows in CUDA C, also for matmul.c's epilogues -------- */
 

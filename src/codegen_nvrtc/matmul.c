@@ -472,7 +472,9 @@ static const char *misfit(const kx_kernel *k)
 
 bool nvrtc_supports(const kx_kernel *k, char *why, size_t why_size)
 {
-    const char *misfits = k->product >= 0 ? misfit(k) : NULL;
+    const char *misfits = k->product < 0 ? NULL
+                          : kx_symbolic(k) ? "its sizes are symbolic, and the product's kernel takes no symbols"
+                                           : misfit(k);
     if (misfits)
         snprintf(why, why_size, "cannot fuse the epilogue into the matmul: %s", misfits);
     return !misfits;

@@ -1,7 +1,12 @@
 /* Dtype conversion and walks over strided N-d views. */
 #include <string.h>
 
-#include "eager/internal.h"
+#include "eager/isa.h"
+
+/* Compiled once per level (isa.h). */
+#define convert ISA_NAME(convert)
+#define strided_gather ISA_NAME(strided_gather)
+#define strided_scatter ISA_NAME(strided_scatter)
 
 /* Float to integer: truncate toward zero, saturate, NaN gives 0 (C leaves
  * out-of-range conversions undefined; kiln must not). */
@@ -23,14 +28,20 @@ static inline int64_t to_i64(double x)
 #define FLOAT_AS_I32(x) to_i32(x)
 #define FLOAT_AS_I64(x) to_i64(x)
 
+/* A stride of 0 (a broadcast operand) converts one value and fills: the
+ * strided loop would read it n times, one element at a time. */
 #define CONVERT(D, S, EXPR)                                               \
     do {                                                                  \
         D *restrict d_ = dst;                                             \
         const S *restrict s_ = src;                                       \
-        if (stride == 1)                                                  \
+        if (stride == 1) {                                                \
             for (int64_t i = 0; i < n; i++) d_[i] = EXPR(s_[i]);          \
-        else                                                              \
+        } else if (stride == 0) {                                         \
+            D v_ = EXPR(s_[0]);                                           \
+            for (int64_t i = 0; i < n; i++) d_[i] = v_;                   \
+        } else {                                                          \
             for (int64_t i = 0; i < n; i++) d_[i] = EXPR(s_[i * stride]); \
+        }                                                                 \
     } while (0)
 
 #define PAIR(d, s) ((d) * 5 + (s))

@@ -305,14 +305,18 @@ int kiln_copy_to_host(const kiln_tensor *t, void *dst, size_t nbytes)
     const char *fn = "kiln_copy_to_host";
     if (!t)
         return core_fail_null(fn, "tensor");
-    if (t->trace)
-        return fail_read_tracer(fn, t);
     size_t need = (size_t)t->numel * eager_dtype_size(t->dtype);
     if (!dst && need)
         return core_fail_null_arg(fn, "dst");
     if (nbytes < need) {
         char d[DESCRIBE_MAX];
         return core_fail(CORE_VALUE, fn, "%s needs %zu bytes, dst has %zu", describe(d, t), need, nbytes);
+    }
+    if (t->trace) { /* the trace breaks here, or fails */
+        kiln_tensor *real = read_tracer(fn, t);
+        int status = real ? kiln_copy_to_host(real, dst, nbytes) : core_error_status();
+        kiln_release(real);
+        return status;
     }
     if (need && t->device == KILN_CPU) {
         copy_to_memory(dst, t);
@@ -333,7 +337,7 @@ double kiln_item(const kiln_tensor *t)
         core_fail_null("kiln_item", "tensor");
         return NAN;
     }
-    if (t->trace) {
+    if (t->trace && (t->trace != eager_active_trace() || t->trace->finished)) {
         fail_read_tracer("kiln_item", t);
         return NAN;
     }
@@ -342,6 +346,12 @@ double kiln_item(const kiln_tensor *t)
         core_fail(CORE_SHAPE, "kiln_item", "%s has %lld elements, not 1", describe(d, t),
                   (long long)t->numel);
         return NAN;
+    }
+    if (t->trace) { /* the trace breaks here, or fails */
+        kiln_tensor *real = read_tracer("kiln_item", t);
+        double value = real ? kiln_item(real) : NAN;
+        kiln_release(real);
+        return value;
     }
     double value = NAN;
     if (t->device == KILN_CPU) {

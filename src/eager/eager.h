@@ -39,6 +39,7 @@ struct kiln_tensor {
     bool born_in_trace;   /* made by the body being traced: a temporary of each call */
     eager_trace *trace;   /* a tracer's trace (it holds a reference), else NULL */
     ir_ref node;          /* a tracer's node in that trace's graph */
+    int32_t tracer_slot;  /* a tracer's place in its trace's list of live tracers */
 };
 
 /* Bytes per element. */
@@ -95,9 +96,22 @@ struct eager_trace {
     int (*record_assign)(eager_trace *trace, kiln_tensor *dst, kiln_tensor *src);
     /* Something tried to read a tracer's values: the trace must fail. */
     void (*read_values)(eager_trace *trace, const char *fn);
+    /* The body read the shape of the tracer of node (kiln_shape, kiln_numel):
+     * the sizes it saw must not vary. */
+    void (*read_shape)(eager_trace *trace, ir_ref node);
+    /* The body reads the values of tracer t (kiln_item, kiln_copy_to_host):
+     * t's value on real data, a new unowned tensor, where the trace breaks
+     * there; else NULL, with an error set when breaking failed, none when
+     * the trace cannot break (it has failed then, as read_values). */
+    kiln_tensor *(*read)(eager_trace *trace, const kiln_tensor *t, const char *fn);
+    /* Tracer t of this trace is being freed. */
+    void (*forget)(eager_trace *trace, kiln_tensor *t);
     void (*destroy)(eager_trace *trace);
 };
 
+/* Tells t's trace, when t is a tracer of the active one, that the body read
+ * its shape. */
+void eager_note_shape_read(const kiln_tensor *t);
 /* Makes trace the active one on this thread (NULL: none). */
 void eager_trace_activate(eager_trace *trace);
 eager_trace *eager_active_trace(void);

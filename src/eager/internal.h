@@ -35,6 +35,9 @@ kiln_tensor *record_op(const char *fn, ir_op op, int n_in, kiln_tensor *const *i
                        kiln_dtype dt, int ndim, const int64_t *shape);
 /* The error for reading a tracer's values in fn (reported to its trace). */
 int fail_read_tracer(const char *fn, const kiln_tensor *t);
+/* Tracer t's value on real data for fn, which reads it: a new unowned
+ * tensor where its trace breaks there, else NULL with fn's error. */
+kiln_tensor *read_tracer(const char *fn, const kiln_tensor *t);
 
 /* Checks ndim, shape entries and the element count; stores the count. */
 int check_shape(const char *fn, int ndim, const int64_t *shape, int64_t *numel);

@@ -10,7 +10,9 @@
 
 #include <sleef.h>
 
-#include "eager/internal.h"
+#include "eager/isa.h"
+
+#define kernel_for ISA_NAME(kernel_for) /* compiled once per level (isa.h) */
 
 typedef float f32;
 typedef double f64;
@@ -39,6 +41,17 @@ typedef __m256d vf64;
 #define STORE_F64 _mm256_storeu_pd
 #define SLEEF_F32(fn, ulp) Sleef_##fn##f8_##ulp
 #define SLEEF_F64(fn, ulp) Sleef_##fn##d4_##ulp
+#elif defined(__SSE2__)
+#define F32_LANES 4
+#define F64_LANES 2
+typedef __m128 vf32;
+typedef __m128d vf64;
+#define LOAD_F32 _mm_loadu_ps
+#define STORE_F32 _mm_storeu_ps
+#define LOAD_F64 _mm_loadu_pd
+#define STORE_F64 _mm_storeu_pd
+#define SLEEF_F32(fn, ulp) Sleef_##fn##f4_##ulp
+#define SLEEF_F64(fn, ulp) Sleef_##fn##d2_##ulp
 #else
 #define F32_LANES 1
 #define F64_LANES 1

@@ -105,8 +105,12 @@ kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     if (infer_shape(fn, a, ndim, req, shape) < 0)
         return NULL;
-    if (recording())
-        return record_op(fn, OP_RESHAPE, 1, &a, NULL, a->dtype, ndim, shape);
+    if (recording()) { /* the -1 is what a symbolic size can reshape by */
+        ir_params params = {0};
+        for (int d = 0; d < ndim; d++)
+            params.perm[d] = req[d] == -1 ? IR_SIZE_INFERRED : IR_SIZE_GIVEN;
+        return record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, ndim, shape);
+    }
     if (view_strides(a, ndim, shape, strides))
         return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
     kiln_tensor *copy = copy_as(fn, a, a->dtype);
@@ -198,10 +202,12 @@ kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
         return NULL;
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    ir_params params = {0};
     int lead = ndim - a->ndim;
     for (int d = 0; d < ndim; d++) {
         int64_t old = d < lead ? 1 : a->shape[d - lead];
         int64_t want = req[d] == -1 && d >= lead ? old : req[d];
+        params.perm[d] = req[d] == -1 && d >= lead ? IR_SIZE_FROM + d - lead : IR_SIZE_GIVEN;
         if (want < 0 || (old != 1 && old != want)) {
             core_fail(CORE_SHAPE, fn, "shape %s does not broadcast to %s", from,
                       core_shape_str(to, ndim, req));
@@ -217,7 +223,7 @@ kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
         return NULL;
     }
     if (recording())
-        return record_op(fn, OP_EXPAND, 1, &a, NULL, a->dtype, ndim, shape);
+        return record_op(fn, OP_EXPAND, 1, &a, &params, a->dtype, ndim, shape);
     return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
 }
 
@@ -280,15 +286,17 @@ kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis)
         }
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    ir_params params = {0};
     int n = 0;
     for (int d = 0; d < a->ndim; d++) {
         if (a->shape[d] == 1 && (axis == KILN_ALL || d == axis))
             continue;
+        params.perm[n] = IR_SIZE_FROM + d;
         shape[n] = a->shape[d];
         strides[n++] = a->strides[d];
     }
     if (recording())
-        return record_op(fn, OP_RESHAPE, 1, &a, NULL, a->dtype, n, shape);
+        return record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, n, shape);
     return tensor_own(tensor_view(fn, a, n, shape, strides, a->offset));
 }
 
@@ -305,17 +313,19 @@ kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis)
         return NULL;
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+    ir_params params = {0};
     for (int d = 0, k = 0; d <= a->ndim; d++) {
         if (d == axis) {
             shape[d] = 1;
             strides[d] = k < a->ndim ? a->strides[k] * a->shape[k] : 1;
             continue;
         }
+        params.perm[d] = IR_SIZE_FROM + k;
         shape[d] = a->shape[k];
         strides[d] = a->strides[k++];
     }
     if (recording())
-        return record_op(fn, OP_RESHAPE, 1, &a, NULL, a->dtype, a->ndim + 1, shape);
+        return record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, a->ndim + 1, shape);
     return tensor_own(tensor_view(fn, a, a->ndim + 1, shape, strides, a->offset));
 }
 

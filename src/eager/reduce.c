@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "eager/internal.h"
+#include "eager/isa.h"
 
 enum { LANES = 16, TILE = 512, WORK_GRAIN = 64 * 1024, PIECES_PER_THREAD = 4, MAX_PIECES = 1024 };
 
@@ -150,7 +150,7 @@ static kiln_dtype acc_dtype(ir_op op, kiln_dtype work)
             ((S *)p->acc)[o] = row_sum_##T(x, p->rows);                            \
     } while (0)
 
-static void reduce_rows(void *ctx, int64_t begin, int64_t end)
+void ISA_NAME(reduce_rows)(void *ctx, int64_t begin, int64_t end)
 {
     const reduce_plan *p = ctx;
     for (int64_t o = begin; o < end; o++) {
@@ -176,7 +176,7 @@ static void reduce_rows(void *ctx, int64_t begin, int64_t end)
             col_sum_##T(x, p->rows, p->inner, n, (S *)p->acc + at);                \
     } while (0)
 
-static void reduce_tiles(void *ctx, int64_t begin, int64_t end)
+void ISA_NAME(reduce_tiles)(void *ctx, int64_t begin, int64_t end)
 {
     const reduce_plan *p = ctx;
     for (int64_t t = begin; t < end; t++) {
@@ -189,6 +189,8 @@ static void reduce_tiles(void *ctx, int64_t begin, int64_t end)
         }
     }
 }
+
+#ifndef EAGER_ISA_VARIANT /* the rest is compiled once (isa.h) */
 
 /* A full reduction of one long row splits it into a column of pieces: the
  * pieces reduce in parallel as rows, then the partial results reduce again. */
@@ -211,12 +213,12 @@ static void run(reduce_plan *p)
 {
     if (p->inner == 1) {
         int64_t grain = WORK_GRAIN / p->rows;
-        core_parallel_for(p->outer, grain, reduce_rows, p);
+        core_parallel_for(p->outer, grain, eager_isa_current()->reduce_rows, p);
         return;
     }
     p->tiles = (p->inner + TILE - 1) / TILE;
     int64_t grain = WORK_GRAIN / (p->rows * TILE);
-    core_parallel_for(p->outer * p->tiles, grain, reduce_tiles, p);
+    core_parallel_for(p->outer * p->tiles, grain, eager_isa_current()->reduce_tiles, p);
 }
 
 /* -- Public ---------------------------------------------------------------- */
@@ -374,3 +376,5 @@ static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, b
     }
 #define OP(N, n, arity, kind, flags, rule)
 #include "ir/ops.def"
+
+#endif

@@ -236,8 +236,10 @@ static void release(kiln_tensor *t)
         return;
     if (t->storage)
         storage_release(t->storage);
-    if (t->trace)
+    if (t->trace) {
+        t->trace->forget(t->trace, t);
         eager_trace_release(t->trace);
+    }
     atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
     header_free(t);
 }
@@ -544,16 +546,19 @@ int kiln_ndim(const kiln_tensor *t)
 
 const int64_t *kiln_shape(const kiln_tensor *t)
 {
+    eager_note_shape_read(t);
     return t ? t->shape : NULL;
 }
 
 const int64_t *kiln_strides(const kiln_tensor *t)
 {
+    eager_note_shape_read(t);
     return t ? t->strides : NULL;
 }
 
 int64_t kiln_numel(const kiln_tensor *t)
 {
+    eager_note_shape_read(t);
     return t ? t->numel : -1;
 }
 

@@ -20,6 +20,12 @@ bool recording(void)
     return active != NULL;
 }
 
+void eager_note_shape_read(const kiln_tensor *t)
+{
+    if (t && t->trace && t->trace == active && !active->finished)
+        active->read_shape(active, t->node);
+}
+
 void eager_trace_release(eager_trace *trace)
 {
     if (atomic_fetch_sub_explicit(&trace->refs, 1, memory_order_acq_rel) == 1)
@@ -75,6 +81,15 @@ kiln_tensor *record_op(const char *fn, ir_op op, int n_in, kiln_tensor *const *i
         return NULL;
     ir_params zero = {0};
     return tensor_own(active->record(active, op, n_in, in, params ? params : &zero, dt, ndim, shape));
+}
+
+kiln_tensor *read_tracer(const char *fn, const kiln_tensor *t)
+{
+    kiln_clear_error();
+    kiln_tensor *real = t->trace == active && !active->finished ? active->read(active, t, fn) : NULL;
+    if (!real && !kiln_last_error()[0]) /* the trace cannot break: it fails */
+        fail_read_tracer(fn, t);
+    return real;
 }
 
 int fail_read_tracer(const char *fn, const kiln_tensor *t)

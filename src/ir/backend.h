@@ -63,11 +63,11 @@ typedef struct kx_backend {
     kx_code *(*load)(const kx_kernel *k, const void *object, size_t size, const char *symbol, char *err,
                      size_t err_size);
     /* Runs rows [begin, end) of the kernel (all of them unless
-     * runs_row_ranges) over buffers (inputs, then outputs); product lays out
-     * the operands of k's product, which follow the buffers, or is NULL. 0,
-     * or -1 with why. */
-    int (*launch)(const kx_code *code, void *const *buffers, const kg_matmul_args *product, int64_t begin,
-                  int64_t end, char *err, size_t err_size);
+     * runs_row_ranges) over buffers (inputs, then outputs) for the symbols'
+     * values (IR_MAX_SYMBOLS of them); product lays out the operands of k's
+     * product, which follow the buffers, or is NULL. 0, or -1 with why. */
+    int (*launch)(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
+                  int64_t begin, int64_t end, char *err, size_t err_size);
     void (*unload)(kx_code *code);
 
     /* Optional (NULL when it has none): the shape-generic kernels of eager

@@ -35,6 +35,7 @@ void ir_graph_free(ir_graph *g)
     free(g->buckets);
     free(g->outputs);
     free(g->writebacks);
+    ir_sizes_free(&g->sizes);
     free(g);
 }
 

@@ -2,7 +2,11 @@
 #ifndef KILN_IR_INTERNAL_H
 #define KILN_IR_INTERNAL_H
 
+#include "core/core.h"
 #include "ir/kernel.h"
+
+/* size.c: writes size into out: "64", or "s0", "2*s0*s1+3". */
+void ir_size_put(strbuf *out, const ir_sizes *t, int64_t size);
 
 /* kernel.c: makes room for need items of size bytes in *items, doubling
  * *cap; false when out of memory (the items stay as they were). */

@@ -107,11 +107,36 @@ typedef struct {
 } ir_params;
 _Static_assert(sizeof(ir_params) == 80, "ir_params must have no padding");
 
+/* -- Sizes ----------------------------------------------------------------- *
+ * A dimension of a node's shape is a concrete size (>= 0) or a symbolic one
+ * (< 0): a polynomial with integer coefficients in the graph's symbols
+ * s0..s7, the sizes of input dimensions that vary between calls. The graph
+ * keeps each polynomial once, so shapes still compare with memcmp. */
+enum { IR_MAX_SYMBOLS = 8, IR_POLY_TERMS = 8 };
+#define IR_SIZE_NONE INT64_MIN /* a size that cannot be kept symbolic */
+
+typedef struct {
+    int64_t coef;
+    uint8_t exp[IR_MAX_SYMBOLS]; /* the power of each symbol */
+} ir_term;
+
+typedef struct {
+    int n;
+    ir_term terms[IR_POLY_TERMS]; /* sorted by exponents, highest first; no zero coefficient */
+} ir_poly;
+
+/* The polynomials sizes of a graph (or a kernel) name: size -1 - i is
+ * polys[i]. Each polynomial is kept once, so equal sizes are equal numbers. */
+typedef struct {
+    ir_poly *polys;
+    int n, cap;
+} ir_sizes;
+
 typedef struct {
     ir_op op;
     kiln_dtype dtype;
     int ndim;
-    int64_t shape[KILN_MAX_DIMS];
+    int64_t shape[KILN_MAX_DIMS];   /* concrete sizes, or symbolic ones (see above) */
     uint32_t first_operand, n_operands; /* into ir_graph.operands */
     ir_params params;
     uint32_t hash_next; /* chains nodes of one hash bucket, IR_NONE ends */
@@ -136,6 +161,9 @@ typedef struct {
     ir_writeback *writebacks;
     int n_writebacks, writebacks_cap;
     int n_inputs, n_captures;
+    ir_sizes sizes;     /* the symbolic sizes its shapes name */
+    int n_symbols;      /* s0..s(n_symbols-1) */
+    int64_t traced_at[IR_MAX_SYMBOLS]; /* the symbols' values when it was traced */
 } ir_graph;
 
 /* A new empty graph, or NULL when out of memory. */
@@ -165,6 +193,60 @@ int64_t ir_node_numel(const ir_node *n);
 /* Nodes that launch a kernel when run: not sources (random ones aside: they
  * fill a buffer), not views. */
 bool ir_node_computes(const ir_node *n);
+
+/* -- Symbolic sizes (size.c) ------------------------------------------------ *
+ * Sizes are int64: >= 0 concrete, else a handle into a table of polynomials;
+ * IR_SIZE_NONE says a result did not fit (more terms than a polynomial
+ * holds, an overflow, a division that is not exact). */
+
+/* size's polynomial (a constant for a concrete size); false for a handle not in t. */
+bool ir_size_poly(const ir_sizes *t, int64_t size, ir_poly *p);
+/* p as a size: concrete when a constant >= 0, else its entry in t (made
+ * once; a kernel keeps its negative strides there); IR_SIZE_NONE when out of
+ * memory. */
+int64_t ir_size_of(ir_sizes *t, const ir_poly *p);
+/* Symbol s as a size. */
+int64_t ir_size_symbol(ir_sizes *t, int symbol);
+/* a + b, a * b, a / b (exact: b concrete, or a monomial dividing every term). */
+int64_t ir_size_add(ir_sizes *t, int64_t a, int64_t b);
+int64_t ir_size_mul(ir_sizes *t, int64_t a, int64_t b);
+int64_t ir_size_div(ir_sizes *t, int64_t a, int64_t b);
+/* size of table from as a size of table to. */
+int64_t ir_size_moved(ir_sizes *to, const ir_sizes *from, int64_t size);
+/* p's value for the symbols' values; IR_SIZE_NONE when it overflows. */
+int64_t ir_poly_eval(const ir_poly *p, const int64_t *symbols);
+/* size's value for the symbols' values; IR_SIZE_NONE when it overflows or
+ * is negative. */
+int64_t ir_size_eval(const ir_sizes *t, int64_t size, const int64_t *symbols);
+/* The symbol size is, or -1 when it is not a lone symbol. */
+int ir_size_as_symbol(const ir_sizes *t, int64_t size);
+/* A bit per symbol that size names. */
+unsigned ir_size_symbols(const ir_sizes *t, int64_t size);
+/* The shape's sizes for the symbols' values; false when one does not fit. */
+bool ir_shape_eval(const ir_sizes *t, int ndim, const int64_t *shape, const int64_t *symbols, int64_t *out);
+/* Whether a shape has a symbolic dimension. */
+bool ir_shape_symbolic(int ndim, const int64_t *shape);
+/* The product of a shape's sizes, as a size of t. */
+int64_t ir_shape_product(ir_sizes *t, int ndim, const int64_t *shape);
+/* to becomes a copy of from; -1 when out of memory (to stays). */
+int ir_sizes_copy(ir_sizes *to, const ir_sizes *from);
+void ir_sizes_free(ir_sizes *t);
+
+/* -- Symbolic shapes (symbolic.c) ------------------------------------------- */
+
+/* While tracing, a reshape's or expand's params.perm says where each size of
+ * the result came from: a number the body passed (IR_SIZE_GIVEN, 0),
+ * reshape's -1 (IR_SIZE_INFERRED), or IR_SIZE_FROM + k: the operand's size k
+ * (squeeze, unsqueeze, expand's -1). ir_symbolize reads and clears it. */
+enum { IR_SIZE_GIVEN = 0, IR_SIZE_INFERRED = 1, IR_SIZE_FROM = 2 };
+
+/* traced with the dimensions of dynamic (per input, a bit per axis) made
+ * symbolic where every op allows it and the body did not read their sizes
+ * (shape_read: per node, or NULL): a new graph whose input nodes say the
+ * guards (see symbolic.c). *log (malloc'd) says what became of each
+ * dimension asked for. NULL when out of memory, or when no shape rule
+ * explains the graph. */
+ir_graph *ir_symbolize(const ir_graph *traced, const uint32_t *dynamic, const bool *shape_read, char **log);
 
 /* -- Text and pictures ----------------------------------------------------- */
 

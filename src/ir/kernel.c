@@ -10,26 +10,48 @@
 
 /* -- Building ---------------------------------------------------------------- */
 
-kx_kernel *kx_kernel_new(int ndim, const int64_t *shape)
+kx_kernel *kx_kernel_new(const ir_sizes *sizes, int ndim, const int64_t *shape)
 {
     kx_kernel *k = calloc(1, sizeof *k);
-    if (!k)
+    if (!k || ir_sizes_copy(&k->sizes, sizes) < 0) {
+        free(k);
         return NULL;
-    k->n_outer = ndim > 0 ? ndim - 1 : 0;
-    k->rows = 1;
-    for (int d = 0; d < k->n_outer; d++) {
-        k->outer[d] = shape[d];
-        k->rows *= shape[d];
     }
+    k->n_outer = ndim > 0 ? ndim - 1 : 0;
+    memcpy(k->outer, shape, (size_t)k->n_outer * sizeof *shape);
+    k->rows = ir_shape_product(&k->sizes, k->n_outer, shape);
     k->cols = ndim > 0 ? shape[ndim - 1] : 1;
     k->product = -1;
+    if (k->rows == IR_SIZE_NONE) {
+        kx_kernel_free(k);
+        return NULL;
+    }
     return k;
+}
+
+bool kx_symbolic(const kx_kernel *k)
+{
+    bool symbolic = k->rows < 0 || k->cols < 0 || ir_shape_symbolic(k->n_outer, k->outer);
+    for (int v = 0; v < k->n_views && !symbolic; v++) {
+        const kx_view *w = &k->views[v];
+        symbolic = ir_size_symbols(&k->sizes, w->offset) || ir_size_symbols(&k->sizes, w->inner_stride);
+        for (int d = 0; d < k->n_outer && !symbolic; d++)
+            symbolic = ir_size_symbols(&k->sizes, w->outer_strides[d]) != 0;
+    }
+    return symbolic;
+}
+
+int64_t kx_size(const kx_kernel *k, int64_t v, const int64_t *symbols)
+{
+    ir_poly p;
+    return v >= 0 || !ir_size_poly(&k->sizes, v, &p) ? v : ir_poly_eval(&p, symbols);
 }
 
 void kx_kernel_free(kx_kernel *k)
 {
     if (!k)
         return;
+    ir_sizes_free(&k->sizes);
     free(k->exprs);
     free(k->views);
     free(k->reductions);
@@ -116,9 +138,15 @@ static void put_value(strbuf *t, kx_value v, kiln_dtype dt)
 
 static void put_header(strbuf *t, const kx_kernel *k)
 {
-    strbuf_put(t, "kernel rows=%lld cols=%lld outer=[", (long long)k->rows, (long long)k->cols);
-    for (int d = 0; d < k->n_outer; d++)
-        strbuf_put(t, d ? ",%lld" : "%lld", (long long)k->outer[d]);
+    strbuf_put(t, "kernel rows=");
+    ir_size_put(t, &k->sizes, k->rows);
+    strbuf_put(t, " cols=");
+    ir_size_put(t, &k->sizes, k->cols);
+    strbuf_put(t, " outer=[");
+    for (int d = 0; d < k->n_outer; d++) {
+        strbuf_put(t, d ? "," : "");
+        ir_size_put(t, &k->sizes, k->outer[d]);
+    }
     strbuf_put(t, "] buffers=[");
     for (int b = 0; b < k->n_buffers; b++)
         strbuf_put(t, b ? ",%s" : "%s", ir_dtype_names[k->buffer_dtypes[b]]);
@@ -150,11 +178,15 @@ char *kx_to_text(const kx_kernel *k)
     put_header(&t, k);
     for (int i = 0; i < k->n_views; i++) {
         const kx_view *v = &k->views[i];
-        strbuf_put(&t, "view %d = b%d %s offset=%lld strides=[", i, v->buffer, ir_dtype_names[v->dtype],
-                   (long long)v->offset);
-        for (int d = 0; d < k->n_outer; d++)
-            strbuf_put(&t, "%lld,", (long long)v->outer_strides[d]);
-        strbuf_put(&t, "%lld]\n", (long long)v->inner_stride);
+        strbuf_put(&t, "view %d = b%d %s offset=", i, v->buffer, ir_dtype_names[v->dtype]);
+        ir_size_put(&t, &k->sizes, v->offset);
+        strbuf_put(&t, " strides=[");
+        for (int d = 0; d < k->n_outer; d++) {
+            ir_size_put(&t, &k->sizes, v->outer_strides[d]);
+            strbuf_put(&t, ",");
+        }
+        ir_size_put(&t, &k->sizes, v->inner_stride);
+        strbuf_put(&t, "]\n");
     }
     for (int i = 0; i < k->n_exprs; i++) {
         strbuf_put(&t, "e%d = ", i);

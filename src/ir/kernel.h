@@ -19,7 +19,13 @@
  * the same element: code generators keep each element of a row with the
  * thread that stored it. An input written over in place is simply not a
  * buffer: its loads read the output's buffer. How a kernel is compiled
- * (non-temporal stores, say) is not here but in kx_kernel_options. */
+ * (non-temporal stores, say) is not here but in kx_kernel_options.
+ *
+ * Sizes (rows, cols, the outer dimensions, views' offsets and strides) are
+ * ir.h's sizes in the kernel's own table: a symbolic one is a polynomial in
+ * the graph's symbols, whose values the launch passes, so that one compiled
+ * kernel serves every size; a negative constant (a stride walking backwards)
+ * is kept in the table too. Symbolic sizes are at least 2. */
 #ifndef KILN_IR_KERNEL_H
 #define KILN_IR_KERNEL_H
 
@@ -54,7 +60,7 @@ typedef struct {
 typedef struct {
     int buffer;                       /* index into the kernel's buffers */
     kiln_dtype dtype;
-    int64_t offset;
+    int64_t offset;                   /* sizes (see the top) */
     int64_t outer_strides[KX_MAX_DIMS];
     int64_t inner_stride;
 } kx_view;
@@ -92,6 +98,7 @@ typedef struct {
 } kx_row_store;
 
 typedef struct kx_kernel {
+    ir_sizes sizes;             /* what its symbolic sizes name (see the top) */
     int n_outer;
     int64_t outer[KX_MAX_DIMS]; /* the outer dimensions; rows is their product */
     int64_t rows, cols;
@@ -123,8 +130,13 @@ typedef struct {
     bool stream_stores;
 } kx_kernel_options;
 
-/* A new empty kernel over rows of shape (ndim, shape), or NULL. */
-kx_kernel *kx_kernel_new(int ndim, const int64_t *shape);
+/* A new empty kernel over rows of shape (ndim, shape), whose symbolic sizes
+ * are in sizes (copied: the kernel's own table starts as a copy), or NULL. */
+kx_kernel *kx_kernel_new(const ir_sizes *sizes, int ndim, const int64_t *shape);
+/* Whether any of k's sizes is symbolic. */
+bool kx_symbolic(const kx_kernel *k);
+/* Size v of k (a size of its table) for the symbols' values. */
+int64_t kx_size(const kx_kernel *k, int64_t v, const int64_t *symbols);
 void kx_kernel_free(kx_kernel *k);
 /* Appends to k; the index, or -1 when out of memory. */
 int kx_add_expr(kx_kernel *k, kx_expr e);

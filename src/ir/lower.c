@@ -51,6 +51,7 @@ typedef struct {
     ir_ref failed;   /* a node that must be materialized first, or IR_NONE */
     bool too_many_buffers; /* a load found the kernel full */
     bool nomem;
+    bool unsized;          /* a size of the kernel is not a polynomial that fits */
     bool split_sums;       /* the backend sums a row in many partial sums */
 } builder;
 
@@ -106,12 +107,51 @@ static imap broadcast_map(const imap *m, int ndim, const int64_t *shape)
     return o;
 }
 
-static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+/* -- Sizes of the kernel ----------------------------------------------------- *
+ * Offsets and strides are sizes of the kernel's table (ir.h): products and
+ * sums of the buffers' sizes (symbolic, perhaps) and the maps' integers. On
+ * concrete values they wrap as the index arithmetic of an empty slice may
+ * (its indices are never used); symbolic ones that do not fit fail the
+ * lowering. */
+
+static int64_t size_of_int(builder *b, int64_t v)
+{
+    if (v >= 0)
+        return v;
+    ir_poly p = {.n = 1, .terms = {{.coef = v}}};
+    int64_t size = ir_size_of(&b->k->sizes, &p);
+    b->unsized |= size == IR_SIZE_NONE;
+    return size == IR_SIZE_NONE ? 0 : size;
+}
+
+static int64_t checked(builder *b, int64_t size)
+{
+    b->unsized |= size == IR_SIZE_NONE;
+    return size == IR_SIZE_NONE ? 0 : size;
+}
+
+/* size * factor, factor an integer of a map. */
+static int64_t size_times(builder *b, int64_t size, int64_t factor)
+{
+    if (size >= 0)
+        return size_of_int(b, (int64_t)((uint64_t)size * (uint64_t)factor));
+    return checked(b, ir_size_mul(&b->k->sizes, size, size_of_int(b, factor)));
+}
+
+static int64_t size_plus(builder *b, int64_t x, int64_t y)
+{
+    if (x >= 0 && y >= 0)
+        return size_of_int(b, (int64_t)((uint64_t)x + (uint64_t)y));
+    return checked(b, ir_size_add(&b->k->sizes, x, y));
+}
+
+static void contiguous_strides(builder *b, int ndim, const int64_t *shape, int64_t *strides)
 {
     int64_t step = 1;
     for (int d = ndim - 1; d >= 0; d--) {
         strides[d] = step;
-        step *= shape[d] > 1 ? shape[d] : 1;
+        if (shape[d] > 1 || shape[d] < 0) /* symbolic sizes are 2 or more */
+            step = checked(b, ir_size_mul(&b->k->sizes, step, shape[d]));
     }
 }
 
@@ -124,9 +164,9 @@ static int load(builder *b, ir_ref node, const imap *m, const int64_t *strides)
     kx_view v = {.buffer = buffer, .dtype = b->g->nodes[node].dtype};
     int64_t kernel_strides[KX_MAX_DIMS] = {0};
     for (int j = 0; j < m->ndim; j++) {
-        v.offset += strides[j] * m->bias[j];
+        v.offset = size_plus(b, v.offset, size_times(b, strides[j], m->bias[j]));
         if (m->src[j] >= 0)
-            kernel_strides[m->src[j]] += strides[j] * m->coef[j];
+            kernel_strides[m->src[j]] = size_plus(b, kernel_strides[m->src[j]], size_times(b, strides[j], m->coef[j]));
     }
     for (int i = 0; i + 1 < b->root_ndim; i++)
         v.outer_strides[i] = kernel_strides[i];
@@ -222,7 +262,7 @@ static int build_movement(builder *b, ir_ref node, const ir_node *n, const imap 
     case OP_RESHAPE:
         if (b->mat[operand]) { /* a buffer is contiguous: the reshape's own strides address it */
             int64_t strides[KX_MAX_DIMS];
-            contiguous_strides(n->ndim, n->shape, strides);
+            contiguous_strides(b, n->ndim, n->shape, strides);
             return load(b, operand, m, strides);
         }
         if (!reshape_map(n, o, m, &om)) {
@@ -283,7 +323,7 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
      * mean: its sum may pass FLT_MAX where the mean does not. */
     bool sums = n->op == OP_SUM || n->op == OP_MEAN;
     bool positive_terms = b->split_sums && n->op == OP_SUM && in->op == OP_EXP && in->dtype == KILN_F32 &&
-                          in->ndim > 0 && in->shape[in->ndim - 1] <= ROW_F32_SUM;
+                          in->ndim > 0 && in->shape[in->ndim - 1] >= 0 && in->shape[in->ndim - 1] <= ROW_F32_SUM;
     kiln_dtype acc = !ir_dtype_is_float(in->dtype) ? (n->op == OP_MEAN ? KILN_F64 : KILN_I64)
                      : sums && !positive_terms     ? KILN_F64
                                                    : in->dtype;
@@ -317,7 +357,7 @@ static int build(builder *b, ir_ref node, const imap *m)
     int e;
     if (b->mat[node] && node != b->root) {
         int64_t strides[KX_MAX_DIMS];
-        contiguous_strides(n->ndim, n->shape, strides);
+        contiguous_strides(b, n->ndim, n->shape, strides);
         e = load(b, node, m, strides);
     } else if (n->op == OP_CONST) {
         e = add_expr(b, (kx_expr){.kind = KX_CONST, .dtype = n->dtype, .value = n->params.value});
@@ -379,11 +419,12 @@ static bool stage_store(kx_kernel *k)
 /* An elementwise kernel over few long rows splits each row into pieces, so
  * that rows (what threads share) are many: [rows, cols] becomes
  * [rows, cols/piece, piece] for a piece that divides cols. */
-static void split_long_rows(kx_kernel *k)
+static void split_long_rows(builder *b)
 {
+    kx_kernel *k = b->k;
     enum { MIN_ROWS = 64, PIECE = 8192, MIN_PIECE = 1024 };
-    if (k->n_reductions || k->n_row_stores || k->rows >= MIN_ROWS || k->cols < 2 * PIECE ||
-        k->n_outer == KX_MAX_DIMS)
+    if (k->n_reductions || k->n_row_stores || k->rows < 0 || k->cols < 0 || k->rows >= MIN_ROWS ||
+        k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS)
         return;
     int64_t piece = PIECE;
     while (piece >= MIN_PIECE && k->cols % piece)
@@ -392,7 +433,7 @@ static void split_long_rows(kx_kernel *k)
         return;
     k->outer[k->n_outer] = k->cols / piece;
     for (int v = 0; v < k->n_views; v++)
-        k->views[v].outer_strides[k->n_outer] = k->views[v].inner_stride * piece;
+        k->views[v].outer_strides[k->n_outer] = size_times(b, k->views[v].inner_stride, piece);
     k->n_outer++;
     k->rows *= k->cols / piece;
     k->cols = piece;
@@ -421,7 +462,7 @@ static bool store_output(builder *b, const ir_node *n, int out, int e, bool epil
         return true;
     }
     int64_t strides[KX_MAX_DIMS];
-    contiguous_strides(n->ndim, n->shape, strides);
+    contiguous_strides(b, n->ndim, n->shape, strides);
     kx_view v = {.buffer = out, .dtype = n->dtype};
     for (int d = 0; d + 1 < n->ndim; d++)
         v.outer_strides[d] = strides[d];
@@ -479,7 +520,7 @@ static kx_kernel *build_kernel(builder *b, ir_ref node)
     const ir_node *rows_of = reduces ? n : ir_ops[n->op].kind == KIND_ELEMENTWISE ? epilogue_reduction(b, root, root)
                                                                                   : NULL;
     const ir_node *space = rows_of ? &b->g->nodes[ir_operands(b->g, rows_of)[0]] : n;
-    if (!(b->k = kx_kernel_new(space->ndim, space->shape))) {
+    if (!(b->k = kx_kernel_new(&b->g->sizes, space->ndim, space->shape))) {
         b->nomem = true;
         return NULL;
     }
@@ -498,8 +539,8 @@ static kx_kernel *build_kernel(builder *b, ir_ref node)
     b->root = node; /* its buffer, the output, always has a slot */
     int out = e < 0 ? -1 : add_buffer(b, node);
     kx_kernel *k = b->k;
-    if (out < 0 || !store_output(b, n, out, e, rows_of && !reduces)) {
-        b->nomem |= b->failed == IR_NONE;
+    if (out < 0 || !store_output(b, n, out, e, rows_of && !reduces) || b->unsized) {
+        b->nomem |= b->failed == IR_NONE && !b->unsized;
         kx_kernel_free(k);
         return NULL;
     }
@@ -507,7 +548,7 @@ static kx_kernel *build_kernel(builder *b, ir_ref node)
     for (int i = 0; i < b->n_buffers; i++)
         k->buffer_dtypes[i] = b->g->nodes[b->buffers[i]].dtype;
     k->transcendental = transcendental(k);
-    split_long_rows(k);
+    split_long_rows(b);
     if (!stage_store(k)) {
         b->nomem = true;
         kx_kernel_free(k);
@@ -624,7 +665,7 @@ static ir_ref try_lower(builder *b, ir_plan *plan)
         plan_step step = {.node = r, .reuses = IR_NONE, .product = IR_NONE, .blocked_with = -1};
         if (!runs_eagerly(g, n) && !b->eager_view[r]) {
             if (!(step.kernel = build_kernel(b, r)))
-                return b->nomem ? r : b->failed;
+                return b->nomem || b->unsized ? r : b->failed;
             if (!(step.buffers = malloc((size_t)b->n_buffers * sizeof *step.buffers))) {
                 kx_kernel_free(step.kernel);
                 b->nomem = true;
@@ -655,6 +696,11 @@ int ir_lower(const ir_graph *g, bool split_sums, ir_plan *plan, char *err, size_
         ir_ref again = try_lower(&b, plan);
         if (b.nomem)
             status = -CORE_NOMEM;
+        if (b.unsized) {
+            snprintf(err, err_size, "the sizes of the kernel of %s node %u do not fit polynomials",
+                     ir_ops[g->nodes[again].op].name, again);
+            status = core_internal("kiln_call", "%s", err);
+        }
         if (again == IR_NONE || status < 0)
             break;
         free_steps(plan);

@@ -41,8 +41,10 @@ static ir_graph *rebuild(const ir_graph *in, const bool *live, rewrite_fn rewrit
     for (ir_ref r = 0; r < in->count; r++)
         max_operands = in->nodes[r].n_operands > max_operands ? in->nodes[r].n_operands : max_operands;
     operands = malloc(max_operands * sizeof *operands);
-    if (!out || !map || !operands)
+    if (!out || !map || !operands || ir_sizes_copy(&out->sizes, &in->sizes) < 0)
         goto fail;
+    out->n_symbols = in->n_symbols;
+    memcpy(out->traced_at, in->traced_at, sizeof out->traced_at);
     for (ir_ref r = 0; r < in->count; r++) {
         map[r] = IR_NONE;
         if (live && !live[r])

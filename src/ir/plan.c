@@ -114,27 +114,35 @@ static bool eager_step(const ir_plan *p, ir_ref r)
 
 /* -- Products inside their epilogue ------------------------------------------ */
 
-/* Rows and columns of matmul node n's matrices, and how many there are;
- * false unless both operands are f32 matrices (or batches of them). */
-static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t *cols, int64_t *batch)
+/* Whether matmul node n multiplies f32 matrices (or batches of them). */
+static bool f32_matrices(const ir_graph *g, const ir_node *n)
 {
     const ir_ref *ops = ir_operands(g, n);
     const ir_node *a = &g->nodes[ops[0]], *b = &g->nodes[ops[1]];
-    if (n->dtype != KILN_F32 || a->dtype != KILN_F32 || b->dtype != KILN_F32 || a->ndim < 2 || b->ndim < 2)
+    return n->dtype == KILN_F32 && a->dtype == KILN_F32 && b->dtype == KILN_F32 && a->ndim >= 2 && b->ndim >= 2;
+}
+
+/* Rows of matmul node n's matrices (symbolic, perhaps), their columns and
+ * how many matrices there are (concrete); false unless f32_matrices, with a
+ * concrete batch and columns and no empty matrix. */
+static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t *cols, int64_t *batch)
+{
+    if (!f32_matrices(g, n) || ir_shape_symbolic(n->ndim - 2, n->shape) || n->shape[n->ndim - 1] < 0)
         return false;
     *m = n->shape[n->ndim - 2];
     *cols = n->shape[n->ndim - 1];
-    *batch = *m * *cols != 0 ? ir_node_numel(n) / (*m * *cols) : 0;
-    return *batch > 0;
+    ir_shape_numel(n->ndim - 2, n->shape, batch);
+    return *batch > 0 && *m != 0 && *cols > 0;
 }
 
 /* Whether kernel step s may compute matmul node r, its input b, itself. */
 static bool fuses_product(const ir_plan *p, const kx_backend *be, plan_step *s, int b, ir_ref r)
 {
     const ir_node *n = &p->graph->nodes[r];
-    int64_t m, cols, batch;
+    kx_kernel *k = s->kernel;
     if (n->op != OP_MATMUL || p->last_use[r] != s->node || !eager_step(p, r) || readers(p, r) != 1 ||
-        !matmul_dims(p->graph, n, &m, &cols, &batch) || s->kernel->rows != batch * m || s->kernel->cols != cols)
+        !f32_matrices(p->graph, n) || k->rows != ir_shape_product(&k->sizes, n->ndim - 1, n->shape) ||
+        k->cols != n->shape[n->ndim - 1])
         return false;
     char why[256];
     s->kernel->product = b;
@@ -178,7 +186,7 @@ static bool same_view(const kx_kernel *k, const kx_view *v, const kx_view *w)
  * and size. */
 static int in_place_input(const ir_plan *p, const plan_step *s)
 {
-    const kx_kernel *k = s->kernel;
+    kx_kernel *k = s->kernel;
     if (!k || k->product >= 0 || k->n_reductions || k->n_row_stores || k->n_stores != 1 || s->n_outputs != 1)
         return -1;
     const kx_view *out = &k->views[k->stores[0].view];
@@ -187,7 +195,8 @@ static int in_place_input(const ir_plan *p, const plan_step *s)
         ir_ref input = s->buffers[b];
         const ir_node *in = &p->graph->nodes[input];
         bool fits = p->last_use[input] == s->node && ir_plan_stores(p, input) && in->dtype == node->dtype &&
-                    ir_node_numel(in) == ir_node_numel(node);
+                    ir_shape_product(&k->sizes, in->ndim, in->shape) ==
+                        ir_shape_product(&k->sizes, node->ndim, node->shape);
         for (int v = 0; fits && v < k->n_views; v++)
             if (k->views[v].buffer == b)
                 fits = same_view(k, &k->views[v], out);
@@ -236,6 +245,7 @@ static int plan_in_place(ir_plan *p)
 
 /* -- Products in blocks ------------------------------------------------------- */
 
+/* The inner dimension of matmul node n (negative: symbolic). */
 static int64_t inner_dim(const ir_graph *g, const ir_node *n)
 {
     const ir_node *a = &g->nodes[ir_operands(g, n)[0]];
@@ -260,8 +270,11 @@ static int64_t gcd(int64_t a, int64_t b)
 static int64_t rows_per_block(const kx_kernel *k, int64_t block_bytes, int64_t m, int64_t n, int64_t inner,
                               int64_t batch)
 {
+    if (k->cols <= 0 || inner < 0 || (m < 0 && batch > 1))
+        return 0;
     int64_t step = k->cols / gcd(n, k->cols);
-    if (block_bytes <= 0 || batch * m * n * (int64_t)sizeof(float) < 4 * block_bytes ||
+    /* A symbolic product may be small at run time: one block then. */
+    if (block_bytes <= 0 || (m >= 0 && batch * m * n * (int64_t)sizeof(float) < 4 * block_bytes) ||
         (batch > 1 && m * n % k->cols != 0))
         return 0;
     int64_t rows = block_bytes / (n * (int64_t)sizeof(float)) / step * step;
@@ -310,12 +323,14 @@ static bool streams(const plan_step *s, int64_t stream_bytes)
     const kx_kernel *k = s->kernel;
     if (s->blocked_with >= 0)
         return false;
-    int64_t bytes = 0;
+    /* The fewest bytes: symbols are 2 or more. */
+    const int64_t twos[IR_MAX_SYMBOLS] = {2, 2, 2, 2, 2, 2, 2, 2};
+    int64_t bytes = 0, elements = kx_size(k, k->rows, twos) * kx_size(k, k->cols, twos);
     for (int i = 0; i < k->n_stores; i++) {
         const kx_view *v = &k->views[k->stores[i].view];
         if (v->inner_stride != 1 || k->stores[i].pass != KX_STORE_PASS)
             return false;
-        bytes += k->rows * k->cols * (int64_t)ir_dtype_size(v->dtype);
+        bytes += elements * (int64_t)ir_dtype_size(v->dtype);
     }
     return bytes >= stream_bytes;
 }
@@ -329,9 +344,14 @@ static void plan_streams(ir_plan *p, int64_t stream_bytes)
 
 /* -- Memory ------------------------------------------------------------------ */
 
-static int64_t bytes_of(const ir_node *n)
+/* Bytes of node r's value; symbolic values as when the graph was traced. */
+static int64_t bytes_of(const ir_graph *g, ir_ref r)
 {
-    return ir_node_numel(n) * (int64_t)ir_dtype_size(n->dtype);
+    const ir_node *n = &g->nodes[r];
+    int64_t shape[KILN_MAX_DIMS], numel;
+    if (!ir_shape_eval(&g->sizes, n->ndim, n->shape, g->traced_at, shape) || !ir_shape_numel(n->ndim, shape, &numel))
+        return INT64_MAX;
+    return numel * (int64_t)ir_dtype_size(n->dtype);
 }
 
 /* Bytes of stored values other than kept that node r reads last (each once). */
@@ -345,7 +365,7 @@ static int64_t bytes_dying_at(const ir_plan *p, ir_ref r, ir_ref kept)
         for (uint32_t j = 0; j < i && !repeated; j++)
             repeated = used[j] == used[i];
         if (!repeated && used[i] != kept && p->last_use[used[i]] == r && ir_plan_stores(p, used[i]))
-            bytes += bytes_of(&p->graph->nodes[used[i]]);
+            bytes = core_bytes_add(bytes, bytes_of(p->graph, used[i]));
     }
     return bytes;
 }
@@ -363,7 +383,7 @@ static void plan_memory(ir_plan *p)
             p->visit[p->n_visit++] = r;
         if (ir_plan_stores(p, r)) {
             p->kernels++;
-            total = core_bytes_add(total, bytes_of(&g->nodes[r]));
+            total = core_bytes_add(total, bytes_of(g, r));
         }
     }
     if (total == INT64_MAX) {
@@ -376,7 +396,7 @@ static void plan_memory(ir_plan *p)
         int step = p->step_of ? p->step_of[r] : -1;
         ir_ref reused = step >= 0 ? p->steps[step].reuses : IR_NONE;
         if (reused == IR_NONE)
-            live += bytes_of(&g->nodes[r]);
+            live += bytes_of(g, r);
         p->peak_bytes = live > p->peak_bytes ? live : p->peak_bytes;
         live -= bytes_dying_at(p, r, reused);
     }

@@ -5,9 +5,11 @@
  *   %1 = const 0.5 : f64[]
  *   %2 = mul %0 %1 : f32[4,8]
  *   %3 = sum %2 axis=1 keepdim=0 : f32[4]
+ *   %4 = input 1 : f32[s0,2*s0]
  *   output %3
  *   writeback 0 %2
  *
+ * A symbolic size prints as its polynomial in the symbols s0..s7.
  * Printing is deterministic (the cache hashes it) and parsing what was printed
  * gives a graph that prints the same text again. Constants print with 17
  * significant digits, which strtod reads back exactly. */
@@ -19,15 +21,17 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "ir/ir.h"
+#include "ir/internal.h"
 
 /* -- Printing -------------------------------------------------------------- */
 
-static void put_type(strbuf *t, const ir_node *n)
+static void put_type(strbuf *t, const ir_graph *g, const ir_node *n)
 {
     strbuf_put(t, "%s[", ir_dtype_names[n->dtype]);
-    for (int d = 0; d < n->ndim; d++)
-        strbuf_put(t, d ? ",%lld" : "%lld", (long long)n->shape[d]);
+    for (int d = 0; d < n->ndim; d++) {
+        strbuf_put(t, d ? "," : "");
+        ir_size_put(t, &g->sizes, n->shape[d]);
+    }
     strbuf_put(t, "]");
 }
 
@@ -85,7 +89,7 @@ char *ir_to_text(const ir_graph *g)
             strbuf_put(&t, " %%%u", ir_operands(g, n)[i]);
         put_params(&t, n);
         strbuf_put(&t, " : ");
-        put_type(&t, n);
+        put_type(&t, g, n);
         strbuf_put(&t, "\n");
     }
     strbuf_put(&t, "output");
@@ -106,7 +110,7 @@ char *ir_to_dot(const ir_graph *g, const char *name)
         strbuf_put(&t, "  n%u [label=\"%%%u %s", r, r, ir_ops[n->op].name);
         put_params(&t, n);
         strbuf_put(&t, "\\n");
-        put_type(&t, n);
+        put_type(&t, g, n);
         strbuf_put(&t, "\"%s];\n", ir_ops[n->op].kind == KIND_SOURCE ? ", style=rounded" : "");
         for (uint32_t i = 0; i < n->n_operands; i++)
             strbuf_put(&t, "  n%u -> n%u;\n", ir_operands(g, n)[i], r);
@@ -181,7 +185,57 @@ static bool parse_ref(const char *s, ir_ref limit, ir_ref *out)
     return true;
 }
 
-static int parse_type(parser *ps, const char *s, ir_node *n)
+/* A term of a size: "3", "s0", "2*s0*s1". */
+static bool parse_term(const char *s, const char *end, ir_term *term)
+{
+    memset(term, 0, sizeof *term);
+    term->coef = 1;
+    while (s < end) {
+        const char *stop = memchr(s, '*', (size_t)(end - s));
+        stop = stop ? stop : end;
+        char *after;
+        errno = 0;
+        if (*s == 's') {
+            long symbol = strtol(s + 1, &after, 10);
+            if (after != stop || s + 1 == stop || symbol < 0 || symbol >= IR_MAX_SYMBOLS ||
+                term->exp[symbol] == UINT8_MAX)
+                return false;
+            term->exp[symbol]++;
+        } else {
+            long long factor = strtoll(s, &after, 10);
+            if (after != stop || s == stop || errno ||
+                __builtin_mul_overflow(term->coef, factor, &term->coef))
+                return false;
+        }
+        s = stop == end ? end : stop + 1;
+        if (stop != end && s == end)
+            return false;
+    }
+    return true;
+}
+
+/* A size: a number, or a polynomial kept in sizes. */
+static bool parse_size(const char *s, const char *end, ir_sizes *sizes, int64_t *size)
+{
+    ir_poly p;
+    memset(&p, 0, sizeof p);
+    int64_t total = 0;
+    while (s < end) {
+        const char *stop = memchr(s, '+', (size_t)(end - s));
+        stop = stop ? stop : end;
+        if (p.n == IR_POLY_TERMS || !parse_term(s, stop, &p.terms[p.n]))
+            return false;
+        total = ir_size_add(sizes, total, ir_size_of(sizes, &(ir_poly){.n = 1, .terms = {p.terms[p.n]}}));
+        p.n++;
+        s = stop == end ? end : stop + 1;
+        if (stop != end && s == end)
+            return false;
+    }
+    *size = total;
+    return p.n > 0 && total != IR_SIZE_NONE && (total >= 0 || ir_size_symbols(sizes, total));
+}
+
+static int parse_type(parser *ps, ir_graph *g, const char *s, ir_node *n)
 {
     const char *open = strchr(s, '[');
     size_t len = open ? (size_t)(open - s) : 0;
@@ -194,12 +248,10 @@ static int parse_type(parser *ps, const char *s, ir_node *n)
     const char *p = open + 1;
     n->ndim = 0;
     while (*p != ']') {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (errno || end == p || v < 0 || n->ndim == KILN_MAX_DIMS || (*end != ',' && *end != ']'))
+        const char *end = p + strcspn(p, ",]");
+        if (!*end || n->ndim == KILN_MAX_DIMS || !parse_size(p, end, &g->sizes, &n->shape[n->ndim]))
             return fail(ps, "bad shape in \"%s\"", s);
-        n->shape[n->ndim++] = v;
+        n->ndim++;
         p = *end == ',' ? end + 1 : end;
         if (*end == ',' && *p == ']')
             return fail(ps, "bad shape in \"%s\"", s);
@@ -311,7 +363,7 @@ static int parse_node(parser *ps, ir_graph *g, const char *first)
     bool typed = false;
     while (word(ps, w, sizeof w)) {
         if (!strcmp(w, ":")) {
-            if (!word(ps, w, sizeof w) || parse_type(ps, w, &n) < 0)
+            if (!word(ps, w, sizeof w) || parse_type(ps, g, w, &n) < 0)
                 return ps->err[0] ? -1 : fail(ps, "expected a type after \":\"");
             typed = true;
             break;
@@ -426,6 +478,10 @@ ir_graph *ir_parse(const char *src, char *err, size_t err_size)
         fail(&ps, "no output line (truncated text?)");
         goto fail;
     }
+    for (int i = 0; i < g->sizes.n; i++)
+        for (int s = 0; s < IR_MAX_SYMBOLS; s++)
+            if (ir_size_symbols(&g->sizes, -1 - i) & (1u << s) && s >= g->n_symbols)
+                g->n_symbols = s + 1;
     if (ir_verify(g, err, err_size) < 0)
         goto fail;
     return g;

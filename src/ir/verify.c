@@ -13,6 +13,7 @@ typedef struct {
     ir_ref r;
     char *err;
     size_t err_size;
+    ir_sizes scratch; /* g's sizes, and the sums and products the checks make */
 } checker;
 
 static int bad(checker *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -128,11 +129,13 @@ static int check_slice(checker *c, const ir_node *n, const ir_node *a)
     if (axis < 0 || axis >= a->ndim)
         return bad(c, "axis %d out of range", axis);
     int64_t len = n->shape[axis], size = a->shape[axis], start = n->params.start, step = n->params.step;
+    if (size < 0 && (len != size || start != 0 || step != 1))
+        return bad(c, "a symbolic axis is sliced other than whole");
     if (step == 0)
         return bad(c, "bad step");
     int64_t reach = step > 0 ? size - 1 - start : start; /* room along the step's direction */
     uint64_t magnitude = step > 0 ? (uint64_t)step : 0 - (uint64_t)step; /* INT64_MIN's too */
-    if (len > 0 && (start < 0 || start >= size || (uint64_t)(len - 1) > (uint64_t)reach / magnitude))
+    if (size >= 0 && len > 0 && (start < 0 || start >= size || (uint64_t)(len - 1) > (uint64_t)reach / magnitude))
         return bad(c, "slice leaves the axis");
     for (int d = 0; d < a->ndim; d++)
         if (d != axis && n->shape[d] != a->shape[d])
@@ -155,9 +158,9 @@ static int check_concat(checker *c, const ir_node *n)
         for (int d = 0; d < a->ndim; d++)
             if (d != axis && o->shape[d] != n->shape[d])
                 return bad(c, "operands differ off the axis");
-        if (o->shape[axis] > n->shape[axis] - total)
+        total = ir_size_add(&c->scratch, total, o->shape[axis]);
+        if (total == IR_SIZE_NONE || (total >= 0 && n->shape[axis] >= 0 && total > n->shape[axis]))
             return bad(c, "shape or dtype is not the operands' join");
-        total += o->shape[axis];
         dt = ir_promote(dt, IR_DIMS, o->dtype, IR_DIMS);
     }
     if (total != n->shape[axis] || dt != n->dtype)
@@ -172,7 +175,8 @@ static int check_movement(checker *c, const ir_node *n)
         return bad(c, "movement changed the dtype");
     switch (n->op) {
     case OP_RESHAPE:
-        return ir_node_numel(n) == ir_node_numel(a) ? 0 : bad(c, "reshape changes the element count");
+        return ir_shape_product(&c->scratch, n->ndim, n->shape) == ir_shape_product(&c->scratch, a->ndim, a->shape)
+                   ? 0 : bad(c, "reshape changes the element count");
     case OP_CONTIGUOUS:
         return same_shape(a->ndim, a->shape, n) ? 0 : bad(c, "contiguous changes the shape");
     case OP_PERMUTE:
@@ -301,11 +305,14 @@ static int check_node(checker *c)
     if ((unsigned)n->op >= OP__COUNT || (unsigned)n->dtype > KILN_BOOL || n->ndim < 0 ||
         n->ndim > KILN_MAX_DIMS)
         return bad(c, "bad op, dtype or rank");
-    for (int d = 0; d < n->ndim; d++)
-        if (n->shape[d] < 0)
+    ir_poly p;
+    int64_t numel, concrete[KILN_MAX_DIMS];
+    for (int d = 0; d < n->ndim; d++) {
+        if (!ir_size_poly(&c->g->sizes, n->shape[d], &p) || (n->shape[d] < 0 && !ir_size_symbols(&c->g->sizes, n->shape[d])))
             return bad(c, "negative size");
-    int64_t numel;
-    if (!ir_shape_numel(n->ndim, n->shape, &numel))
+        concrete[d] = n->shape[d] < 0 ? 2 : n->shape[d]; /* symbols are 2 or more */
+    }
+    if (!ir_shape_numel(n->ndim, concrete, &numel))
         return bad(c, "too many elements");
     ir_params used = used_params(n);
     if (memcmp(&used, &n->params, sizeof used))
@@ -336,10 +343,16 @@ static int check_node(checker *c)
 
 int ir_verify(const ir_graph *g, char *err, size_t err_size)
 {
-    checker c = {g, 0, err, err_size};
-    for (c.r = 0; c.r < g->count; c.r++)
-        if (check_node(&c) < 0)
+    checker c = {g, 0, err, err_size, {0}};
+    if (ir_sizes_copy(&c.scratch, &g->sizes) < 0)
+        return snprintf(err, err_size, "out of memory verifying"), -1;
+    for (c.r = 0; c.r < g->count; c.r++) {
+        if (check_node(&c) < 0) {
+            ir_sizes_free(&c.scratch);
             return -1;
+        }
+    }
+    ir_sizes_free(&c.scratch);
     for (int i = 0; i < g->n_outputs; i++)
         if (g->outputs[i] >= g->count)
             return snprintf(err, err_size, "output %d names no node", i), -1;

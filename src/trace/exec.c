@@ -3,6 +3,10 @@
  * through their backend, the nodes they leave to eager run by the
  * interpreter, a CPU product in blocks with its epilogue on each block.
  *
+ * A graph with symbolic sizes runs for the values of its symbols the caller
+ * passes (read off the inputs' sizes by its guards): kernels get them at
+ * launch, and eager steps and new buffers see shapes evaluated for them.
+ *
  * Each value is released after its last use, so memory follows the plan's
  * liveness. Outputs that share storage with an input, a capture or a
  * constant are copied before writebacks run, so outputs are fresh and hold
@@ -200,12 +204,11 @@ void exec_free(executable *x)
 
 /* -- What it is -------------------------------------------------------------------- */
 
-bool exec_input_aliases_writeback(const executable *x, kiln_tensor *const *in)
+bool exec_writes_back_into(const executable *x, const kiln_tensor *t)
 {
     for (int w = 0; w < x->graph->n_writebacks; w++)
-        for (int i = 0; i < x->graph->n_inputs; i++)
-            if (kiln_shares_storage(in[i], x->captures[x->graph->writebacks[w].capture]))
-                return true;
+        if (kiln_shares_storage(t, x->captures[x->graph->writebacks[w].capture]))
+            return true;
     return false;
 }
 
@@ -254,21 +257,33 @@ static int launch_failed(const char *why)
     return core_fail(CORE_DEVICE, "kiln_call", "%s", why);
 }
 
+/* Node n's shape in this call. */
+static const int64_t *shape_now(const executable *x, const ir_node *n, const int64_t *symbols,
+                                int64_t shape[KILN_MAX_DIMS])
+{
+    if (!ir_shape_symbolic(n->ndim, n->shape))
+        return n->shape;
+    ir_shape_eval(&x->graph->sizes, n->ndim, n->shape, symbols, shape); /* the guards held: it fits */
+    return shape;
+}
+
 /* The output of node n for a kernel that writes over value t (NULL: one
  * that does not). The kernel reads t's values from its output, so that is t
  * itself when t alone holds its whole contiguous storage, else a copy. */
-static kiln_tensor *output_for(const executable *x, const ir_node *n, kiln_tensor *t)
+static kiln_tensor *output_for(const executable *x, const ir_node *n, kiln_tensor *t, const int64_t *symbols)
 {
+    int64_t buf[KILN_MAX_DIMS];
+    const int64_t *shape = shape_now(x, n, symbols, buf);
     kiln_tensor *out;
     if (!t) {
-        out = eager_empty("kiln_call", x->device, n->dtype, n->ndim, n->shape);
+        out = eager_empty("kiln_call", x->device, n->dtype, n->ndim, shape);
     } else if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
                eager_is_contiguous(t) && t->device == x->device) {
-        out = kiln_reshape(t, n->ndim, n->shape);
+        out = kiln_reshape(t, n->ndim, shape);
     } else {
         kiln_tensor *copy = t->device == x->device ? eager_copy("kiln_call", t) : kiln_to_device(t, x->device);
         eager_disown(copy);
-        out = copy ? kiln_reshape(copy, n->ndim, n->shape) : NULL;
+        out = copy ? kiln_reshape(copy, n->ndim, shape) : NULL;
         kiln_release(copy);
     }
     eager_disown(out);
@@ -354,15 +369,16 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
     const ir_node *n = &x->graph->nodes[s->node];
     void *buffers[KX_MAX_BUFFERS + 2];
     kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
-    kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL);
+    kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL, src->symbols);
     kg_matmul_args layout;
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
               (s->product == IR_NONE || product_operands(x, s, values, buffers, &layout));
     if (ok) {
         char why[512];
         buffers[s->n_inputs] = eager_data(out);
-        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? &layout : NULL, 0,
-                               s->kernel->rows, why, sizeof why) < 0)
+        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? &layout : NULL,
+                               src->symbols, 0, kx_size(s->kernel, s->kernel->rows, src->symbols), why,
+                               sizeof why) < 0)
             ok = launch_failed(why) == 0;
     }
     for (int b = 0; b < s->n_inputs; b++)
@@ -378,6 +394,7 @@ typedef struct {
     int step;
     void **buffers;
     int64_t cols;    /* the product's */
+    const int64_t *symbols;
     bool failed;
 } block_epilogue;
 
@@ -388,7 +405,7 @@ static void epilogue_on_block(void *ctx, void *data, int64_t begin, int64_t end)
     int64_t k_cols = s->kernel->cols;
     char why[512];
     e->buffers[s->n_inputs] = data;
-    if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL,
+    if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL, e->symbols,
                                             begin * e->cols / k_cols, end * e->cols / k_cols, why, sizeof why) < 0)
         e->failed = launch_failed(why) < 0;
 }
@@ -404,7 +421,7 @@ static kiln_tensor *run_product_in_blocks(const executable *x, ir_ref r, const i
     void *buffers[KX_MAX_BUFFERS];
     kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL}, *out = NULL;
     if (stage_inputs(x, s, src, values, buffers, staged)) {
-        block_epilogue e = {x, step, buffers, n->shape[n->ndim - 1], false};
+        block_epilogue e = {x, step, buffers, n->shape[n->ndim - 1], src->symbols, false};
         const ir_ref *ops = ir_operands(x->graph, n);
         out = eager_matmul_blocks("kiln_call", values[ops[0]], values[ops[1]],
                                   x->plan.steps[x->plan.step_of[r]].block_rows, epilogue_on_block, &e);
@@ -428,7 +445,7 @@ static kiln_tensor *run_step(const executable *x, ir_ref r, const interp_sources
         return run_kernel(x, step, src, values);
     if (!s->kernel)
         return run_product_in_blocks(x, r, src, values);
-    return output_for(x, &x->graph->nodes[r], values[s->reuses]);
+    return output_for(x, &x->graph->nodes[r], values[s->reuses], src->symbols);
 }
 
 static void release_dead_operands(const executable *x, ir_ref r, kiln_tensor **values)
@@ -517,7 +534,7 @@ static int write_back(const executable *x, kiln_tensor **values)
     return status < 0 ? status : 0;
 }
 
-int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
+int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols, kiln_tensor **out)
 {
     const ir_graph *g = x->graph;
     const ir_plan *p = &x->plan;
@@ -526,7 +543,7 @@ int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out)
     if (!values)
         return core_fail_status(CORE_NOMEM, "kiln_call");
     interp_sources src = {in, x->captures, x->consts, atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1),
-                          eager_rng_reserve(g), x->device};
+                          eager_rng_reserve(g), x->device, symbols};
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;

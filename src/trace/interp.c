@@ -70,7 +70,12 @@ kiln_tensor *interp_node(const ir_graph *g, ir_ref r, const interp_sources *s, k
     }
     for (uint32_t i = 0; i < n->n_operands; i++)
         operands[i] = values[ir_operands(g, n)[i]];
-    kiln_tensor *t = eager_dispatch(n, operands);
+    ir_node concrete = *n; /* a reshape's or expand's target, say, in this call's sizes */
+    kiln_tensor *t = NULL;
+    if (!ir_shape_symbolic(n->ndim, n->shape) || ir_shape_eval(&g->sizes, n->ndim, n->shape, s->symbols, concrete.shape))
+        t = eager_dispatch(&concrete, operands);
+    else
+        (void)core_internal("kiln_call", "node %u's shape does not evaluate for this call's sizes", r);
     if (operands != stack)
         free(operands);
     return t;

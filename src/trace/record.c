@@ -8,7 +8,16 @@
  * same storage, or a traced view taken before the assignment, would see
  * different values eagerly and traced, so the trace fails instead. A tensor
  * the body made itself is a temporary of each call: assigning to it changes
- * what the body reads later, but is not written back. */
+ * what the body reads later, but is not written back.
+ *
+ * Where the body reads a traced value and the owner allows it, the trace
+ * breaks: the graph so far, whose outputs are the value read and every value
+ * the rest of the body may still use (the live tracers, the captures'
+ * assigned values), goes to the owner, which runs it on real data and gives
+ * back the value read. Tracing then goes on in a new graph whose inputs are
+ * those values: every live tracer is rebound to its input. Writebacks wait
+ * for the last graph, so that nothing is written before the whole call is
+ * known. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,7 +25,7 @@
 
 typedef struct {
     kiln_tensor *tensor; /* retained */
-    ir_ref value;        /* the node holding its current value in the body */
+    ir_ref value;        /* the node holding its current value in the graph, or IR_NONE */
     bool assigned;
     ir_ref assigned_at;  /* graph size at the last assignment: older views are stale */
 } capture;
@@ -26,6 +35,12 @@ struct recorder {
     ir_graph *graph;
     capture *captures;
     int n_captures, cap;
+    ir_ref *shape_reads; /* nodes whose shapes the body read */
+    int n_shape_reads, shape_reads_cap;
+    kiln_tensor **tracers; /* the live tracers: each knows its slot */
+    int n_tracers, tracers_cap;
+    recorder_break_fn on_break; /* NULL: a read fails the trace */
+    void *break_ctx;
     char failure[512]; /* empty while the trace is usable */
 };
 
@@ -46,11 +61,23 @@ static bool shares_assigned_storage(const recorder *rec, const kiln_tensor *t)
     return false;
 }
 
+/* Capture i's node in the current graph, made when it has none. */
+static ir_ref capture_node(recorder *rec, int i)
+{
+    capture *c = &rec->captures[i];
+    if (c->value == IR_NONE) {
+        ir_params params = {.index = i};
+        c->value = ir_emit(rec->graph, OP_CAPTURE, c->tensor->dtype, c->tensor->ndim, c->tensor->shape, 0, NULL,
+                           &params);
+    }
+    return c->value;
+}
+
 static int capture_index(recorder *rec, kiln_tensor *t)
 {
     for (int i = 0; i < rec->n_captures; i++)
         if (rec->captures[i].tensor == t)
-            return i;
+            return capture_node(rec, i) == IR_NONE ? -1 : i;
     if (rec->n_captures == rec->cap) {
         int cap = rec->cap ? 2 * rec->cap : 8;
         capture *grown = realloc(rec->captures, (size_t)cap * sizeof *grown);
@@ -59,11 +86,11 @@ static int capture_index(recorder *rec, kiln_tensor *t)
         rec->captures = grown;
         rec->cap = cap;
     }
-    ir_params params = {.index = rec->n_captures};
-    ir_ref node = ir_emit(rec->graph, OP_CAPTURE, t->dtype, t->ndim, t->shape, 0, NULL, &params);
-    if (node == IR_NONE)
+    rec->captures[rec->n_captures] = (capture){kiln_retain(t), IR_NONE, false, 0};
+    if (capture_node(rec, rec->n_captures) == IR_NONE) {
+        kiln_release(t);
         return -1;
-    rec->captures[rec->n_captures] = (capture){kiln_retain(t), node, false, 0};
+    }
     return rec->n_captures++;
 }
 
@@ -110,6 +137,37 @@ static ir_ref operand_node(recorder *rec, kiln_tensor *t)
     return i < 0 ? IR_NONE : rec->captures[i].value;
 }
 
+/* -- Tracers ----------------------------------------------------------------- */
+
+/* A new tracer for node, on the list of live ones; NULL with the error set. */
+static kiln_tensor *new_tracer(recorder *rec, ir_ref node, kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    if (rec->n_tracers == rec->tracers_cap) {
+        int cap = rec->tracers_cap ? 2 * rec->tracers_cap : 64;
+        kiln_tensor **grown = realloc(rec->tracers, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", rec->base.name);
+            return NULL;
+        }
+        rec->tracers = grown;
+        rec->tracers_cap = cap;
+    }
+    kiln_tensor *t = eager_tracer_new(&rec->base, node, dt, ndim, shape);
+    if (t) {
+        t->tracer_slot = rec->n_tracers;
+        rec->tracers[rec->n_tracers++] = t;
+    }
+    return t;
+}
+
+static void forget(eager_trace *trace, kiln_tensor *t)
+{
+    recorder *rec = (recorder *)trace;
+    kiln_tensor *moved = rec->tracers[--rec->n_tracers];
+    rec->tracers[t->tracer_slot] = moved;
+    moved->tracer_slot = t->tracer_slot;
+}
+
 /* -- The eager hooks ------------------------------------------------------- */
 
 static kiln_tensor *record(eager_trace *trace, ir_op op, int n_in, kiln_tensor *const *in,
@@ -128,7 +186,7 @@ static kiln_tensor *record(eager_trace *trace, ir_op op, int n_in, kiln_tensor *
         core_fail(CORE_NOMEM, ir_ops[op].name, "out of memory tracing '%s'", trace->name);
         return NULL;
     }
-    return eager_tracer_new(trace, node, dt, ndim, shape);
+    return new_tracer(rec, node, dt, ndim, shape);
 }
 
 /* value converted and broadcast to t's dtype and shape, as kiln_assign does. */
@@ -177,9 +235,115 @@ static void read_values(eager_trace *trace, const char *fn)
                fn);
 }
 
+static void read_shape(eager_trace *trace, ir_ref node)
+{
+    recorder *rec = (recorder *)trace;
+    if (rec->n_shape_reads == rec->shape_reads_cap) {
+        int cap = rec->shape_reads_cap ? 2 * rec->shape_reads_cap : 16;
+        ir_ref *grown = realloc(rec->shape_reads, (size_t)cap * sizeof *grown);
+        if (!grown) { /* the sizes it read could then vary: no trace at all is safe */
+            fail_trace(rec, "%s ran out of memory noting a shape read", trace->name);
+            return;
+        }
+        rec->shape_reads = grown;
+        rec->shape_reads_cap = cap;
+    }
+    rec->shape_reads[rec->n_shape_reads++] = node;
+}
+
+/* -- Graph breaks ------------------------------------------------------------ */
+
+/* Adds node as a carried output of the current graph (after the first, the
+ * value read) unless it is one already. */
+static int carry(ir_graph *g, ir_ref node)
+{
+    for (int i = 1; i < g->n_outputs; i++)
+        if (g->outputs[i] == node)
+            return 0;
+    return ir_add_output(g, node);
+}
+
+/* The outputs of the graph ending at a read of node: node, then what the
+ * rest of the body may use. 0 or -1 (out of memory). */
+static int carried_outputs(recorder *rec, ir_ref node)
+{
+    ir_graph *g = rec->graph;
+    int status = ir_add_output(g, node);
+    for (int i = 0; status == 0 && i < rec->n_tracers; i++)
+        status = carry(g, rec->tracers[i]->node);
+    for (int i = 0; status == 0 && i < rec->n_captures; i++)
+        if (rec->captures[i].assigned && rec->captures[i].value != IR_NONE)
+            status = carry(g, rec->captures[i].value);
+    return status;
+}
+
+/* A new graph whose inputs are the old one's outputs after the first: every
+ * live tracer and assigned capture moves to its input. */
+static int start_segment(recorder *rec)
+{
+    const ir_graph *old = rec->graph;
+    ir_graph *g = ir_graph_new();
+    ir_ref *moved = calloc(old->count ? old->count : 1, sizeof *moved);
+    int status = g && moved ? 0 : -1;
+    for (int i = 1; status == 0 && i < old->n_outputs; i++) {
+        const ir_node *n = &old->nodes[old->outputs[i]];
+        ir_params params = {.index = i - 1};
+        moved[old->outputs[i]] = ir_emit(g, OP_INPUT, n->dtype, n->ndim, n->shape, 0, NULL, &params);
+        status = moved[old->outputs[i]] == IR_NONE ? -1 : 0;
+    }
+    if (status < 0) {
+        ir_graph_free(g);
+        free(moved);
+        return -1;
+    }
+    for (int i = 0; i < rec->n_tracers; i++)
+        rec->tracers[i]->node = moved[rec->tracers[i]->node];
+    for (int i = 0; i < rec->n_captures; i++) {
+        capture *c = &rec->captures[i];
+        c->value = c->assigned && c->value != IR_NONE ? moved[c->value] : IR_NONE;
+        c->assigned_at = 0;
+    }
+    free(moved);
+    ir_graph_free(rec->graph);
+    rec->graph = g;
+    rec->n_shape_reads = 0;
+    return 0;
+}
+
+static kiln_tensor *read(eager_trace *trace, const kiln_tensor *t, const char *fn)
+{
+    recorder *rec = (recorder *)trace;
+    if (!rec->on_break || rec->failure[0]) {
+        read_values(trace, fn);
+        return NULL;
+    }
+    bool *shape_read = NULL;
+    kiln_tensor **captures = malloc((size_t)(rec->n_captures ? rec->n_captures : 1) * sizeof *captures);
+    int status = captures && carried_outputs(rec, t->node) == 0 &&
+                 (shape_read = recorder_shape_reads(rec, rec->graph)) ? 0 : -1;
+    for (int i = 0; status == 0 && i < rec->n_captures; i++)
+        captures[i] = rec->captures[i].tensor;
+    kiln_tensor *value = status == 0 ? rec->on_break(rec->break_ctx, rec->graph, captures, rec->n_captures,
+                                                     shape_read, fn) : NULL;
+    free(captures);
+    free(shape_read);
+    if (status < 0)
+        core_fail(CORE_NOMEM, fn, "out of memory tracing '%s'", trace->name);
+    if (value && start_segment(rec) < 0) {
+        kiln_release(value);
+        value = NULL;
+        core_fail(CORE_NOMEM, fn, "out of memory tracing '%s'", trace->name);
+    }
+    if (!value)
+        fail_trace(rec, "%s", kiln_last_error());
+    return value;
+}
+
 static void destroy(eager_trace *trace)
 {
     recorder *rec = (recorder *)trace;
+    free(rec->shape_reads);
+    free(rec->tracers);
     for (int i = 0; i < rec->n_captures; i++)
         kiln_release(rec->captures[i].tensor);
     free(rec->captures);
@@ -204,6 +368,9 @@ recorder *recorder_new(const char *fn_name)
     rec->base.record = record;
     rec->base.record_assign = record_assign;
     rec->base.read_values = read_values;
+    rec->base.read_shape = read_shape;
+    rec->base.read = read;
+    rec->base.forget = forget;
     rec->base.destroy = destroy;
     return rec;
 }
@@ -216,7 +383,13 @@ kiln_tensor *recorder_input(recorder *rec, int i, const kiln_spec *spec)
         core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", rec->base.name);
         return NULL;
     }
-    return eager_tracer_new(&rec->base, node, spec->dtype, spec->ndim, spec->shape);
+    return new_tracer(rec, node, spec->dtype, spec->ndim, spec->shape);
+}
+
+void recorder_set_break(recorder *rec, recorder_break_fn on_break, void *ctx)
+{
+    rec->on_break = on_break;
+    rec->break_ctx = ctx;
 }
 
 void recorder_activate(recorder *rec)
@@ -241,6 +414,14 @@ int recorder_output(recorder *rec, kiln_tensor *t)
 const char *recorder_failure(const recorder *rec)
 {
     return rec->failure[0] ? rec->failure : NULL;
+}
+
+bool *recorder_shape_reads(const recorder *rec, const ir_graph *g)
+{
+    bool *read = calloc(g->count ? g->count : 1, sizeof *read);
+    for (int i = 0; read && i < rec->n_shape_reads; i++)
+        read[rec->shape_reads[i]] = true;
+    return read;
 }
 
 ir_graph *recorder_take_graph(recorder *rec, kiln_tensor ***captures, int *n_captures)

@@ -14,6 +14,15 @@ typedef struct recorder recorder;
 recorder *recorder_new(const char *fn_name);
 /* A new unowned tracer for input i of the given signature. */
 kiln_tensor *recorder_input(recorder *rec, int i, const kiln_spec *spec);
+/* At a read of a traced value (fn: kiln_item, kiln_copy_to_host), the graph
+ * so far, whose first output is the value read and the others every value
+ * the rest of the body may use, with the captures it names (borrowed) and
+ * which nodes' shapes the body read: the value read, on real data (a new
+ * unowned tensor), or NULL with the error set (the trace then fails). */
+typedef kiln_tensor *(*recorder_break_fn)(void *ctx, const ir_graph *g, kiln_tensor *const *captures,
+                                          int n_captures, const bool *shape_read, const char *fn);
+/* Lets the trace break at reads (see record.c); without it a read fails it. */
+void recorder_set_break(recorder *rec, recorder_break_fn on_break, void *ctx);
 /* Makes the recorder the active trace of this thread, or stops it. */
 void recorder_activate(recorder *rec);
 void recorder_finish(recorder *rec);
@@ -21,6 +30,9 @@ void recorder_finish(recorder *rec);
 int recorder_output(recorder *rec, kiln_tensor *t);
 /* Why the trace cannot be used (a tracer's values were read), or NULL. */
 const char *recorder_failure(const recorder *rec);
+/* Per node of g (the graph taken from rec), whether the body read its
+ * shape; calloc'd, NULL when out of memory. */
+bool *recorder_shape_reads(const recorder *rec, const ir_graph *g);
 /* Takes the graph and the captured tensors (new references) out of rec. */
 ir_graph *recorder_take_graph(recorder *rec, kiln_tensor ***captures, int *n_captures);
 /* Drops the owner's reference; tracers still alive keep the rest alive. */
@@ -36,6 +48,7 @@ typedef struct {
     uint64_t stream;             /* which call of the graph: random nodes draw from it */
     uint64_t rng_base;           /* where its uniform nodes draw the global generator's words */
     kiln_device device;          /* where values live */
+    const int64_t *symbols;      /* the values of the graph's symbols in this call */
 } interp_sources;
 
 /* The 0-d tensors of g's constant nodes on device, per node (NULL for the
@@ -87,12 +100,13 @@ executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const 
 int exec_compile_for(const ir_graph *g, const exec_options *o, const kx_target *target, exec_counts *counts,
                      char *why, size_t why_size);
 void exec_free(executable *x);
-/* Runs x: n_out new unowned references in out; 0 or the failing op's status. */
-int exec_run(const executable *x, kiln_tensor *const *in, kiln_tensor **out);
-/* Whether an input shares storage with a capture x writes back: the body's
- * reads of that input would then depend on the order of its reads and
- * writes, which only running it eagerly keeps. */
-bool exec_input_aliases_writeback(const executable *x, kiln_tensor *const *in);
+/* Runs x for the values of its graph's symbols (IR_MAX_SYMBOLS of them): n_out
+ * new unowned references in out; 0 or the failing op's status. */
+int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols, kiln_tensor **out);
+/* Whether t shares storage with a capture x writes back: a body reading t
+ * as an input would then depend on the order of its reads and writes, which
+ * only running it eagerly keeps. */
+bool exec_writes_back_into(const executable *x, const kiln_tensor *t);
 /* The backend whose kernels x runs ("llvm", "nvrtc"), or "interp". */
 const char *exec_backend_name(const executable *x);
 exec_counts exec_kernel_counts(const executable *x);
