@@ -74,6 +74,44 @@ def gpt(torch, params, ids, heads):
     return ln(x) @ wte.t()
 
 
+def resnet_param_specs(blocks, width, classes):
+    """(shape, scale, offset) of each parameter in order, values offset + scale * N(0, 1),
+    as bench/models.c makes them (its running variances are 0.75 + 0.5 U[0, 1): here 1)."""
+    specs = []
+
+    def conv_bn(inp, out, k):
+        specs.append(((out, inp, k, k), math.sqrt(2.0 / (inp * k * k)), 0.0))
+        specs.extend([((out,), 0.1, 1.0), ((out,), 0.1, 0.0), ((out,), 0.1, 0.0), ((out,), 0.0, 1.0)])
+
+    conv_bn(3, width, 7)
+    inp = width
+    for stage in range(4):
+        w = width << stage
+        for b in range(blocks[stage]):
+            stride = 2 if b == 0 and stage > 0 else 1
+            conv_bn(inp, w, 1)
+            conv_bn(w, w, 3)
+            conv_bn(w, 4 * w, 1)
+            if stride != 1 or inp != 4 * w:
+                conv_bn(inp, 4 * w, 1)
+            inp = 4 * w
+    return specs + [((classes, inp), 1 / math.sqrt(inp), 0.0), ((classes,), 0.01, 0.0)]
+
+
+def gpt_param_specs(vocab, seq, d, layers):
+    """The same for gpt (bench/models.c's order)."""
+    def ln():
+        return [((d,), 0.1, 1.0), ((d,), 0.1, 0.0)]
+
+    def linear(inp, out):
+        return [((inp, out), 1 / math.sqrt(inp), 0.0), ((out,), 0.02, 0.0)]
+
+    specs = [((vocab, d), 0.02, 0.0), ((seq, d), 0.01, 0.0)]
+    for _ in range(layers):
+        specs += ln() + linear(d, 3 * d) + linear(d, d) + ln() + linear(d, 4 * d) + linear(4 * d, d)
+    return specs + ln()
+
+
 def option(args, name, default):
     return args[args.index(name) + 1] if name in args else default
 

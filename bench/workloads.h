@@ -5,9 +5,11 @@
 
 #include <kiln/kiln.h>
 
+#include "models.h"
+
 enum { WORKLOAD_MAX_INPUTS = 3, WORKLOAD_MAX_WEIGHTS = 4 };
 
-enum { WORKLOAD_MAX_GEMMS = 2 };
+enum { WORKLOAD_MAX_GEMMS = 64 };
 
 /* A matrix product a workload cannot do without: count times m x k by k x n. */
 typedef struct {
@@ -20,6 +22,8 @@ typedef struct {
     double bytes;  /* the least bytes a run must read and write, 0 if not memory-bound */
     workload_gemm gemms[WORKLOAD_MAX_GEMMS];    /* its products, timed alone as its compute limit */
     int n_gemms;
+    model_params model;   /* a model's parameters (resnet50, gpt), captured */
+    const void *config;   /* its resnet_config or gpt_config */
     char size[64]; /* the size, for people */
 } workload_state;
 
