@@ -167,7 +167,7 @@ static LLVMValueRef float_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
         LLVMValueRef neg = LLVMBuildFCmp(b, LLVMRealOLT, a[0], constant(g, dt, 0), "");
         return LLVMBuildSelect(b, neg, constant(g, dt, 0), a[0], "");
     }
-    default: return math_emit(g->module, b, op, a[0]);
+    default: return a[1] ? math_emit_binary(g->module, b, op, a[0], a[1]) : math_emit(g->module, b, op, a[0]);
     }
 }
 
@@ -248,7 +248,7 @@ static LLVMValueRef int_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
         LLVMValueRef pos = LLVMBuildICmp(b, LLVMIntSGT, a[0], constant(g, dt, 0), "");
         return LLVMBuildSelect(b, pos, a[0], constant(g, dt, 0), "");
     }
-    default: return NULL;
+    default: return math_emit_int(g->module, b, op, a);
     }
 }
 
@@ -496,7 +496,10 @@ static void emit_row(gen *g, LLVMValueRef row)
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
         LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, rs->dtype), g->buffers[rs->buffer], &row, 1, "");
-        LLVMBuildStore(g->b, convert(g, g->rows[rs->row], rs->from, rs->dtype), at);
+        if (rs->expr >= 0) /* its loads are constant along the row: they ignore g->i */
+            clear_memo(g);
+        LLVMValueRef value = rs->expr >= 0 ? expr(g, rs->expr) : g->rows[rs->row];
+        LLVMBuildStore(g->b, convert(g, value, rs->from, rs->dtype), at);
     }
 }
 

@@ -560,8 +560,8 @@ int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
         return core_fail_status(CORE_NOMEM, "kiln_call");
-    interp_sources src = {in, x->captures, x->consts,
-                          atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1), x->device, symbols};
+    interp_sources src = {in, x->captures, x->consts, atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1),
+                          eager_rng_reserve(g), x->device, symbols};
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;
