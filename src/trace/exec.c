@@ -30,6 +30,7 @@ struct executable {
     kernels_entry **loaded;        /* per step: its kernel, NULL for eager steps */
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
+    bool draws;                    /* whether it has random nodes, which draw afresh each call */
     _Atomic uint64_t calls;        /* so far: random nodes draw a new stream each call */
 };
 
@@ -161,6 +162,8 @@ executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const 
         return NULL;
     }
     *x = (executable){.graph = g, .captures = captures, .n_captures = n_captures, .device = o->device};
+    for (ir_ref r = 0; r < g->count && !x->draws; r++)
+        x->draws = ir_ops[g->nodes[r].op].flags & FLAG_RANDOM;
     *status = (x->consts = interp_consts(g, o->device)) ? 0 : core_error_status();
     if (*status == 0 && o->compiled)
         *status = compile(x, o, why, why_size);
@@ -560,8 +563,11 @@ int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
         return core_fail_status(CORE_NOMEM, "kiln_call");
-    interp_sources src = {in, x->captures, x->consts, atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1),
-                          eager_rng_reserve(g), x->device, symbols};
+    /* Only a graph that draws counts its calls and reserves generator words:
+     * the rest pay no atomic and no walk of the graph per call. */
+    interp_sources src = {in, x->captures, x->consts,
+                          x->draws ? atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1) : 0,
+                          x->draws ? eager_rng_reserve(g) : 0, x->device, symbols};
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;
