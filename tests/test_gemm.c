@@ -360,9 +360,13 @@ static const epilogue_case EPILOGUES[] = {
 };
 
 /* Product shapes {batch, m, n, k}: tiles at every edge (the first: the one
- * valgrind runs), k past a block, a batch folded into rows. A product of
- * one column is read with an inner stride of 0 and not fused: n >= 2. */
-static const int64_t EPILOGUE_SHAPES[][4] = {{2, 37, 33, 7}, {1, 1, 2, 1}, {1, 129, 100, 300}, {6, 15, 65, 40}};
+ * valgrind runs), k past a block, a batch folded into rows, and a batch
+ * large enough to be split across threads (2^21 multiply-adds and more).
+ * A product of one column is read with an inner stride of 0 and not fused:
+ * n >= 2. */
+static const int64_t EPILOGUE_SHAPES[][4] = {
+    {2, 37, 33, 7}, {1, 1, 2, 1}, {1, 129, 100, 300}, {6, 15, 65, 40}, {8, 41, 70, 130},
+};
 
 typedef struct {
     const epilogue_case *e;
