@@ -9,7 +9,7 @@
 
 #include "onnx/onnx.h"
 
-enum { MIN_OPSET = 6, MAX_OPSET = 17 };
+enum { MIN_OPSET = 1, MAX_OPSET = 17 };
 static const char *const load_fn = "kiln_onnx_load";
 
 /* -- Messages ---------------------------------------------------------------- */
@@ -380,7 +380,7 @@ static int make_nodes(onnx_model *m)
 static int build(onnx_model *m)
 {
     const Onnx__GraphProto *g = m->proto->graph;
-    if (check_opset(m) < 0 || make_nodes(m) < 0)
+    if (make_nodes(m) < 0 || check_opset(m) < 0)
         return core_error_status();
     int cap = (int)(g->n_input + g->n_initializer);
     for (int k = 0; k < m->n_nodes; k++)
@@ -417,8 +417,8 @@ static int build(onnx_model *m)
 static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
 {
     const onnx_node *node = &m->nodes[k];
-    kiln_tensor *in[ONNX_MAX_OPERANDS], *out[ONNX_MAX_OPERANDS] = {NULL};
-    bool in_known[ONNX_MAX_OPERANDS], all_known = true;
+    kiln_tensor *in[ONNX_MAX_OPERANDS] = {NULL}, *out[ONNX_MAX_OPERANDS] = {NULL};
+    bool in_known[ONNX_MAX_OPERANDS] = {false}, all_known = true;
     for (int j = 0; j < node->n_in; j++) {
         in[j] = node->in[j] >= 0 ? v[node->in[j]] : NULL;
         in_known[j] = node->in[j] < 0 || known[node->in[j]];

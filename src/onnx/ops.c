@@ -67,10 +67,14 @@ static int attr_ints(const onnx_call *c, const char *name, int64_t *v)
     return (int)a->n_ints;
 }
 
-static const char *attr_string(const onnx_call *c, const char *name, const char *fallback)
+/* The string attribute name (bytes, not terminated) into buf, or fallback. */
+static const char *attr_string(const onnx_call *c, const char *name, const char *fallback, char *buf, size_t size)
 {
     const Onnx__AttributeProto *a = onnx_attr(c, name);
-    return a && a->has_s ? (const char *)a->s.data : fallback;
+    if (!a || !a->has_s)
+        return fallback;
+    snprintf(buf, size, "%.*s", (int)(a->s.len < size ? a->s.len : size - 1), (const char *)a->s.data);
+    return buf;
 }
 
 static const char *operand_name(const onnx_call *c, int i)
@@ -78,14 +82,13 @@ static const char *operand_name(const onnx_call *c, int i)
     return c->node->in[i] >= 0 ? c->m->value_names[c->node->in[i]] : "";
 }
 
-/* The values of operand i, a constant of at most MAX_INTS integers, into v:
- * how many, or a negative status. */
+/* The values of operand i, at most MAX_INTS integers, into v: how many, or
+ * a negative status. A known operand is read as it is; one computed from
+ * the model's inputs is read from the trace, which breaks it there (the
+ * graph so far runs, and later calls follow the values it gave). */
 static int const_ints(const onnx_call *c, int i, int64_t *v)
 {
     kiln_tensor *t = c->in[i];
-    if (!c->known[i])
-        return onnx_fail(c, CORE_UNSUPPORTED, "operand %d ('%s') must be a constant (computed from initializers and "
-                         "shapes alone), not a value of the model's inputs", i, operand_name(c, i));
     int64_t n = kiln_numel(t);
     kiln_dtype dt = kiln_dtype_of(t);
     if (n > MAX_INTS || (dt != KILN_I64 && dt != KILN_I32))
@@ -99,15 +102,15 @@ static int const_ints(const onnx_call *c, int i, int64_t *v)
     return (int)n;
 }
 
-/* Operand i, a one-element constant, as a double. */
+/* Operand i, of one element, as a double (read as const_ints reads). */
 static int const_scalar(const onnx_call *c, int i, double *v)
 {
     *v = 0;
-    if (!c->known[i] || kiln_numel(c->in[i]) != 1)
-        return onnx_fail(c, CORE_UNSUPPORTED, "operand %d ('%s') must be a one-element constant", i,
-                         operand_name(c, i));
+    if (kiln_numel(c->in[i]) != 1)
+        return onnx_fail(c, CORE_VALUE, "operand %d ('%s') must have one element, not %lld", i, operand_name(c, i),
+                         (long long)kiln_numel(c->in[i]));
     *v = kiln_item(c->in[i]);
-    return 0;
+    return isnan(*v) && core_error_pending() ? core_error_status() : 0;
 }
 
 /* The axis (negative counts from the end) checked against ndim. */
@@ -142,6 +145,15 @@ static kiln_tensor *scalar_of(kiln_dtype dt, double v)
 static kiln_tensor *as_dtype(kiln_tensor *t, kiln_dtype dt)
 {
     return t && kiln_dtype_of(t) != dt ? kiln_cast(t, dt) : t;
+}
+
+/* A per-channel parameter ([C]) shaped to broadcast over axis 1 of ndim. */
+static kiln_tensor *channel(kiln_tensor *p, int ndim)
+{
+    int64_t shape[KILN_MAX_DIMS] = {-1};
+    for (int d = 1; d < ndim - 1; d++)
+        shape[d] = 1;
+    return kiln_reshape(p, ndim - 1 > 0 ? ndim - 1 : 1, shape);
 }
 
 /* -- Elementwise ------------------------------------------------------------ */
@@ -199,7 +211,15 @@ BINARY(and, kiln_mul(a, b))
 BINARY(or, kiln_add(a, b))
 BINARY(xor, kiln_ne(a, b))
 BINARY(pow, as_dtype(kiln_pow(a, b), kiln_dtype_of(a)))
-BINARY(prelu, kiln_where(kiln_lt(a, scalar_of(kiln_dtype_of(a), 0)), kiln_mul(a, b), a))
+
+/* Before opset 7 a slope of C values applies along axis 1. */
+static int run_prelu(onnx_call *c)
+{
+    kiln_tensor *x = c->in[0], *slope = c->in[1];
+    if (c->m->opset < 7 && kiln_ndim(slope) == 1 && kiln_ndim(x) >= 2)
+        slope = channel(slope, kiln_ndim(x));
+    return done(c, kiln_where(kiln_lt(x, scalar_of(kiln_dtype_of(x), 0)), kiln_mul(x, slope), x));
+}
 
 /* ONNX divides integers truncating toward zero. */
 static int run_div(onnx_call *c)
@@ -343,12 +363,14 @@ static int run_cast_like(onnx_call *c)
 /* Clip: its bounds are operands from opset 11, attributes before. */
 static int run_clip(onnx_call *c)
 {
-    double lo = -INFINITY, hi = INFINITY;
+    double lo, hi;
     kiln_tensor *x = c->in[0];
-    if (c->m->opset < 11 && (attr_float(c, "min", -INFINITY, &lo) < 0 || attr_float(c, "max", INFINITY, &hi) < 0))
+    if (c->m->opset >= 11) {
+        kiln_tensor *y = c->node->n_in > 1 && c->in[1] ? kiln_maximum(x, c->in[1]) : same(x);
+        return done(c, c->node->n_in > 2 && c->in[2] ? kiln_minimum(y, c->in[2]) : y);
+    }
+    if (attr_float(c, "min", -INFINITY, &lo) < 0 || attr_float(c, "max", INFINITY, &hi) < 0)
         return -CORE_FORMAT;
-    if (c->m->opset >= 11 && ((c->in[1] && const_scalar(c, 1, &lo) < 0) || (c->in[2] && const_scalar(c, 2, &hi) < 0)))
-        return core_error_status();
     kiln_tensor *y = isfinite(lo) ? kiln_maximum_scalar(x, lo) : same(x);
     return done(c, isfinite(hi) ? kiln_minimum_scalar(y, hi) : y);
 }
@@ -378,15 +400,6 @@ static int run_gemm(onnx_call *c)
     if (c->in[2] && beta != 0)
         y = kiln_add(y, beta == 1 ? c->in[2] : kiln_mul_scalar(c->in[2], beta));
     return done(c, y);
-}
-
-/* A per-channel parameter ([C]) shaped to broadcast over axis 1 of ndim. */
-static kiln_tensor *channel(kiln_tensor *p, int ndim)
-{
-    int64_t shape[KILN_MAX_DIMS] = {-1};
-    for (int d = 1; d < ndim - 1; d++)
-        shape[d] = 1;
-    return kiln_reshape(p, ndim - 1 > 0 ? ndim - 1 : 1, shape);
 }
 
 static int run_batch_norm(onnx_call *c)
@@ -568,12 +581,10 @@ static kiln_tensor *reduce_over(kiln_tensor *x, reduce_fn f, const int *axes, in
     return y;
 }
 
-static kiln_tensor *sum_abs(kiln_tensor *x, int axis, bool keep) { return kiln_sum(kiln_abs(x), axis, keep); }
-static kiln_tensor *sum_square(kiln_tensor *x, int axis, bool keep) { return kiln_sum(kiln_mul(x, x), axis, keep); }
+/* What a reduction does before (to each element) and after (to the result). */
+typedef enum { PLAIN, ABS, SQUARE, L2, LOG, LOG_SUM_EXP } reduce_extra;
 
-typedef enum { PLAIN, L2, LOG, LOG_SUM_EXP } reduce_post;
-
-static int reduce(onnx_call *c, reduce_fn f, bool axes_input, reduce_post post)
+static int reduce(onnx_call *c, reduce_fn f, bool axes_input, reduce_extra post)
 {
     int64_t keep;
     int axes[MAX_INTS], n;
@@ -592,6 +603,10 @@ static int reduce(onnx_call *c, reduce_fn f, bool axes_input, reduce_post post)
         kiln_tensor *mk = keep ? m : reduce_over(m, kiln_max, axes, n, false);
         return done(c, kiln_add(s, mk));
     }
+    if (post == ABS)
+        x = kiln_abs(x);
+    else if (post == SQUARE || post == L2)
+        x = kiln_mul(x, x);
     kiln_tensor *y = reduce_over(x, f, axes, n, keep != 0);
     if (post == L2)
         y = kiln_sqrt(y);
@@ -604,9 +619,9 @@ static int run_reduce_sum(onnx_call *c) { return reduce(c, kiln_sum, true, PLAIN
 static int run_reduce_mean(onnx_call *c) { return reduce(c, kiln_mean, false, PLAIN); }
 static int run_reduce_max(onnx_call *c) { return reduce(c, kiln_max, false, PLAIN); }
 static int run_reduce_min(onnx_call *c) { return reduce(c, kiln_min, false, PLAIN); }
-static int run_reduce_l1(onnx_call *c) { return reduce(c, sum_abs, false, PLAIN); }
-static int run_reduce_l2(onnx_call *c) { return reduce(c, sum_square, false, L2); }
-static int run_reduce_sum_square(onnx_call *c) { return reduce(c, sum_square, false, PLAIN); }
+static int run_reduce_l1(onnx_call *c) { return reduce(c, kiln_sum, false, ABS); }
+static int run_reduce_l2(onnx_call *c) { return reduce(c, kiln_sum, false, L2); }
+static int run_reduce_sum_square(onnx_call *c) { return reduce(c, kiln_sum, false, SQUARE); }
 static int run_reduce_log_sum(onnx_call *c) { return reduce(c, kiln_sum, false, LOG); }
 static int run_reduce_log_sum_exp(onnx_call *c) { return reduce(c, NULL, false, LOG_SUM_EXP); }
 
@@ -1003,7 +1018,8 @@ static int run_pad(onnx_call *c)
     int64_t pads[MAX_INTS];
     double value = 0;
     kiln_tensor *x = c->in[0];
-    const char *mode = attr_string(c, "mode", "constant");
+    char buf[32];
+    const char *mode = attr_string(c, "mode", "constant", buf, sizeof buf);
     if (strcmp(mode, "constant"))
         return onnx_fail(c, CORE_UNSUPPORTED, "mode '%s' is not supported (kiln pads with a constant)", mode);
     bool attrs = c->m->opset < 11;

@@ -164,9 +164,9 @@ kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__T
         core_fail_status(CORE_NOMEM, fn);
         return NULL;
     }
-    if (tp->has_raw_data)
+    if (tp->has_raw_data && numel)
         memcpy(data, tp->raw_data.data, (size_t)numel * size);
-    else
+    else if (numel)
         copy_typed(tp, dt, data, (size_t)numel);
     if (dt == KILN_BOOL)
         for (int64_t i = 0; i < numel; i++)
