@@ -223,7 +223,7 @@ static const struct {
     const char *onnx;
 } direct_ops[] = {
     {OP_ADD, "Add"}, {OP_SUB, "Sub"}, {OP_MUL, "Mul"}, {OP_DIV, "Div"}, {OP_POW, "Pow"},
-    {OP_MAXIMUM, "Max"}, {OP_MINIMUM, "Min"}, {OP_EQ, "Equal"}, {OP_LT, "Less"}, {OP_LE, "LessOrEqual"},
+    {OP_MAXIMUM, "Max"}, {OP_MINIMUM, "Min"}, {OP_EQ, "Equal"}, {OP_NE, "Equal"}, {OP_LT, "Less"}, {OP_LE, "LessOrEqual"},
     {OP_GT, "Greater"}, {OP_GE, "GreaterOrEqual"}, {OP_WHERE, "Where"}, {OP_NEG, "Neg"}, {OP_ABS, "Abs"},
     {OP_EXP, "Exp"}, {OP_LOG, "Log"}, {OP_SQRT, "Sqrt"}, {OP_TANH, "Tanh"}, {OP_SIGMOID, "Sigmoid"},
     {OP_RELU, "Relu"}, {OP_SIN, "Sin"}, {OP_COS, "Cos"}, {OP_ERF, "Erf"}, {OP_CONTIGUOUS, "Identity"},
@@ -296,6 +296,22 @@ static const char *reduction(exporter *e, ir_ref r, const char *x, const char *o
     return out;
 }
 
+/* ONNX reduces numbers only: a bool operand goes through int32 (max and
+ * min come back to bool). */
+static int bool_reduction(exporter *e, ir_ref r, const char *op)
+{
+    const ir_node *n = &e->g->nodes[r];
+    const char *x = value_as(e, ir_operands(e->g, n)[0], KILN_I32);
+    if (n->op == OP_ARGMAX)
+        return reduction(e, r, x, op) ? 0 : -CORE_NOMEM;
+    char *bool_name = e->names[r];
+    e->names[r] = fresh_name(e);
+    const char *reduced = reduction(e, r, x, op);
+    attr_int(e, add_node(e, "Cast", 1, &reduced, bool_name), "to", onnx_type_of(KILN_BOOL));
+    e->names[r] = bool_name;
+    return 0;
+}
+
 static int movement(exporter *e, ir_ref r)
 {
     const ir_node *n = &e->g->nodes[r];
@@ -304,9 +320,16 @@ static int movement(exporter *e, ir_ref r)
     for (int d = 0; d < n->ndim; d++)
         shape[d] = n->shape[d];
     switch (n->op) {
-    case OP_RESHAPE:
-        add_node(e, "Reshape", 2, (const char *[]){x, ints_initializer(e, shape, n->ndim)}, out);
+    case OP_RESHAPE: {
+        /* without allowzero a 0 in the shape means "the input's size" */
+        Onnx__NodeProto *node = add_node(e, "Reshape", 2, (const char *[]){x, ints_initializer(e, shape, n->ndim)}, out);
+        for (int d = 0; d < n->ndim; d++)
+            if (shape[d] == 0) {
+                attr_int(e, node, "allowzero", 1);
+                break;
+            }
         return 0;
+    }
     case OP_EXPAND:
         add_node(e, "Expand", 2, (const char *[]){x, ints_initializer(e, shape, n->ndim)}, out);
         return 0;
@@ -383,8 +406,15 @@ static int export_node(exporter *e, ir_ref r)
     bool negate = n->op == OP_NE;
     if (boolean)
         op = n->op == OP_ADD ? "Or" : "And";
+    if (ir_ops[n->op].kind == KIND_REDUCTION && dt == KILN_BOOL)
+        return bool_reduction(e, r, op);
     if (ir_ops[n->op].kind == KIND_REDUCTION)
         return reduction(e, r, value_as(e, ops[0], dt), op) ? 0 : -CORE_NOMEM;
+    /* ONNX orders and takes the maximum of numbers only: bools go through int32 */
+    if (dt == KILN_BOOL && (n->op == OP_MAXIMUM || n->op == OP_MINIMUM))
+        op = n->op == OP_MAXIMUM ? "Or" : "And";
+    if (dt == KILN_BOOL && ir_ops[n->op].rule == RULE_COMPARE && n->op != OP_EQ && n->op != OP_NE)
+        dt = KILN_I32;
     const char *in[ONNX_MAX_OPERANDS];
     int n_in = (int)n->n_operands;
     if (n_in > ONNX_MAX_OPERANDS)

@@ -426,6 +426,10 @@ static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
     }
     onnx_call c = {.m = m, .node = node, .in = in, .known = in_known, .out = out};
     eager_trace *trace = eager_active_trace();
+    /* the trace must still learn that the sizes were read: they become fixed */
+    for (int j = 0; node->op->shape_only && j < node->n_in; j++)
+        eager_note_shape_read(in[j]);
+    all_known |= node->op->shape_only;
     if (all_known)
         eager_trace_activate(NULL);
     kiln_scope_begin();

@@ -72,6 +72,7 @@ struct onnx_op {
     int (*run)(onnx_call *c);
     int min_in, max_in, min_out, max_out;
     const char *attrs; /* the attributes it reads, each followed by a space */
+    bool shape_only;   /* its results depend on its operands' shapes alone (Shape): constants */
 };
 
 /* The op named op_type in the default domain, or NULL. */
