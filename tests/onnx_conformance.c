@@ -158,7 +158,7 @@ static verdict run_set(runner *r, kiln_fn *f, const char *set)
     for (int i = 0; i < n_in; i++) {
         /* the .pb files name their tensors; onnx_load_tensor_file does not keep it */
         char path[4096];
-        snprintf(path, sizeof path, "%s/input_%d.pb", set, i);
+        snprintf(path, sizeof path, "%.3900s/input_%d.pb", set, i);
         size_t size;
         uint8_t *bytes = onnx_read_file("onnx_conformance", path, &size);
         Onnx__TensorProto *tp = bytes ? onnx__tensor_proto__unpack(NULL, size, bytes) : NULL;
@@ -195,7 +195,7 @@ static verdict run_set(runner *r, kiln_fn *f, const char *set)
 static verdict run_case(runner *r, const char *dir)
 {
     char model[4096], path[4096 + 64];
-    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    snprintf(model, sizeof model, "%.4000s/model.onnx", dir);
     int n_sets;
     char **sets = list_dir(dir, "test_data_set_", &n_sets);
     verdict v = PASSED;
@@ -214,8 +214,8 @@ static verdict run_case(runner *r, const char *dir)
             v = run_set(r, f, path);
             if (v == FAILED) {
                 char mode_reason[sizeof r->reason];
-                snprintf(mode_reason, sizeof mode_reason, "%s: %s", mode ? "compiled" : "eager", r->reason);
-                memcpy(r->reason, mode_reason, sizeof r->reason);
+                snprintf(mode_reason, sizeof mode_reason, "%s: %.1000s", mode ? "compiled" : "eager", r->reason);
+                snprintf(r->reason, sizeof r->reason, "%s", mode_reason);
             }
         }
         kiln_fn_stats_t st;
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
             if ((r.filter && !strstr(cases[k], r.filter)) || k % r.stride)
                 continue;
             char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dir, cases[k]);
+            snprintf(path, sizeof path, "%.2000s/%.2000s", dir, cases[k]);
             kiln_scope_begin();
             verdict v = run_case(&r, path);
             kiln_scope_end();

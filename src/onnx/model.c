@@ -551,3 +551,46 @@ kiln_fn *kiln_onnx_load(const char *path, const kiln_jit_options *opts)
     jit_adopt(f, model_free, names);
     return f;
 }
+
+/* -- Declared input shapes, for tools ------------------------------------------------ */
+
+static bool given_by_initializer(const Onnx__GraphProto *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (g->initializer[i]->name && !strcmp(g->initializer[i]->name, name))
+            return true;
+    return false;
+}
+
+int onnx_declared_inputs(const char *path, kiln_spec *specs, int max, int64_t batch)
+{
+    const char *fn = "onnx_declared_inputs";
+    kiln_fn *f = kiln_onnx_load(path, NULL); /* checks the model whole */
+    if (!f)
+        return core_error_status();
+    const onnx_model *m = jit_user(f);
+    const Onnx__GraphProto *g = m->proto->graph;
+    int n = 0, status = 0;
+    for (size_t i = 0; i < g->n_input && status == 0; i++) {
+        const Onnx__ValueInfoProto *v = g->input[i];
+        if (given_by_initializer(g, v->name))
+            continue;
+        if (n == max || !v->type || !v->type->tensor_type || !v->type->tensor_type->shape) {
+            status = core_fail(CORE_VALUE, fn, "'%s': input '%s' %s", path, v->name,
+                               n == max ? "is one too many" : "declares no shape");
+            break;
+        }
+        const Onnx__TypeProto__Tensor *t = v->type->tensor_type;
+        kiln_spec *s = &specs[n++];
+        memset(s, 0, sizeof *s);
+        onnx_kiln_dtype(t->elem_type, &s->dtype);
+        s->ndim = (int)t->shape->n_dim;
+        for (int d = 0; d < s->ndim; d++) {
+            const Onnx__TensorShapeProto__Dimension *dim = t->shape->dim[d];
+            bool fixed = dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            s->shape[d] = d == 0 && batch > 0 ? batch : fixed ? dim->dim_value : 1;
+        }
+    }
+    kiln_fn_free(f);
+    return status < 0 ? status : n;
+}

@@ -25,6 +25,12 @@ kiln_tensor *onnx_load_tensor_file(const char *path);
  * malloc'd) and name (borrowed). 0, or negative with fn's error. */
 int onnx_tensor_from_kiln(const char *fn, Onnx__TensorProto *tp, const kiln_tensor *t, char *name);
 
+/* The signatures the ONNX model at path declares for its inputs (those no
+ * initializer gives), at most max of them, into specs: a symbolic or missing
+ * size becomes batch when it is the first, else 1; batch > 0 also replaces
+ * every first size. How many, or negative with the error set. */
+int onnx_declared_inputs(const char *path, kiln_spec *specs, int max, int64_t batch);
+
 /* -- The model being loaded, and the ops ------------------------------------ */
 
 typedef struct onnx_op onnx_op;

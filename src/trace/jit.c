@@ -1254,6 +1254,11 @@ int kiln_fn_arity(const kiln_fn *f, int *n_in, int *n_out)
     return 0;
 }
 
+void *jit_user(const kiln_fn *f)
+{
+    return f->user;
+}
+
 const char *jit_name(const kiln_fn *f)
 {
     return f->name;

@@ -124,6 +124,8 @@ int exec_products_in_blocks(const executable *x);
 /* f frees user with free_user when freed, and owns io_names (malloc'd: n_in
  * then n_out malloc'd strings, kiln_fn_io_name's). */
 void jit_adopt(kiln_fn *f, void (*free_user)(void *), char **io_names);
+/* The user pointer f was made with. */
+void *jit_user(const kiln_fn *f);
 /* f's name, borrowed. */
 const char *jit_name(const kiln_fn *f);
 /* f traced for sig (its body run on tracers, no graph break allowed) and
