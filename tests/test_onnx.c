@@ -411,9 +411,10 @@ START_TEST(test_unsupported)
     dense_model(&m);
     m.nodes[1].domain = "com.microsoft";
     assert_load_fails(save(&m, "domain.onnx"), "(Add)", "domain 'com.microsoft'");
-    dense_model(&m);
-    m.nodes[1].n_input = 3;
-    m.nodes[1].input[2] = strdup("x");
+    model_init(&m);
+    add_node(&m, "Add", "bias", "x x x", "y");
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
     assert_load_fails(save(&m, "arity.onnx"), "'bias' (Add)", "3 operands");
 }
 END_TEST
