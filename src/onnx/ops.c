@@ -192,12 +192,36 @@ static kiln_tensor *softplus(kiln_tensor *x)
 }
 UNARY(softplus, softplus(x))
 UNARY(mish, kiln_mul(x, kiln_tanh(softplus(x))))
+UNARY(sinh, kiln_mul_scalar(kiln_sub(kiln_exp(x), kiln_exp(kiln_neg(x))), 0.5))
+UNARY(cosh, kiln_mul_scalar(kiln_add(kiln_exp(x), kiln_exp(kiln_neg(x))), 0.5))
+UNARY(asinh, kiln_log(kiln_add(x, kiln_sqrt(kiln_add_scalar(kiln_mul(x, x), 1)))))
+UNARY(acosh, kiln_log(kiln_add(x, kiln_sqrt(kiln_sub_scalar(kiln_mul(x, x), 1)))))
+UNARY(atanh, kiln_mul_scalar(kiln_log(kiln_div(kiln_add_scalar(x, 1), kiln_sub(scalar_of(kiln_dtype_of(x), 1), x))), 0.5))
+
+/* Before opset 7, broadcast=1 aligned b with a from axis (default: the end). */
+static kiln_tensor *legacy_broadcast(onnx_call *c, kiln_tensor *a, kiln_tensor *b)
+{
+    int64_t on, axis;
+    int nd = kiln_ndim(a), bd = kiln_ndim(b);
+    if (attr_int(c, "broadcast", 0, &on) < 0 || attr_int(c, "axis", nd - bd, &axis) < 0 || !on)
+        return b;
+    if (axis < 0)
+        axis += nd;
+    if (axis < 0 || axis + bd > nd) {
+        onnx_fail(c, CORE_SHAPE, "b of %d dimensions does not fit a of %d from axis %lld", bd, nd, (long long)axis);
+        return NULL;
+    }
+    int64_t shape[KILN_MAX_DIMS];
+    for (int d = 0; d < nd - (int)axis; d++)
+        shape[d] = d < bd ? kiln_shape(b)[d] : 1;
+    return kiln_reshape(b, nd - (int)axis, shape);
+}
 
 #define BINARY(Name, expr)                                                                                        \
     static int run_##Name(onnx_call *c)                                                                         \
     {                                                                                                           \
-        kiln_tensor *a = c->in[0], *b = c->in[1];                                                               \
-        return done(c, (expr));                                                                                 \
+        kiln_tensor *a = c->in[0], *b = legacy_broadcast(c, a, c->in[1]);                                       \
+        return b ? done(c, (expr)) : core_error_status();                                                       \
     }
 BINARY(add, kiln_add(a, b))
 BINARY(sub, kiln_sub(a, b))
@@ -224,7 +248,9 @@ static int run_prelu(onnx_call *c)
 /* ONNX divides integers truncating toward zero. */
 static int run_div(onnx_call *c)
 {
-    kiln_tensor *a = c->in[0], *b = c->in[1];
+    kiln_tensor *a = c->in[0], *b = legacy_broadcast(c, a, c->in[1]);
+    if (!b)
+        return core_error_status();
     kiln_dtype dt = kiln_dtype_of(a);
     if (dt == KILN_F32 || dt == KILN_F64)
         return done(c, kiln_div(a, b));
@@ -422,16 +448,22 @@ static int run_batch_norm(onnx_call *c)
 }
 
 /* The mean and variance of x over its axes from first on, kept. */
-static kiln_tensor *normalize_from(kiln_tensor *x, int first, double eps)
+/* x normalized over its axes from first on; their mean and 1 / sqrt(var +
+ * eps), kept, into *mean and *inv_std when not NULL. */
+static kiln_tensor *normalize_from(kiln_tensor *x, int first, double eps, kiln_tensor **mean, kiln_tensor **inv_std)
 {
-    kiln_tensor *centered = x;
+    kiln_tensor *m = x;
     for (int d = kiln_ndim(x) - 1; d >= first; d--)
-        centered = kiln_mean(centered, d, true);
-    centered = kiln_sub(x, centered);
-    kiln_tensor *var = kiln_mul(centered, centered);
+        m = kiln_mean(m, d, true);
+    kiln_tensor *centered = kiln_sub(x, m), *var = kiln_mul(centered, centered);
     for (int d = kiln_ndim(x) - 1; d >= first; d--)
         var = kiln_mean(var, d, true);
-    return kiln_mul(centered, kiln_rsqrt(kiln_add_scalar(var, eps)));
+    kiln_tensor *inv = kiln_rsqrt(kiln_add_scalar(var, eps));
+    if (mean)
+        *mean = m;
+    if (inv_std)
+        *inv_std = inv;
+    return kiln_mul(centered, inv);
 }
 
 static int run_instance_norm(onnx_call *c)
@@ -442,7 +474,7 @@ static int run_instance_norm(onnx_call *c)
     int nd = kiln_ndim(c->in[0]);
     if (nd < 3)
         return onnx_fail(c, CORE_SHAPE, "input has %d dimensions; InstanceNormalization needs at least 3", nd);
-    kiln_tensor *y = normalize_from(c->in[0], 2, eps);
+    kiln_tensor *y = normalize_from(c->in[0], 2, eps, NULL, NULL);
     return done(c, kiln_add(kiln_mul(y, channel(c->in[1], nd)), channel(c->in[2], nd)));
 }
 
@@ -454,19 +486,13 @@ static int run_layer_norm(onnx_call *c)
     kiln_tensor *x = c->in[0];
     if (attr_float(c, "epsilon", 1e-5, &eps) < 0 || attr_int(c, "axis", -1, &axis) < 0)
         return -CORE_FORMAT;
-    if (c->node->n_out > 1)
-        return onnx_fail(c, CORE_UNSUPPORTED, "the Mean and InvStdDev outputs are not supported");
     int nd = kiln_ndim(x);
     if (norm_axis(c, axis, nd, &a) < 0)
         return -CORE_AXIS;
-    if (a == nd - 1)
+    if (a == nd - 1 && c->node->n_out == 1)
         return done(c, kiln_layer_norm(x, c->in[1], c->in[2], eps));
-    int64_t flat[2] = {1, -1};
-    const int64_t *shape = kiln_shape(x);
-    for (int d = 0; d < a; d++)
-        flat[0] *= shape[d];
-    kiln_tensor *y = kiln_reshape(kiln_layer_norm(kiln_reshape(x, 2, flat), NULL, NULL, eps), nd, shape);
-    y = kiln_mul(y, c->in[1]);
+    /* over several axes, or with the statistics as results (Mean, InvStdDev) */
+    kiln_tensor *y = kiln_mul(normalize_from(x, a, eps, &c->out[1], &c->out[2]), c->in[1]);
     return done(c, c->in[2] ? kiln_add(y, c->in[2]) : y);
 }
 
@@ -521,6 +547,56 @@ static kiln_tensor *hardmax(kiln_tensor *x, int axis)
 static int run_softmax(onnx_call *c) { return softmax_like(c, kiln_softmax); }
 static int run_log_softmax(onnx_call *c) { return softmax_like(c, kiln_log_softmax); }
 static int run_hardmax(onnx_call *c) { return softmax_like(c, hardmax); }
+
+/* -- Losses --------------------------------------------------------------------- */
+
+/* NegativeLogLikelihoodLoss of log-probabilities logp [N,C,d...] for target
+ * [N,d...]: the target's entries picked with a one-hot mask (no gather),
+ * weighted, ignore_index's weighed 0; reduced by none, sum or mean (over
+ * the weights). */
+static kiln_tensor *nll(onnx_call *c, kiln_tensor *logp, kiln_tensor *target, kiln_tensor *weight)
+{
+    char buf[16];
+    const char *reduction = attr_string(c, "reduction", "mean", buf, sizeof buf);
+    const Onnx__AttributeProto *ignore = onnx_attr(c, "ignore_index");
+    int nd = kiln_ndim(logp);
+    if (nd < 2 || kiln_ndim(target) != nd - 1) {
+        onnx_fail(c, CORE_SHAPE, "input of %d dimensions and target of %d: want [N,C,...] and [N,...]", nd,
+                  kiln_ndim(target));
+        return NULL;
+    }
+    int64_t classes = kiln_shape(logp)[1], shape[KILN_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        shape[d] = d == 1 ? classes : 1;
+    kiln_tensor *index = kiln_reshape(kiln_arange(0, (double)classes, 1, KILN_I64), nd, shape);
+    kiln_tensor *hot = kiln_cast(kiln_eq(kiln_unsqueeze(target, 1), index), kiln_dtype_of(logp));
+    kiln_tensor *w = kiln_sum(weight ? kiln_mul(hot, channel(weight, nd)) : hot, 1, false);
+    if (ignore)
+        w = kiln_where(kiln_eq(target, scalar_of(KILN_I64, (double)ignore->i)), scalar_of(kiln_dtype_of(logp), 0), w);
+    kiln_tensor *loss = kiln_neg(kiln_mul(kiln_sum(kiln_mul(logp, hot), 1, false), w));
+    if (!strcmp(reduction, "none"))
+        return loss;
+    kiln_tensor *total = kiln_sum(loss, KILN_ALL, false);
+    if (!strcmp(reduction, "sum"))
+        return total;
+    if (strcmp(reduction, "mean")) {
+        onnx_fail(c, CORE_UNSUPPORTED, "reduction '%s' is not supported", reduction);
+        return NULL;
+    }
+    return kiln_div(total, kiln_sum(w, KILN_ALL, false));
+}
+
+static int run_nll_loss(onnx_call *c)
+{
+    return done(c, nll(c, c->in[0], c->in[1], c->node->n_in > 2 ? c->in[2] : NULL));
+}
+
+static int run_softmax_cross_entropy(onnx_call *c)
+{
+    kiln_tensor *logp = kiln_log_softmax(c->in[0], 1);
+    c->out[1] = logp;
+    return done(c, nll(c, logp, c->in[1], c->node->n_in > 2 ? c->in[2] : NULL));
+}
 
 /* -- Reductions --------------------------------------------------------------- */
 
@@ -633,13 +709,16 @@ static int arg_reduce(onnx_call *c, bool min)
     if (attr_int(c, "axis", 0, &axis) < 0 || attr_int(c, "keepdims", 1, &keep) < 0 ||
         attr_int(c, "select_last_index", 0, &last) < 0)
         return -CORE_FORMAT;
-    if (last)
-        return onnx_fail(c, CORE_UNSUPPORTED, "select_last_index=1 is not supported (kiln_argmax gives the first)");
     if (norm_axis(c, axis, kiln_ndim(x), &a) < 0)
         return -CORE_AXIS;
     if (min)
         x = kiln_neg(kiln_dtype_of(x) == KILN_BOOL ? kiln_cast(x, KILN_I32) : x);
-    return done(c, kiln_argmax(x, a, keep != 0));
+    if (!last)
+        return done(c, kiln_argmax(x, a, keep != 0));
+    /* the last of equals: the first along the axis reversed, counted from the end */
+    int64_t n = kiln_ndim(x) ? kiln_shape(x)[a] : 1;
+    kiln_tensor *first = kiln_argmax(kiln_ndim(x) ? kiln_slice(x, a, -1, INT64_MIN, -1) : x, a, keep != 0);
+    return done(c, kiln_sub(scalar_of(KILN_I64, (double)(n - 1)), first));
 }
 static int run_argmax(onnx_call *c) { return arg_reduce(c, false); }
 static int run_argmin(onnx_call *c) { return arg_reduce(c, true); }
@@ -1012,16 +1091,36 @@ static int run_gather(onnx_call *c)
     return done(c, kiln_reshape(joined, out_nd, shape));
 }
 
-/* Pad with a constant: blocks of the value joined on each side. */
+typedef enum { PAD_CONSTANT, PAD_EDGE, PAD_REFLECT } pad_mode;
+
+/* The block of n values Pad puts before (after false) or after y along d. */
+static kiln_tensor *pad_block(kiln_tensor *y, int d, int64_t n, bool after, pad_mode mode, double value)
+{
+    int nd = kiln_ndim(y);
+    int64_t size = kiln_shape(y)[d], shape[KILN_MAX_DIMS];
+    memcpy(shape, kiln_shape(y), (size_t)nd * sizeof *shape);
+    shape[d] = n;
+    if (mode == PAD_CONSTANT)
+        return kiln_full(kiln_dtype_of(y), nd, shape, value);
+    if (mode == PAD_EDGE)
+        return kiln_expand(kiln_slice(y, d, after ? size - 1 : 0, after ? size : 1, 1), nd, shape);
+    /* reflect: the values next to the edge, mirrored, the edge left out */
+    int64_t stop = after ? size - 2 - n : 0;
+    return kiln_slice(y, d, after ? size - 2 : n, stop < 0 && after ? INT64_MIN : stop, -1);
+}
+
+/* Pad: blocks of a constant, of the edge values or of their mirror image
+ * joined on each side; negative pads cut. */
 static int run_pad(onnx_call *c)
 {
     int64_t pads[MAX_INTS];
     double value = 0;
     kiln_tensor *x = c->in[0];
     char buf[32];
-    const char *mode = attr_string(c, "mode", "constant", buf, sizeof buf);
-    if (strcmp(mode, "constant"))
-        return onnx_fail(c, CORE_UNSUPPORTED, "mode '%s' is not supported (kiln pads with a constant)", mode);
+    const char *name = attr_string(c, "mode", "constant", buf, sizeof buf);
+    pad_mode mode = !strcmp(name, "edge") ? PAD_EDGE : !strcmp(name, "reflect") ? PAD_REFLECT : PAD_CONSTANT;
+    if (mode == PAD_CONSTANT && strcmp(name, "constant"))
+        return onnx_fail(c, CORE_UNSUPPORTED, "mode '%s' is not supported", name);
     bool attrs = c->m->opset < 11;
     int n = attrs ? attr_ints(c, "pads", pads) : const_ints(c, 1, pads);
     if (n < 0)
@@ -1037,24 +1136,57 @@ static int run_pad(onnx_call *c)
     for (int d = 0; d < nd && y; d++) {
         int64_t before = pads[d], after = pads[d + nd], size = kiln_shape(y)[d];
         y = kiln_slice(y, d, before < 0 ? -before : 0, after < 0 ? size + after : size, 1);
+        size = y ? kiln_shape(y)[d] : 0;
+        if (y && mode != PAD_CONSTANT && (before > 0 || after > 0) &&
+            (size == 0 || (mode == PAD_REFLECT && (before >= size || after >= size))))
+            return onnx_fail(c, CORE_VALUE, "pads of %lld and %lld do not fit %s mode on a size of %lld",
+                             (long long)before, (long long)after, name, (long long)size);
         kiln_tensor *parts[3];
         int k = 0;
-        int64_t shape[KILN_MAX_DIMS];
-        memcpy(shape, kiln_shape(y ? y : x), sizeof shape);
-        if (before > 0) {
-            shape[d] = before;
-            parts[k++] = kiln_full(kiln_dtype_of(x), nd, shape, value);
-        }
+        if (y && before > 0)
+            parts[k++] = pad_block(y, d, before, false, mode, value);
         parts[k++] = y;
-        if (after > 0) {
-            shape[d] = after;
-            parts[k++] = kiln_full(kiln_dtype_of(x), nd, shape, value);
-        }
+        if (y && after > 0)
+            parts[k++] = pad_block(y, d, after, true, mode, value);
         if (k > 1)
             y = kiln_concat(parts, k, d);
     }
     return done(c, y);
 }
+
+/* DepthToSpace and SpaceToDepth: a reshape to 6 dimensions, a permutation
+ * and a reshape back. */
+static int block_move(onnx_call *c, bool to_space)
+{
+    int64_t b;
+    char buf[8];
+    kiln_tensor *x = c->in[0];
+    if (attr_int(c, "blocksize", 0, &b) < 0)
+        return -CORE_FORMAT;
+    if (kiln_ndim(x) != 4 || b < 1)
+        return onnx_fail(c, CORE_SHAPE, "needs a 4-d input and a positive blocksize");
+    const int64_t *s = kiln_shape(x);
+    int64_t n = s[0], ch = s[1], h = s[2], w = s[3];
+    bool crd = to_space && !strcmp(attr_string(c, "mode", "DCR", buf, sizeof buf), "CRD");
+    if ((to_space ? ch % (b * b) : h % b || w % b) != 0)
+        return onnx_fail(c, CORE_SHAPE, "sizes [%lld,%lld,%lld,%lld] do not divide by blocksize %lld", (long long)n,
+                         (long long)ch, (long long)h, (long long)w, (long long)b);
+    int64_t split[6], out[4];
+    int perm[6];
+    if (to_space) {
+        int64_t c2 = ch / (b * b);
+        memcpy(split, crd ? (int64_t[]){n, c2, b, b, h, w} : (int64_t[]){n, b, b, c2, h, w}, sizeof split);
+        memcpy(perm, crd ? (int[]){0, 1, 4, 2, 5, 3} : (int[]){0, 3, 4, 1, 5, 2}, sizeof perm);
+        memcpy(out, (int64_t[]){n, c2, h * b, w * b}, sizeof out);
+    } else {
+        memcpy(split, (int64_t[]){n, ch, h / b, b, w / b, b}, sizeof split);
+        memcpy(perm, (int[]){0, 3, 5, 1, 2, 4}, sizeof perm);
+        memcpy(out, (int64_t[]){n, ch * b * b, h / b, w / b}, sizeof out);
+    }
+    return done(c, kiln_reshape(kiln_permute(kiln_reshape(x, 6, split), perm), 4, out));
+}
+static int run_depth_to_space(onnx_call *c) { return block_move(c, true); }
+static int run_space_to_depth(onnx_call *c) { return block_move(c, false); }
 
 static int run_dropout(onnx_call *c)
 {
@@ -1118,11 +1250,14 @@ static int run_trilu(onnx_call *c)
 
 static const onnx_op onnx_ops[] = {
     {"Abs", run_abs, 1, 1, 1, 1, "", false},
-    {"Add", run_add, 2, 2, 1, 1, "", false},
-    {"And", run_and, 2, 2, 1, 1, "", false},
+    {"Acosh", run_acosh, 1, 1, 1, 1, "", false},
+    {"Add", run_add, 2, 2, 1, 1, "broadcast axis ", false},
+    {"And", run_and, 2, 2, 1, 1, "broadcast axis ", false},
     {"ArgMax", run_argmax, 1, 1, 1, 1, "axis keepdims select_last_index ", false},
     {"ArgMin", run_argmin, 1, 1, 1, 1, "axis keepdims select_last_index ", false},
-    {"BatchNormalization", run_batch_norm, 5, 5, 1, 3, "epsilon momentum training_mode spatial ", false},
+    {"Asinh", run_asinh, 1, 1, 1, 1, "", false},
+    {"Atanh", run_atanh, 1, 1, 1, 1, "", false},
+    {"BatchNormalization", run_batch_norm, 5, 5, 1, 3, "epsilon momentum training_mode spatial is_test ", false},
     {"Cast", run_cast, 1, 1, 1, 1, "to saturate ", false},
     {"CastLike", run_cast_like, 2, 2, 1, 1, "", false},
     {"Celu", run_celu, 1, 1, 1, 1, "alpha ", false},
@@ -1132,10 +1267,12 @@ static const onnx_op onnx_ops[] = {
                                           "value_string value_strings ", false},
     {"ConstantOfShape", run_constant_of_shape, 1, 1, 1, 1, "value ", false},
     {"Cos", run_cos, 1, 1, 1, 1, "", false},
-    {"Div", run_div, 2, 2, 1, 1, "", false},
+    {"Cosh", run_cosh, 1, 1, 1, 1, "", false},
+    {"DepthToSpace", run_depth_to_space, 1, 1, 1, 1, "blocksize mode ", false},
+    {"Div", run_div, 2, 2, 1, 1, "broadcast axis ", false},
     {"Dropout", run_dropout, 1, 3, 1, 2, "ratio seed is_test ", false},
     {"Elu", run_elu, 1, 1, 1, 1, "alpha ", false},
-    {"Equal", run_equal, 2, 2, 1, 1, "", false},
+    {"Equal", run_equal, 2, 2, 1, 1, "broadcast axis ", false},
     {"Erf", run_erf, 1, 1, 1, 1, "", false},
     {"Exp", run_exp, 1, 1, 1, 1, "", false},
     {"Expand", run_expand, 2, 2, 1, 1, "", false},
@@ -1145,7 +1282,7 @@ static const onnx_op onnx_ops[] = {
     {"Gemm", run_gemm, 2, 3, 1, 1, "alpha beta transA transB broadcast ", false},
     {"GlobalAveragePool", run_global_average_pool, 1, 1, 1, 1, "", false},
     {"GlobalMaxPool", run_global_max_pool, 1, 1, 1, 1, "", false},
-    {"Greater", run_greater, 2, 2, 1, 1, "", false},
+    {"Greater", run_greater, 2, 2, 1, 1, "broadcast axis ", false},
     {"GreaterOrEqual", run_greater_equal, 2, 2, 1, 1, "", false},
     {"HardSigmoid", run_hard_sigmoid, 1, 1, 1, 1, "alpha beta ", false},
     {"HardSwish", run_hard_swish, 1, 1, 1, 1, "", false},
@@ -1156,7 +1293,7 @@ static const onnx_op onnx_ops[] = {
     {"IsNaN", run_isnan, 1, 1, 1, 1, "", false},
     {"LayerNormalization", run_layer_norm, 2, 3, 1, 3, "axis epsilon stash_type ", false},
     {"LeakyRelu", run_leaky_relu, 1, 1, 1, 1, "alpha ", false},
-    {"Less", run_less, 2, 2, 1, 1, "", false},
+    {"Less", run_less, 2, 2, 1, 1, "broadcast axis ", false},
     {"LessOrEqual", run_less_equal, 2, 2, 1, 1, "", false},
     {"Log", run_log, 1, 1, 1, 1, "", false},
     {"LogSoftmax", run_log_softmax, 1, 1, 1, 1, "axis ", false},
@@ -1166,13 +1303,14 @@ static const onnx_op onnx_ops[] = {
     {"Mean", run_mean, 1, VAR, 1, 1, "", false},
     {"Min", run_min, 1, VAR, 1, 1, "", false},
     {"Mish", run_mish, 1, 1, 1, 1, "", false},
-    {"Mul", run_mul, 2, 2, 1, 1, "", false},
+    {"Mul", run_mul, 2, 2, 1, 1, "broadcast axis ", false},
     {"Neg", run_neg, 1, 1, 1, 1, "", false},
+    {"NegativeLogLikelihoodLoss", run_nll_loss, 2, 3, 1, 1, "ignore_index reduction ", false},
     {"Not", run_not, 1, 1, 1, 1, "", false},
-    {"Or", run_or, 2, 2, 1, 1, "", false},
+    {"Or", run_or, 2, 2, 1, 1, "broadcast axis ", false},
     {"PRelu", run_prelu, 2, 2, 1, 1, "", false},
     {"Pad", run_pad, 1, 4, 1, 1, "mode pads value ", false},
-    {"Pow", run_pow, 2, 2, 1, 1, "", false},
+    {"Pow", run_pow, 2, 2, 1, 1, "broadcast axis ", false},
     {"Range", run_range, 3, 3, 1, 1, "", false},
     {"Reciprocal", run_reciprocal, 1, 1, 1, 1, "", false},
     {"ReduceL1", run_reduce_l1, 1, 1, 1, 1, "axes keepdims ", false},
@@ -1192,15 +1330,18 @@ static const onnx_op onnx_ops[] = {
     {"Sigmoid", run_sigmoid, 1, 1, 1, 1, "", false},
     {"Sign", run_sign, 1, 1, 1, 1, "", false},
     {"Sin", run_sin, 1, 1, 1, 1, "", false},
+    {"Sinh", run_sinh, 1, 1, 1, 1, "", false},
     {"Size", run_size, 1, 1, 1, 1, "", true},
     {"Slice", run_slice, 1, 5, 1, 1, "starts ends axes ", false},
     {"Softmax", run_softmax, 1, 1, 1, 1, "axis ", false},
+    {"SoftmaxCrossEntropyLoss", run_softmax_cross_entropy, 2, 3, 1, 2, "ignore_index reduction ", false},
     {"Softplus", run_softplus, 1, 1, 1, 1, "", false},
     {"Softsign", run_softsign, 1, 1, 1, 1, "", false},
+    {"SpaceToDepth", run_space_to_depth, 1, 1, 1, 1, "blocksize ", false},
     {"Split", run_split, 1, 2, 1, VAR, "axis split ", false},
     {"Sqrt", run_sqrt, 1, 1, 1, 1, "", false},
     {"Squeeze", run_squeeze, 1, 2, 1, 1, "axes ", false},
-    {"Sub", run_sub, 2, 2, 1, 1, "", false},
+    {"Sub", run_sub, 2, 2, 1, 1, "broadcast axis ", false},
     {"Sum", run_sum, 1, VAR, 1, 1, "", false},
     {"Tan", run_tan, 1, 1, 1, 1, "", false},
     {"Tanh", run_tanh, 1, 1, 1, 1, "", false},
@@ -1210,7 +1351,7 @@ static const onnx_op onnx_ops[] = {
     {"Trilu", run_trilu, 1, 2, 1, 1, "upper ", false},
     {"Unsqueeze", run_unsqueeze, 1, 2, 1, 1, "axes ", false},
     {"Where", run_where, 3, 3, 1, 1, "", false},
-    {"Xor", run_xor, 2, 2, 1, 1, "", false},
+    {"Xor", run_xor, 2, 2, 1, 1, "broadcast axis ", false},
 };
 
 const onnx_op *onnx_find_op(const char *op_type)
