@@ -236,8 +236,11 @@ static int fresh_process_ms(const options *o, char *const *argv, double *load_ms
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         char batch[32];
-        snprintf(batch, sizeof batch, "%lld", (long long)(o->batch > 0 ? o->batch : 1));
-        execl("/proc/self/exe", argv[0], "bench", o->model, "--batch", batch, "--first-call", (char *)NULL);
+        snprintf(batch, sizeof batch, "%lld", (long long)o->batch);
+        if (o->batch > 0)
+            execl("/proc/self/exe", argv[0], "bench", o->model, "--batch", batch, "--first-call", (char *)NULL);
+        else
+            execl("/proc/self/exe", argv[0], "bench", o->model, "--first-call", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -282,7 +285,10 @@ static int cmd_bench(const options *o, char *const *argv)
     double disk_load_ms = -1, disk_call_ms = -1;
     bool fresh = status == 0 && fresh_process_ms(o, argv, &disk_load_ms, &disk_call_ms) == 0;
     if (status == 0) {
-        printf("%s, batch %lld, %d threads\n", o->model, (long long)(o->batch > 0 ? o->batch : 1), core_threads());
+        char batch[32] = "the declared sizes";
+        if (o->batch > 0)
+            snprintf(batch, sizeof batch, "batch %lld", (long long)o->batch);
+        printf("%s, %s, %d threads\n", o->model, batch, core_threads());
         printf("  load                    %10.3f ms\n", load_ms);
         printf("  first call (trace, compile or load kernels) %10.3f ms\n", call_ms);
         printf("  eager call, median      %10.3f ms\n", eager_ms);
