@@ -507,7 +507,7 @@ KILN_API const char *kiln_fn_io_name(const kiln_fn *f, bool output, int i);
  * Needs a build with protobuf-c (meson -Donnx); without it both calls fail
  * saying so. */
 
-/* The ONNX model at path (default-domain opsets 7 to 17) as a marked function
+/* The ONNX model at path (default-domain opsets 1 to 17) as a marked function
  * (opts as kiln_jit's) whose inputs are the graph's inputs that no initializer
  * gives and whose outputs are the graph's outputs, in the model's order
  * (kiln_fn_arity, kiln_fn_io_name). Initializers become captured constants;

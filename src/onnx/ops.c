@@ -360,13 +360,12 @@ static int run_is_inf(onnx_call *c)
     kiln_tensor *x = c->in[0];
     if (attr_int(c, "detect_negative", 1, &neg) < 0 || attr_int(c, "detect_positive", 1, &pos) < 0)
         return -CORE_FORMAT;
-    kiln_tensor *y = kiln_ne(x, x); /* false, NaN aside: ors below leave NaN false */
-    y = kiln_mul(y, kiln_eq(x, x));
-    if (pos)
-        y = kiln_add(y, kiln_eq(x, scalar_of(kiln_dtype_of(x), INFINITY)));
-    if (neg)
-        y = kiln_add(y, kiln_eq(x, scalar_of(kiln_dtype_of(x), -INFINITY)));
-    return done(c, y);
+    kiln_dtype dt = kiln_dtype_of(x);
+    if (pos && neg)
+        return done(c, kiln_eq(kiln_abs(x), scalar_of(dt, INFINITY)));
+    if (pos || neg)
+        return done(c, kiln_eq(x, scalar_of(dt, pos ? INFINITY : -INFINITY)));
+    return done(c, kiln_mul(kiln_ne(x, x), kiln_eq(x, x))); /* false everywhere, NaN too */
 }
 
 static int run_cast(onnx_call *c)
@@ -1202,6 +1201,33 @@ static int run_dropout(onnx_call *c)
     return 0;
 }
 
+/* OneHot: a comparison with the class numbers along the new axis. */
+static int run_one_hot(onnx_call *c)
+{
+    int64_t axis;
+    double depth;
+    int a;
+    kiln_tensor *idx = c->in[0], *values = c->in[2];
+    if (attr_int(c, "axis", -1, &axis) < 0 || const_scalar(c, 1, &depth) < 0)
+        return core_error_status();
+    int nd = kiln_ndim(idx) + 1;
+    if (norm_axis(c, axis, nd, &a) < 0)
+        return -CORE_AXIS;
+    if (nd > KILN_MAX_DIMS || kiln_numel(values) != 2 || !(depth >= 1 && depth <= (double)(INT64_C(1) << 40)))
+        return onnx_fail(c, CORE_VALUE, "needs at most %d dimensions, values [off, on] and a positive depth",
+                         KILN_MAX_DIMS - 1);
+    int64_t shape[KILN_MAX_DIMS], n = (int64_t)depth;
+    for (int d = 0; d < nd; d++)
+        shape[d] = d == a ? n : 1;
+    /* negative indices count from the end */
+    idx = kiln_cast(idx, KILN_I64);
+    idx = kiln_where(kiln_lt(idx, scalar_of(KILN_I64, 0)), kiln_add_scalar(idx, (double)n), idx);
+    kiln_tensor *hot = kiln_eq(kiln_unsqueeze(idx, a), kiln_reshape(kiln_arange(0, (double)n, 1, KILN_I64), nd, shape));
+    kiln_tensor *off = kiln_squeeze(kiln_slice(kiln_reshape(values, 1, (int64_t[]){2}), 0, 0, 1, 1), 0);
+    kiln_tensor *on = kiln_squeeze(kiln_slice(kiln_reshape(values, 1, (int64_t[]){2}), 0, 1, 2, 1), 0);
+    return done(c, kiln_where(hot, on, off));
+}
+
 static int run_eye_like(onnx_call *c)
 {
     int64_t k, to;
@@ -1307,6 +1333,7 @@ static const onnx_op onnx_ops[] = {
     {"Neg", run_neg, 1, 1, 1, 1, "", false},
     {"NegativeLogLikelihoodLoss", run_nll_loss, 2, 3, 1, 1, "ignore_index reduction ", false},
     {"Not", run_not, 1, 1, 1, 1, "", false},
+    {"OneHot", run_one_hot, 3, 3, 1, 1, "axis ", false},
     {"Or", run_or, 2, 2, 1, 1, "broadcast axis ", false},
     {"PRelu", run_prelu, 2, 2, 1, 1, "", false},
     {"Pad", run_pad, 1, 4, 1, 1, "mode pads value ", false},
