@@ -228,7 +228,8 @@ static const struct {
     {OP_EXP, "Exp"}, {OP_LOG, "Log"}, {OP_SQRT, "Sqrt"}, {OP_TANH, "Tanh"}, {OP_SIGMOID, "Sigmoid"},
     {OP_RELU, "Relu"}, {OP_SIN, "Sin"}, {OP_COS, "Cos"}, {OP_ERF, "Erf"}, {OP_CONTIGUOUS, "Identity"},
     {OP_MATMUL, "MatMul"}, {OP_CONCAT, "Concat"}, {OP_SUM, "ReduceSum"}, {OP_MEAN, "ReduceMean"},
-    {OP_MAX, "ReduceMax"}, {OP_MIN, "ReduceMin"}, {OP_ARGMAX, "ArgMax"},
+    {OP_MAX, "ReduceMax"}, {OP_MIN, "ReduceMin"}, {OP_ARGMAX, "ArgMax"}, {OP_FLOOR, "Floor"}, {OP_CEIL, "Ceil"},
+    {OP_ROUND, "Round"}, {OP_TAN, "Tan"}, {OP_ATAN, "Atan"}, {OP_PROD, "ReduceProd"}, {OP_ARGMIN, "ArgMin"},
 };
 
 static const char *direct_name(ir_op op)
@@ -249,9 +250,11 @@ static ir_rank_class rank_class(const ir_node *n)
 static kiln_dtype compute_dtype(const ir_graph *g, const ir_node *n)
 {
     const ir_ref *ops = ir_operands(g, n);
+    /* max, min, argmax and argmin reduce in their operand's dtype */
+    bool keeps = ir_ops[n->op].kind == KIND_REDUCTION && ir_ops[n->op].rule != RULE_SUM &&
+                 ir_ops[n->op].rule != RULE_MEAN;
     if (ir_ops[n->op].rule != RULE_COMPARE)
-        return ir_ops[n->op].kind == KIND_REDUCTION && n->op != OP_SUM && n->op != OP_MEAN ? g->nodes[ops[0]].dtype
-                                                                                          : n->dtype;
+        return keeps ? g->nodes[ops[0]].dtype : n->dtype;
     const ir_node *a = &g->nodes[ops[0]], *b = &g->nodes[ops[1]];
     return ir_promote(a->dtype, rank_class(a), b->dtype, rank_class(b));
 }
@@ -267,7 +270,7 @@ static const char *reduction(exporter *e, ir_ref r, const char *x, const char *o
     const ir_node *n = &e->g->nodes[r];
     const char *out = e->names[r];
     int64_t axis = n->params.axis;
-    if (n->op == OP_ARGMAX) {
+    if (n->op == OP_ARGMAX || n->op == OP_ARGMIN) {
         if (axis != KILN_ALL) {
             Onnx__NodeProto *node = add_node(e, op, 1, &x, out);
             attr_int(e, node, "axis", axis);
@@ -356,6 +359,50 @@ static int movement(exporter *e, ir_ref r)
     }
 }
 
+/* Python's %: ONNX's Mod of integers; floats take fmod (the dividend's
+ * sign), moved by the divisor where the signs differ. */
+static int python_remainder(exporter *e, ir_ref r)
+{
+    const ir_node *n = &e->g->nodes[r];
+    const ir_ref *ops = ir_operands(e->g, n);
+    const char *a = value_as(e, ops[0], n->dtype), *b = value_as(e, ops[1], n->dtype);
+    bool is_float = ir_dtype_is_float(n->dtype);
+    const char *mod = is_float ? fresh_name(e) : e->names[r];
+    attr_int(e, add_node(e, "Mod", 2, (const char *[]){a, b}, mod), "fmod", is_float);
+    if (!is_float)
+        return 0;
+    const char *zero = add_initializer(e, kiln_full(n->dtype, 0, NULL, 0), fresh_name(e));
+    const char *r_neg = fresh_name(e), *b_neg = fresh_name(e), *differ = fresh_name(e), *nonzero = fresh_name(e);
+    const char *r_zero = fresh_name(e), *move = fresh_name(e), *moved = fresh_name(e);
+    add_node(e, "Less", 2, (const char *[]){mod, zero}, r_neg);
+    add_node(e, "Less", 2, (const char *[]){b, zero}, b_neg);
+    add_node(e, "Xor", 2, (const char *[]){r_neg, b_neg}, differ);
+    add_node(e, "Equal", 2, (const char *[]){mod, zero}, r_zero);
+    add_node(e, "Not", 1, &r_zero, nonzero);
+    add_node(e, "And", 2, (const char *[]){differ, nonzero}, move);
+    add_node(e, "Add", 2, (const char *[]){mod, b}, moved);
+    add_node(e, "Where", 3, (const char *[]){move, moved, mod}, e->names[r]);
+    return 0;
+}
+
+/* Ops along an axis: Gather (index_select), GatherElements (gather), CumSum. */
+static int along_axis(exporter *e, ir_ref r)
+{
+    const ir_node *n = &e->g->nodes[r];
+    const ir_ref *ops = ir_operands(e->g, n);
+    int64_t axis = n->params.axis;
+    Onnx__NodeProto *node;
+    if (n->op == OP_CUMSUM) {
+        const char *in[2] = {value_as(e, ops[0], n->dtype), ints_initializer(e, &axis, 1)};
+        add_node(e, "CumSum", 2, in, e->names[r]);
+        return 0;
+    }
+    const char *in[2] = {e->names[ops[0]], e->names[ops[1]]};
+    node = add_node(e, n->op == OP_GATHER ? "GatherElements" : "Gather", 2, in, e->names[r]);
+    attr_int(e, node, "axis", axis);
+    return 0;
+}
+
 static int export_node(exporter *e, ir_ref r)
 {
     const ir_graph *g = e->g;
@@ -394,6 +441,14 @@ static int export_node(exporter *e, ir_ref r)
     case OP_SLICE:
         e->names[r] = fresh_name(e);
         return movement(e, r);
+    case OP_REMAINDER:
+        e->names[r] = fresh_name(e);
+        return python_remainder(e, r);
+    case OP_GATHER:
+    case OP_INDEX_SELECT:
+    case OP_CUMSUM:
+        e->names[r] = fresh_name(e);
+        return along_axis(e, r);
     default:
         break;
     }
@@ -406,6 +461,9 @@ static int export_node(exporter *e, ir_ref r)
     bool negate = n->op == OP_NE;
     if (boolean)
         op = n->op == OP_ADD ? "Or" : "And";
+    /* rounding an integer keeps it: ONNX rounds floats only */
+    if ((n->op == OP_FLOOR || n->op == OP_CEIL || n->op == OP_ROUND) && !ir_dtype_is_float(dt))
+        op = "Identity";
     if (ir_ops[n->op].kind == KIND_REDUCTION && dt == KILN_BOOL)
         return bool_reduction(e, r, op);
     if (ir_ops[n->op].kind == KIND_REDUCTION)

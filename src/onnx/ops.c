@@ -192,6 +192,12 @@ static kiln_tensor *softplus(kiln_tensor *x)
 }
 UNARY(softplus, softplus(x))
 UNARY(mish, kiln_mul(x, kiln_tanh(softplus(x))))
+UNARY(floor, kiln_floor(x))
+UNARY(ceil, kiln_ceil(x))
+UNARY(round, kiln_round(x))
+UNARY(atan, kiln_atan(x))
+UNARY(asin, kiln_atan2(x, kiln_sqrt(kiln_sub(scalar_of(kiln_dtype_of(x), 1), kiln_mul(x, x)))))
+UNARY(acos, kiln_atan2(kiln_sqrt(kiln_sub(scalar_of(kiln_dtype_of(x), 1), kiln_mul(x, x))), x))
 UNARY(sinh, kiln_mul_scalar(kiln_sub(kiln_exp(x), kiln_exp(kiln_neg(x))), 0.5))
 UNARY(cosh, kiln_mul_scalar(kiln_add(kiln_exp(x), kiln_exp(kiln_neg(x))), 0.5))
 UNARY(asinh, kiln_log(kiln_add(x, kiln_sqrt(kiln_add_scalar(kiln_mul(x, x), 1)))))
@@ -691,6 +697,7 @@ static int reduce(onnx_call *c, reduce_fn f, bool axes_input, reduce_extra post)
 }
 
 static int run_reduce_sum(onnx_call *c) { return reduce(c, kiln_sum, true, PLAIN); }
+static int run_reduce_prod(onnx_call *c) { return reduce(c, kiln_prod, false, PLAIN); }
 static int run_reduce_mean(onnx_call *c) { return reduce(c, kiln_mean, false, PLAIN); }
 static int run_reduce_max(onnx_call *c) { return reduce(c, kiln_max, false, PLAIN); }
 static int run_reduce_min(onnx_call *c) { return reduce(c, kiln_min, false, PLAIN); }
@@ -1050,45 +1057,203 @@ static int run_range(onnx_call *c)
     return done(c, kiln_arange(start, limit, delta, kiln_dtype_of(c->in[0])));
 }
 
-/* Gather with constant indices: a slice per index, joined. Indices computed
- * from the inputs need kiln_index_select (the operators issue). */
+/* Gather: kiln_index_select of the indices flattened, shaped back. */
 static int run_gather(onnx_call *c)
 {
-    int64_t axis, idx[MAX_INTS];
+    int64_t axis;
     int a;
-    kiln_tensor *x = c->in[0];
+    kiln_tensor *x = c->in[0], *idx = c->in[1];
     if (attr_int(c, "axis", 0, &axis) < 0)
         return -CORE_FORMAT;
-    int nd = kiln_ndim(x);
+    int nd = kiln_ndim(x), ind_nd = kiln_ndim(idx);
     if (norm_axis(c, axis, nd, &a) < 0)
         return -CORE_AXIS;
-    int n = const_ints(c, 1, idx);
-    if (n < 0)
-        return n;
-    int ind_nd = kiln_ndim(c->in[1]);
     if (nd - 1 + ind_nd > KILN_MAX_DIMS)
         return onnx_fail(c, CORE_UNSUPPORTED, "the result would have %d dimensions", nd - 1 + ind_nd);
-    int64_t size = kiln_shape(x)[a];
-    kiln_tensor *parts[MAX_INTS];
-    for (int i = 0; i < n; i++) {
-        int64_t k = idx[i] < 0 ? idx[i] + size : idx[i];
-        if (k < 0 || k >= size)
-            return onnx_fail(c, CORE_VALUE, "index %lld is out of range for size %lld", (long long)idx[i],
-                             (long long)size);
-        if (!(parts[i] = kiln_slice(x, a, k, k + 1, 1)))
-            return core_error_status();
-    }
-    int64_t shape[KILN_MAX_DIMS];
+    int64_t shape[KILN_MAX_DIMS], flat = -1;
     int out_nd = 0;
     for (int d = 0; d < a; d++)
         shape[out_nd++] = kiln_shape(x)[d];
     for (int d = 0; d < ind_nd; d++)
-        shape[out_nd++] = kiln_shape(c->in[1])[d];
+        shape[out_nd++] = kiln_shape(idx)[d];
     for (int d = a + 1; d < nd; d++)
         shape[out_nd++] = kiln_shape(x)[d];
-    kiln_tensor *joined = n ? kiln_concat(parts, n, a) : kiln_slice(x, a, 0, 0, 1);
-    return done(c, kiln_reshape(joined, out_nd, shape));
+    kiln_tensor *picked = kiln_index_select(x, a, ind_nd == 1 ? idx : kiln_reshape(idx, 1, &flat));
+    return done(c, kiln_reshape(picked, out_nd, shape));
 }
+
+static int run_gather_elements(onnx_call *c)
+{
+    int64_t axis;
+    int a;
+    if (attr_int(c, "axis", 0, &axis) < 0)
+        return -CORE_FORMAT;
+    if (norm_axis(c, axis, kiln_ndim(c->in[0]), &a) < 0)
+        return -CORE_AXIS;
+    return done(c, kiln_gather(c->in[0], a, c->in[1]));
+}
+
+/* ScatterElements with reduction add: kiln_scatter_add. */
+static int run_scatter_elements(onnx_call *c)
+{
+    int64_t axis;
+    int a;
+    char buf[16];
+    if (attr_int(c, "axis", 0, &axis) < 0)
+        return -CORE_FORMAT;
+    const char *reduction = attr_string(c, "reduction", "none", buf, sizeof buf);
+    if (strcmp(reduction, "add"))
+        return onnx_fail(c, CORE_UNSUPPORTED, "reduction '%s' is not supported (kiln scatters by adding)", reduction);
+    if (norm_axis(c, axis, kiln_ndim(c->in[0]), &a) < 0)
+        return -CORE_AXIS;
+    return done(c, kiln_scatter_add(c->in[0], a, c->in[1], c->in[2]));
+}
+
+static int run_cumsum(onnx_call *c)
+{
+    int64_t exclusive, reverse, axis[MAX_INTS];
+    int a;
+    kiln_tensor *x = c->in[0];
+    if (attr_int(c, "exclusive", 0, &exclusive) < 0 || attr_int(c, "reverse", 0, &reverse) < 0)
+        return -CORE_FORMAT;
+    int n = const_ints(c, 1, axis);
+    if (n < 0)
+        return n;
+    if (n != 1 || norm_axis(c, axis[0], kiln_ndim(x), &a) < 0)
+        return onnx_fail(c, CORE_AXIS, "needs one axis in range");
+    kiln_tensor *y = reverse ? kiln_flip(x, a) : x;
+    kiln_tensor *sums = kiln_cumsum(y, a);
+    if (exclusive)
+        sums = kiln_sub(sums, y);
+    return done(c, as_dtype(reverse ? kiln_flip(sums, a) : sums, kiln_dtype_of(x)));
+}
+
+static int run_topk(onnx_call *c)
+{
+    int64_t axis, largest, sorted, k[MAX_INTS];
+    int a;
+    if (attr_int(c, "axis", -1, &axis) < 0 || attr_int(c, "largest", 1, &largest) < 0 ||
+        attr_int(c, "sorted", 1, &sorted) < 0)
+        return -CORE_FORMAT;
+    int n = const_ints(c, 1, k);
+    if (n < 0)
+        return n;
+    if (n != 1 || norm_axis(c, axis, kiln_ndim(c->in[0]), &a) < 0)
+        return onnx_fail(c, CORE_VALUE, "needs one K and an axis in range");
+    return kiln_topk(c->in[0], k[0], a, largest != 0, &c->out[0], &c->out[1]) < 0 ? core_error_status() : 0;
+}
+
+/* Mod: Python's % (fmod 0) is kiln_remainder; C's fmod takes the dividend's
+ * sign, so a remainder of the other sign moves back by the divisor. */
+static int run_mod(onnx_call *c)
+{
+    int64_t fmod;
+    kiln_tensor *a = c->in[0], *b = c->in[1];
+    if (attr_int(c, "fmod", 0, &fmod) < 0)
+        return -CORE_FORMAT;
+    kiln_tensor *r = kiln_remainder(a, b);
+    if (!fmod)
+        return done(c, r);
+    kiln_tensor *zero = scalar_of(kiln_dtype_of(a), 0);
+    kiln_tensor *moved = kiln_logical_and(kiln_ne(r, zero), kiln_ne(kiln_lt(r, zero), kiln_lt(a, zero)));
+    return done(c, kiln_where(moved, kiln_sub(r, b), r));
+}
+
+/* Conv and the pools take 1-d or 2-d windows (N, C, then the spatial
+ * axes); a 1-d one runs as 2-d of height 1. ONNX's pads are [begins...,
+ * ends...]: as 2-d, [top, left, bottom, right]. *spatial: 1 or 2. */
+static int window_params(onnx_call *c, int64_t *kernel, int64_t *stride, int64_t *pads, int64_t *dilation,
+                         int *spatial)
+{
+    int64_t v[MAX_INTS];
+    char buf[16];
+    const char *auto_pad = attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
+    if (strcmp(auto_pad, "NOTSET") && strcmp(auto_pad, "VALID"))
+        return onnx_fail(c, CORE_UNSUPPORTED, "auto_pad '%s' is not supported (give pads)", auto_pad);
+    int s = *spatial = kiln_ndim(c->in[0]) - 2;
+    if (s != 1 && s != 2)
+        return onnx_fail(c, CORE_UNSUPPORTED, "%d-d windows are not supported (kiln convolves and pools 1-d and 2-d)",
+                         s);
+    struct {
+        const char *name;
+        int64_t *out, fallback;
+        int count;
+    } lists[] = {{"kernel_shape", kernel, 0, s}, {"strides", stride, 1, s}, {"pads", pads, 0, 2 * s},
+                 {"dilations", dilation, 1, s}};
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+        int n = attr_ints(c, lists[i].name, v);
+        if (n < -1)
+            return core_error_status();
+        if (n >= 0 && n != lists[i].count)
+            return onnx_fail(c, CORE_VALUE, "%s has %d values, not %d", lists[i].name, n, lists[i].count);
+        for (int k = 0; k < lists[i].count; k++)
+            lists[i].out[k] = n < 0 ? lists[i].fallback : v[k];
+    }
+    if (s == 1) {
+        int64_t p0 = pads[0], p1 = pads[1];
+        kernel[1] = kernel[0], stride[1] = stride[0], dilation[1] = dilation[0];
+        kernel[0] = stride[0] = dilation[0] = 1;
+        pads[0] = pads[2] = 0, pads[1] = p0, pads[3] = p1;
+    }
+    return 0;
+}
+
+/* x padded with value by pads [top, left, bottom, right], all of them when
+ * all is set, else the parts beyond the symmetric ones left in pads[0..1]. */
+static kiln_tensor *pad_explicitly(kiln_tensor *x, int64_t *pads, double value, bool all)
+{
+    if (!all && pads[0] == pads[2] && pads[1] == pads[3])
+        return x;
+    int64_t extra[4] = {pads[1], pads[3], pads[0], pads[2]}; /* kiln_pad: last axis first */
+    pads[0] = pads[1] = 0;
+    return kiln_pad(x, 4, extra, KILN_PAD_CONSTANT, value);
+}
+
+/* A 1-d operand as 2-d of height 1, and a 2-d result back. */
+static kiln_tensor *lift(kiln_tensor *t, int spatial)
+{
+    return spatial == 1 && t ? kiln_unsqueeze(t, 2) : t;
+}
+
+static kiln_tensor *lower(kiln_tensor *t, int spatial)
+{
+    return spatial == 1 && t ? kiln_squeeze(t, 2) : t;
+}
+
+static int run_conv(onnx_call *c)
+{
+    int64_t kernel[2], stride[2], pads[4], dilation[2], group;
+    int spatial;
+    if (attr_int(c, "group", 1, &group) < 0 || window_params(c, kernel, stride, pads, dilation, &spatial) < 0)
+        return core_error_status();
+    kiln_tensor *x = pad_explicitly(lift(c->in[0], spatial), pads, 0, false);
+    kiln_conv2d_params p = {{stride[0], stride[1]}, {pads[0], pads[1]}, {dilation[0], dilation[1]}, group};
+    kiln_tensor *y = kiln_conv2d(x, lift(c->in[1], spatial), c->node->n_in > 2 ? c->in[2] : NULL, &p);
+    return done(c, lower(y, spatial));
+}
+
+static int pool(onnx_call *c, bool max)
+{
+    int64_t kernel[2], stride[2], pads[4], dilation[2], ceil_mode, include_pad, storage;
+    int spatial;
+    if (window_params(c, kernel, stride, pads, dilation, &spatial) < 0 || attr_int(c, "ceil_mode", 0, &ceil_mode) < 0 ||
+        attr_int(c, "count_include_pad", 0, &include_pad) < 0 || attr_int(c, "storage_order", 0, &storage) < 0)
+        return core_error_status();
+    if (dilation[0] != 1 || dilation[1] != 1 || c->node->n_out > 1 || storage)
+        return onnx_fail(c, CORE_UNSUPPORTED, "dilations, storage_order and the Indices result are not supported");
+    /* kiln pads a window by at most half of it, and equally on both sides */
+    bool wide = pads[0] > kernel[0] / 2 || pads[2] > kernel[0] / 2 || pads[1] > kernel[1] / 2 || pads[3] > kernel[1] / 2;
+    bool unequal = pads[0] != pads[2] || pads[1] != pads[3];
+    if (!max && !include_pad && (wide || unequal))
+        return onnx_fail(c, CORE_UNSUPPORTED, "pads wider than half the window, or unequal, are not supported without "
+                         "count_include_pad");
+    kiln_tensor *x = pad_explicitly(lift(c->in[0], spatial), pads, max ? -INFINITY : 0, wide);
+    kiln_pool2d_params p = {{kernel[0], kernel[1]}, {stride[0], stride[1]}, {pads[0], pads[1]}, ceil_mode != 0,
+                            include_pad != 0};
+    return done(c, lower(max ? kiln_max_pool2d(x, &p) : kiln_avg_pool2d(x, &p), spatial));
+}
+static int run_max_pool(onnx_call *c) { return pool(c, true); }
+static int run_average_pool(onnx_call *c) { return pool(c, false); }
 
 typedef enum { PAD_CONSTANT, PAD_EDGE, PAD_REFLECT } pad_mode;
 
@@ -1276,24 +1441,31 @@ static int run_trilu(onnx_call *c)
 
 static const onnx_op onnx_ops[] = {
     {"Abs", run_abs, 1, 1, 1, 1, "", false},
+    {"Acos", run_acos, 1, 1, 1, 1, "", false},
     {"Acosh", run_acosh, 1, 1, 1, 1, "", false},
     {"Add", run_add, 2, 2, 1, 1, "broadcast axis ", false},
     {"And", run_and, 2, 2, 1, 1, "broadcast axis ", false},
     {"ArgMax", run_argmax, 1, 1, 1, 1, "axis keepdims select_last_index ", false},
     {"ArgMin", run_argmin, 1, 1, 1, 1, "axis keepdims select_last_index ", false},
+    {"Asin", run_asin, 1, 1, 1, 1, "", false},
     {"Asinh", run_asinh, 1, 1, 1, 1, "", false},
+    {"Atan", run_atan, 1, 1, 1, 1, "", false},
     {"Atanh", run_atanh, 1, 1, 1, 1, "", false},
+    {"AveragePool", run_average_pool, 1, 1, 1, 1, "auto_pad ceil_mode count_include_pad kernel_shape pads strides ", false},
     {"BatchNormalization", run_batch_norm, 5, 5, 1, 3, "epsilon momentum training_mode spatial is_test ", false},
     {"Cast", run_cast, 1, 1, 1, 1, "to saturate ", false},
     {"CastLike", run_cast_like, 2, 2, 1, 1, "", false},
+    {"Ceil", run_ceil, 1, 1, 1, 1, "", false},
     {"Celu", run_celu, 1, 1, 1, 1, "alpha ", false},
     {"Clip", run_clip, 1, 3, 1, 1, "min max ", false},
     {"Concat", run_concat, 1, VAR, 1, 1, "axis ", false},
     {"Constant", run_constant, 0, 0, 1, 1, "value value_float value_floats value_int value_ints sparse_value "
                                           "value_string value_strings ", false},
     {"ConstantOfShape", run_constant_of_shape, 1, 1, 1, 1, "value ", false},
+    {"Conv", run_conv, 2, 3, 1, 1, "auto_pad dilations group kernel_shape pads strides ", false},
     {"Cos", run_cos, 1, 1, 1, 1, "", false},
     {"Cosh", run_cosh, 1, 1, 1, 1, "", false},
+    {"CumSum", run_cumsum, 2, 2, 1, 1, "exclusive reverse ", false},
     {"DepthToSpace", run_depth_to_space, 1, 1, 1, 1, "blocksize mode ", false},
     {"Div", run_div, 2, 2, 1, 1, "broadcast axis ", false},
     {"Dropout", run_dropout, 1, 3, 1, 2, "ratio seed is_test ", false},
@@ -1304,7 +1476,9 @@ static const onnx_op onnx_ops[] = {
     {"Expand", run_expand, 2, 2, 1, 1, "", false},
     {"EyeLike", run_eye_like, 1, 1, 1, 1, "dtype k ", true},
     {"Flatten", run_flatten, 1, 1, 1, 1, "axis ", false},
+    {"Floor", run_floor, 1, 1, 1, 1, "", false},
     {"Gather", run_gather, 2, 2, 1, 1, "axis ", false},
+    {"GatherElements", run_gather_elements, 2, 2, 1, 1, "axis ", false},
     {"Gemm", run_gemm, 2, 3, 1, 1, "alpha beta transA transB broadcast ", false},
     {"GlobalAveragePool", run_global_average_pool, 1, 1, 1, 1, "", false},
     {"GlobalMaxPool", run_global_max_pool, 1, 1, 1, 1, "", false},
@@ -1326,9 +1500,11 @@ static const onnx_op onnx_ops[] = {
     {"LpNormalization", run_lp_norm, 1, 1, 1, 1, "axis p ", false},
     {"MatMul", run_matmul, 2, 2, 1, 1, "", false},
     {"Max", run_max, 1, VAR, 1, 1, "", false},
+    {"MaxPool", run_max_pool, 1, 1, 1, 2, "auto_pad ceil_mode dilations kernel_shape pads storage_order strides ", false},
     {"Mean", run_mean, 1, VAR, 1, 1, "", false},
     {"Min", run_min, 1, VAR, 1, 1, "", false},
     {"Mish", run_mish, 1, 1, 1, 1, "", false},
+    {"Mod", run_mod, 2, 2, 1, 1, "fmod ", false},
     {"Mul", run_mul, 2, 2, 1, 1, "broadcast axis ", false},
     {"Neg", run_neg, 1, 1, 1, 1, "", false},
     {"NegativeLogLikelihoodLoss", run_nll_loss, 2, 3, 1, 1, "ignore_index reduction ", false},
@@ -1347,10 +1523,13 @@ static const onnx_op onnx_ops[] = {
     {"ReduceMax", run_reduce_max, 1, 1, 1, 1, "axes keepdims ", false},
     {"ReduceMean", run_reduce_mean, 1, 1, 1, 1, "axes keepdims ", false},
     {"ReduceMin", run_reduce_min, 1, 1, 1, 1, "axes keepdims ", false},
+    {"ReduceProd", run_reduce_prod, 1, 1, 1, 1, "axes keepdims ", false},
     {"ReduceSum", run_reduce_sum, 1, 2, 1, 1, "axes keepdims noop_with_empty_axes ", false},
     {"ReduceSumSquare", run_reduce_sum_square, 1, 1, 1, 1, "axes keepdims ", false},
     {"Relu", run_relu, 1, 1, 1, 1, "", false},
     {"Reshape", run_reshape, 1, 2, 1, 1, "allowzero shape ", false},
+    {"Round", run_round, 1, 1, 1, 1, "", false},
+    {"ScatterElements", run_scatter_elements, 3, 3, 1, 1, "axis reduction ", false},
     {"Selu", run_selu, 1, 1, 1, 1, "alpha gamma ", false},
     {"Shape", run_shape, 1, 1, 1, 1, "start end ", true},
     {"Shrink", run_shrink, 1, 1, 1, 1, "bias lambd ", false},
@@ -1374,6 +1553,7 @@ static const onnx_op onnx_ops[] = {
     {"Tanh", run_tanh, 1, 1, 1, 1, "", false},
     {"ThresholdedRelu", run_thresholded_relu, 1, 1, 1, 1, "alpha ", false},
     {"Tile", run_tile, 2, 2, 1, 1, "", false},
+    {"TopK", run_topk, 2, 2, 2, 2, "axis largest sorted ", false},
     {"Transpose", run_transpose, 1, 1, 1, 1, "perm ", false},
     {"Trilu", run_trilu, 1, 2, 1, 1, "upper ", false},
     {"Unsqueeze", run_unsqueeze, 1, 2, 1, 1, "axes ", false},
