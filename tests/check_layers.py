@@ -21,6 +21,7 @@ ALLOWED = {
     "kernels": {"cache", "ir", "core"},
     "eager": {"kernels", "ir", "device", "core"},
     "trace": {"eager", "kernels", "ir", "core"},
+    "onnx": {"trace", "eager", "kernels", "ir", "core"},
 }
 CUDA_MODULES = {"device", "codegen_nvrtc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)

@@ -1,4 +1,4 @@
-/* libFuzzer's entry into the .npy and .safetensors readers (tools/fuzz). */
+/* libFuzzer's entry into the .npy, .safetensors and ONNX readers (tools/fuzz). */
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -23,6 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int n = kiln_load_safetensors(path, NULL, 0, &ts);
     if (n >= 0)
         kiln_free_named_tensors(ts, n);
+    kiln_fn_free(kiln_onnx_load(path, NULL));
     kiln_clear_error();
     return 0;
 }

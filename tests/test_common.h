@@ -65,6 +65,39 @@ static inline void test_scoped_teardown(void)
     ck_assert_int_eq(kiln_live_tensors(), test_live_at_start);
 }
 
+/* A private temporary directory for each test, made by test_tmp_setup and
+ * removed with what it holds by test_tmp_teardown. */
+static char test_tmp_dir[64];
+
+static inline void test_tmp_setup(const char *prefix)
+{
+    snprintf(test_tmp_dir, sizeof test_tmp_dir, "/tmp/%s-XXXXXX", prefix);
+    ck_assert_ptr_nonnull(mkdtemp(test_tmp_dir));
+}
+
+static inline void test_tmp_teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", test_tmp_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* name in the test's temporary directory (a static buffer). */
+static inline const char *test_tmp_path(const char *name)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", test_tmp_dir, name);
+    return path;
+}
+
+static inline void test_write_file(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
 /* A contiguous tensor copied out as doubles; the caller frees the array. */
 static inline double *test_values(const kiln_tensor *t)
 {

@@ -5,7 +5,7 @@
 
 #include "test_common.h"
 
-static char data_dir[512], tmp_dir[64];
+static char data_dir[512];
 
 static const char *data_path(const char *name)
 {
@@ -14,12 +14,8 @@ static const char *data_path(const char *name)
     return path;
 }
 
-static const char *tmp_path(const char *name)
-{
-    static char path[256];
-    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-    return path;
-}
+#define tmp_path test_tmp_path
+#define write_all test_write_file
 
 /* The whole of a file, malloc'd; its size in *size. */
 static char *read_all(const char *path, size_t *size)
@@ -34,14 +30,6 @@ static char *read_all(const char *path, size_t *size)
     fclose(f);
     *size = (size_t)n;
     return bytes;
-}
-
-static void write_all(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fwrite(bytes, 1, n, f), n);
-    fclose(f);
 }
 
 /* -- .npy ------------------------------------------------------------------ */
@@ -457,15 +445,12 @@ END_TEST
 static void setup(void)
 {
     test_scoped_setup();
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/kiln-io-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+    test_tmp_setup("kiln-io");
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
-    ck_assert_int_eq(system(cmd), 0);
+    test_tmp_teardown();
     test_scoped_teardown();
 }
 

@@ -656,6 +656,21 @@ START_TEST(test_release_inside_a_scope_takes_it_out)
 }
 END_TEST
 
+/* A cast to the same dtype gives the scope a second reference to one
+ * tensor: releasing both early leaves the scope nothing to release twice. */
+START_TEST(test_release_both_scope_references)
+{
+    int64_t tensors = kiln_live_tensors();
+    kiln_scope_begin();
+    kiln_tensor *x = IOTA(KILN_F64, 3), *y = ok(kiln_cast(x, KILN_F64));
+    ck_assert_ptr_eq(x, y);
+    kiln_release(y);
+    kiln_release(x);
+    kiln_scope_end();
+    ck_assert_int_eq(kiln_live_tensors(), tensors);
+}
+END_TEST
+
 /* Debug builds keep released headers poisoned for a while: a release too
  * many is an error with a message, not heap corruption. */
 START_TEST(test_release_of_a_dead_tensor_is_an_error)
@@ -1080,6 +1095,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(ownership, test_kept_view_of_scoped_base);
     tcase_add_test(ownership, test_many_scoped_expressions_leave_counters);
     tcase_add_test(ownership, test_release_inside_a_scope_takes_it_out);
+    tcase_add_test(ownership, test_release_both_scope_references);
     tcase_add_test(ownership, test_release_of_a_dead_tensor_is_an_error);
     suite_add_tcase(s, ownership);
 

@@ -731,6 +731,34 @@ KILN_API const char *kiln_fn_backend(const kiln_fn *f);
  * malloc'd (free it), or NULL when f has none. */
 KILN_API char *kiln_fn_graph_text(const kiln_fn *f);
 
+/* f's input and output counts into *n_in and *n_out (either may be NULL). */
+KILN_API int kiln_fn_arity(const kiln_fn *f, int *n_in, int *n_out);
+/* The name of f's input (output false) or output i, borrowed from f: an ONNX
+ * model's value names, "input_<i>" and "output_<i>" for kiln_jit's. NULL with
+ * the error set for i out of range. */
+KILN_API const char *kiln_fn_io_name(const kiln_fn *f, bool output, int i);
+
+/* -- ONNX ------------------------------------------------------------------ *
+ * Needs a build with protobuf-c (meson -Donnx); without it both calls fail
+ * saying so. */
+
+/* The ONNX model at path (default-domain opsets 1 to 17) as a marked function
+ * (opts as kiln_jit's) whose inputs are the graph's inputs that no initializer
+ * gives and whose outputs are the graph's outputs, in the model's order
+ * (kiln_fn_arity, kiln_fn_io_name). Initializers become captured constants;
+ * nodes computed from constants and shapes alone (Shape, ConstantOfShape, the
+ * arithmetic on them) are folded when traced, so the graph holds only what
+ * depends on the inputs, each size specialized from the first call. NULL with
+ * an error naming the node and its op for an operator, attribute or dtype kiln
+ * does not support, and the byte or value for a malformed file. */
+KILN_API kiln_fn *kiln_onnx_load(const char *path, const kiln_jit_options *opts);
+/* Writes the optimised graph of f traced for in (f's input count of specs,
+ * fixed sizes) to path as an ONNX model (opset 17) that onnx.checker accepts:
+ * captured tensors become initializers, inputs and outputs keep
+ * kiln_fn_io_name's names. 0, or negative with the error set (a body that
+ * writes back into captures or draws random values has no ONNX form). */
+KILN_API int kiln_onnx_export(kiln_fn *f, const kiln_spec *in, const char *path);
+
 /* -- One-line marking ------------------------------------------------------ *
  * KILN_COMPILE(gelu_fast, gelu, 1) at file scope defines
  *

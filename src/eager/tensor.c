@@ -254,8 +254,9 @@ void kiln_release(kiln_tensor *t)
         dead_tensor("kiln_release");
         return;
     }
-    /* The last reference, held by a scope: the scope's, released early. */
-    if (atomic_load(&t->refs) == 1 && atomic_load(&t->scoped) > 0)
+    /* Every reference left is a scope's (kiln_cast to the same dtype gave
+     * a scope a second one): the one released is a scope's, released early. */
+    if (atomic_load(&t->scoped) >= atomic_load(&t->refs))
         scope_forget(t);
     release(t);
 }

@@ -44,6 +44,8 @@ struct kiln_fn {
     kiln_fn_stats_t stats;
     int trace_failures;
     bool eager_only, warned, warned_untraceable, warned_alias;
+    void (*free_user)(void *);     /* jit_adopt: frees user with f */
+    char **io_names;               /* n_in then n_out names, made on first ask unless adopted */
 };
 
 enum {
@@ -1189,6 +1191,11 @@ void kiln_fn_free(kiln_fn *f)
         spec_free(f->specs[i]);
     free(f->specs);
     free(f->dynamic_dims);
+    if (f->free_user)
+        f->free_user(f->user);
+    for (int i = 0; f->io_names && i < f->n_in + f->n_out; i++)
+        free(f->io_names[i]);
+    free(f->io_names);
     pthread_cond_destroy(&f->built);
     pthread_mutex_destroy(&f->lock);
     free(f);
@@ -1236,6 +1243,73 @@ char *kiln_fn_graph_text(const kiln_fn *f)
     return text;
 }
 
+int kiln_fn_arity(const kiln_fn *f, int *n_in, int *n_out)
+{
+    if (!f)
+        return core_fail_null("kiln_fn_arity", "f");
+    if (n_in)
+        *n_in = f->n_in;
+    if (n_out)
+        *n_out = f->n_out;
+    return 0;
+}
+
+void *jit_user(const kiln_fn *f)
+{
+    return f->user;
+}
+
+const char *jit_name(const kiln_fn *f)
+{
+    return f->name;
+}
+
+void jit_adopt(kiln_fn *f, void (*free_user)(void *), char **io_names)
+{
+    f->free_user = free_user;
+    f->io_names = io_names;
+}
+
+/* Under f's lock: "input_<i>" and "output_<i>" for a function no one named. */
+static int default_io_names(kiln_fn *f)
+{
+    int n = f->n_in + f->n_out;
+    char **names = calloc((size_t)n + 1, sizeof *names);
+    for (int i = 0; names && i < n; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, i < f->n_in ? "input_%d" : "output_%d", i < f->n_in ? i : i - f->n_in);
+        if (!(names[i] = strdup(buf))) {
+            for (int j = 0; j < i; j++)
+                free(names[j]);
+            free(names);
+            names = NULL;
+        }
+    }
+    if (!names)
+        return core_fail_status(CORE_NOMEM, "kiln_fn_io_name");
+    f->io_names = names;
+    return 0;
+}
+
+const char *kiln_fn_io_name(const kiln_fn *f, bool output, int i)
+{
+    if (!f) {
+        core_fail_null("kiln_fn_io_name", "f");
+        return NULL;
+    }
+    if (i < 0 || i >= (output ? f->n_out : f->n_in)) {
+        core_fail(CORE_VALUE, "kiln_fn_io_name", "'%s' has %d %s, not %d", f->name, output ? f->n_out : f->n_in,
+                  output ? "outputs" : "inputs", i + 1);
+        return NULL;
+    }
+    kiln_fn *mut = (kiln_fn *)f; /* the default names are made once, on first ask */
+    pthread_mutex_lock(&mut->lock);
+    int status = mut->io_names ? 0 : default_io_names(mut);
+    const char *name = status == 0 ? mut->io_names[output ? f->n_in + i : i] : NULL;
+    pthread_mutex_unlock(&mut->lock);
+    return name;
+}
+
 static int check_spec(const kiln_spec *s, int i)
 {
     if ((unsigned)s->dtype > KILN_BOOL || s->ndim < 0 || s->ndim > KILN_MAX_DIMS ||
@@ -1256,14 +1330,11 @@ static int check_spec(const kiln_spec *s, int i)
     return 0;
 }
 
-/* Compiles f's kernels for sig for target, another CPU or a GPU, into the
- * disk cache. Outside the lock. */
-static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const kx_target *target)
+int jit_trace_graph(kiln_fn *f, const kiln_spec *sig, ir_graph **out, kiln_tensor ***captures, int *n_captures)
 {
-    char sig_text[512], why[1024] = "";
-    signature_text(f, sig, sig_text, sizeof sig_text);
-    kiln_tensor **captures = NULL;
-    int n_captures = 0;
+    *out = NULL;
+    *captures = NULL;
+    *n_captures = 0;
     uint32_t stack_asked[STACK_INPUTS];
     uint32_t *asked = f->n_in <= STACK_INPUTS ? stack_asked : malloc((size_t)f->n_in * sizeof *asked);
     if (!asked)
@@ -1273,13 +1344,34 @@ static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const kx_targe
     pthread_mutex_unlock(&f->lock);
     tracing t = {.f = f, .sig = sig, .asked = asked};
     bool *shape_read = NULL;
-    ir_graph *traced = record_body(&t, &captures, &n_captures, &shape_read);
+    ir_graph *traced = record_body(&t, captures, n_captures, &shape_read);
     ir_graph *g = traced ? symbolize(f, traced, asked, shape_read) : NULL;
     ir_graph_free(traced);
     free(shape_read);
     if (asked != stack_asked)
         free(asked);
     int status = g ? optimise(f, &g) : core_error_status();
+    if (status < 0) {
+        ir_graph_free(g);
+        release_captures(*captures, *n_captures);
+        *captures = NULL;
+        *n_captures = 0;
+        return status;
+    }
+    *out = g;
+    return 0;
+}
+
+/* Compiles f's kernels for sig for target, another CPU or a GPU, into the
+ * disk cache. Outside the lock. */
+static int precompile_elsewhere(kiln_fn *f, const kiln_spec *sig, const kx_target *target)
+{
+    char sig_text[512], why[1024] = "";
+    signature_text(f, sig, sig_text, sizeof sig_text);
+    kiln_tensor **captures = NULL;
+    int n_captures = 0;
+    ir_graph *g = NULL;
+    int status = jit_trace_graph(f, sig, &g, &captures, &n_captures);
     dump_target dumps = {f, 0};
     exec_options o = exec_options_of(f, sig_text, &dumps);
     exec_counts counts = {0};

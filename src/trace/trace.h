@@ -120,4 +120,18 @@ int64_t exec_peak_bytes(const executable *x);
  * run on it while it is in cache. */
 int exec_products_in_blocks(const executable *x);
 
+/* -- jit.c: what other modules may ask of a marked function -------------- */
+
+/* f frees user with free_user when freed, and owns io_names (malloc'd: n_in
+ * then n_out malloc'd strings, kiln_fn_io_name's). */
+void jit_adopt(kiln_fn *f, void (*free_user)(void *), char **io_names);
+/* The user pointer f was made with. */
+void *jit_user(const kiln_fn *f);
+/* f's name, borrowed. */
+const char *jit_name(const kiln_fn *f);
+/* f traced for sig (its body run on tracers, no graph break allowed) and
+ * optimised as a specialization would be: the graph and its captures (new
+ * references) in *out. 0, or a negative status with the error set. */
+int jit_trace_graph(kiln_fn *f, const kiln_spec *sig, ir_graph **out, kiln_tensor ***captures, int *n_captures);
+
 #endif

@@ -1,0 +1,225 @@
+/* ONNX TensorProtos to kiln tensors and back, and reading whole files. */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "onnx/onnx.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ONNX's raw data is little-endian, as this host must be");
+
+static const struct {
+    int32_t onnx;
+    kiln_dtype dt;
+} dtypes[] = {
+    {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, KILN_F32}, {ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, KILN_F64},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__INT32, KILN_I32}, {ONNX__TENSOR_PROTO__DATA_TYPE__INT64, KILN_I64},
+    {ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, KILN_BOOL},
+};
+
+bool onnx_kiln_dtype(int32_t onnx_type, kiln_dtype *dt)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++)
+        if (dtypes[i].onnx == onnx_type) {
+            *dt = dtypes[i].dt;
+            return true;
+        }
+    return false;
+}
+
+int32_t onnx_type_of(kiln_dtype dt)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++)
+        if (dtypes[i].dt == dt)
+            return dtypes[i].onnx;
+    return ONNX__TENSOR_PROTO__DATA_TYPE__UNDEFINED;
+}
+
+const char *onnx_type_name(int32_t onnx_type)
+{
+    const ProtobufCEnumValue *v =
+        protobuf_c_enum_descriptor_get_value(&onnx__tensor_proto__data_type__descriptor, onnx_type);
+    return v ? v->name : "an unknown element type";
+}
+
+uint8_t *onnx_read_file(const char *fn, const char *path, size_t *size)
+{
+    struct stat st;
+    int fd = core_open_regular(path, &st);
+    if (fd < 0) {
+        if (st.st_mode)
+            core_fail(CORE_IO, fn, "'%s' is %s, not a regular file", path, core_file_kind(st.st_mode));
+        else
+            core_fail(CORE_IO, fn, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    /* protobuf messages are at most 2 GiB */
+    if (st.st_size > INT32_MAX) {
+        close(fd);
+        core_fail(CORE_FORMAT, fn, "'%s' is %lld bytes, more than a protobuf message may be (2 GiB)", path,
+                  (long long)st.st_size);
+        return NULL;
+    }
+    uint8_t *bytes = malloc((size_t)st.st_size + 1);
+    ssize_t got = bytes ? core_pread_full(fd, bytes, (size_t)st.st_size, 0) : -1;
+    int saved = errno;
+    close(fd);
+    if (got != st.st_size) {
+        free(bytes);
+        if (!bytes)
+            core_fail_status(CORE_NOMEM, fn);
+        else
+            core_fail(CORE_IO, fn, "cannot read '%s': %s", path, got < 0 ? strerror(saved) : "it changed size");
+        return NULL;
+    }
+    *size = (size_t)st.st_size;
+    return bytes;
+}
+
+/* The count of typed values tp holds for dt, and where (converted below). */
+static size_t typed_count(const Onnx__TensorProto *tp, kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F32:
+        return tp->n_float_data;
+    case KILN_F64:
+        return tp->n_double_data;
+    case KILN_I64:
+        return tp->n_int64_data;
+    default: /* INT32 and BOOL live in int32_data */
+        return tp->n_int32_data;
+    }
+}
+
+static void copy_typed(const Onnx__TensorProto *tp, kiln_dtype dt, void *dst, size_t n)
+{
+    switch (dt) {
+    case KILN_F32:
+        memcpy(dst, tp->float_data, n * sizeof(float));
+        break;
+    case KILN_F64:
+        memcpy(dst, tp->double_data, n * sizeof(double));
+        break;
+    case KILN_I64:
+        memcpy(dst, tp->int64_data, n * sizeof(int64_t));
+        break;
+    case KILN_I32:
+        memcpy(dst, tp->int32_data, n * sizeof(int32_t));
+        break;
+    case KILN_BOOL:
+        for (size_t i = 0; i < n; i++)
+            ((bool *)dst)[i] = tp->int32_data[i] != 0;
+        break;
+    }
+}
+
+/* The shape of tp, checked: at most KILN_MAX_DIMS sizes, none negative, at
+ * most 2^59 elements. */
+static int tensor_shape(const char *fn, const char *what, const Onnx__TensorProto *tp, int64_t *shape, int64_t *numel)
+{
+    if (tp->n_dims > KILN_MAX_DIMS)
+        return core_fail(CORE_UNSUPPORTED, fn, "tensor '%s' has %zu dimensions; kiln tensors have at most %d", what,
+                         tp->n_dims, KILN_MAX_DIMS);
+    *numel = 1;
+    for (size_t d = 0; d < tp->n_dims; d++) {
+        shape[d] = tp->dims[d];
+        if (shape[d] < 0)
+            return core_fail(CORE_FORMAT, fn, "tensor '%s' has size %lld in dimension %zu", what,
+                             (long long)shape[d], d);
+        if (shape[d] > 0 && *numel > (INT64_C(1) << 59) / shape[d])
+            return core_fail(CORE_FORMAT, fn, "tensor '%s' declares more than 2^59 elements", what);
+        *numel *= shape[d];
+    }
+    return 0;
+}
+
+kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__TensorProto *tp)
+{
+    kiln_dtype dt;
+    if (!onnx_kiln_dtype(tp->data_type, &dt)) {
+        core_fail(CORE_UNSUPPORTED, fn, "tensor '%s' has element type %s; kiln has FLOAT, DOUBLE, INT32, INT64 "
+                  "and BOOL", what, onnx_type_name(tp->data_type));
+        return NULL;
+    }
+    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+        core_fail(CORE_UNSUPPORTED, fn, "tensor '%s' keeps its data in an external file", what);
+        return NULL;
+    }
+    if (tp->segment) {
+        core_fail(CORE_UNSUPPORTED, fn, "tensor '%s' is a segment of a larger tensor", what);
+        return NULL;
+    }
+    int64_t shape[KILN_MAX_DIMS], numel = 0;
+    if (tensor_shape(fn, what, tp, shape, &numel) < 0)
+        return NULL;
+    size_t size = kiln_dtype_size(dt), have = tp->has_raw_data ? tp->raw_data.len / size : typed_count(tp, dt);
+    if ((tp->has_raw_data && tp->raw_data.len % size) || have != (size_t)numel) {
+        core_fail(CORE_FORMAT, fn, "tensor '%s' has %lld elements by its shape but %s of %zu", what,
+                  (long long)numel, tp->has_raw_data ? "raw data" : "typed values",
+                  tp->has_raw_data ? tp->raw_data.len : have);
+        return NULL;
+    }
+    void *data = malloc(numel ? (size_t)numel * size : 1);
+    if (!data) {
+        core_fail_status(CORE_NOMEM, fn);
+        return NULL;
+    }
+    if (tp->has_raw_data && numel)
+        memcpy(data, tp->raw_data.data, (size_t)numel * size);
+    else if (numel)
+        copy_typed(tp, dt, data, (size_t)numel);
+    if (dt == KILN_BOOL)
+        for (int64_t i = 0; i < numel; i++)
+            ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
+    kiln_tensor *t = kiln_from_data(dt, (int)tp->n_dims, shape, data);
+    free(data);
+    if (t)
+        eager_disown(t);
+    return t;
+}
+
+kiln_tensor *onnx_load_tensor_file(const char *path)
+{
+    const char *fn = "onnx_load_tensor_file";
+    size_t size;
+    uint8_t *bytes = onnx_read_file(fn, path, &size);
+    if (!bytes)
+        return NULL;
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, size, bytes);
+    free(bytes);
+    if (!tp) {
+        core_fail(CORE_FORMAT, fn, "'%s' is not a serialized ONNX TensorProto", path);
+        return NULL;
+    }
+    kiln_tensor *t = onnx_tensor_to_kiln(fn, tp->name && *tp->name ? tp->name : path, tp);
+    onnx__tensor_proto__free_unpacked(tp, NULL);
+    return t;
+}
+
+int onnx_tensor_from_kiln(const char *fn, Onnx__TensorProto *tp, const kiln_tensor *t, char *name)
+{
+    onnx__tensor_proto__init(tp);
+    int ndim = kiln_ndim(t);
+    const int64_t *shape = kiln_shape(t);
+    size_t bytes = (size_t)kiln_numel(t) * kiln_dtype_size(kiln_dtype_of(t));
+    tp->dims = malloc((size_t)(ndim ? ndim : 1) * sizeof *tp->dims);
+    tp->raw_data.data = malloc(bytes ? bytes : 1);
+    if (!tp->dims || !tp->raw_data.data) {
+        free(tp->dims);
+        free(tp->raw_data.data);
+        return core_fail_status(CORE_NOMEM, fn);
+    }
+    tp->n_dims = (size_t)ndim;
+    memcpy(tp->dims, shape, (size_t)ndim * sizeof *shape);
+    tp->has_data_type = true;
+    tp->data_type = onnx_type_of(kiln_dtype_of(t));
+    tp->has_raw_data = true;
+    tp->raw_data.len = bytes;
+    tp->name = name;
+    if (kiln_copy_to_host(t, tp->raw_data.data, bytes) < 0) {
+        free(tp->dims);
+        free(tp->raw_data.data);
+        return core_error_status();
+    }
+    return 0;
+}

@@ -1,0 +1,567 @@
+/* ONNX in and out: models built here with protobuf-c run eagerly and
+ * compiled; malformed ones (truncated, mutated, wrong types, cycles,
+ * undefined values, huge dims, unsupported ops, attributes and dtypes) give
+ * errors naming the node and op; random programs exported and loaded back
+ * give what they gave (and, where python3-onnx is, pass onnx.checker). */
+#include <unistd.h>
+
+#include "onnx/onnx.h"
+#include "progen.h"
+#include "test_common.h"
+
+#define tmp_dir test_tmp_dir
+#define tmp_path test_tmp_path
+#define write_all test_write_file
+
+/* -- Building models ------------------------------------------------------------ */
+
+enum { MAX_PARTS = 16 };
+
+/* A graph under construction; everything lives in it. */
+typedef struct {
+    Onnx__NodeProto nodes[MAX_PARTS], *node_ptrs[MAX_PARTS];
+    Onnx__AttributeProto attrs[MAX_PARTS], *attr_ptrs[MAX_PARTS];
+    Onnx__ValueInfoProto values[MAX_PARTS], *in_ptrs[MAX_PARTS], *out_ptrs[MAX_PARTS];
+    Onnx__TypeProto types[MAX_PARTS];
+    Onnx__TypeProto__Tensor tensor_types[MAX_PARTS];
+    Onnx__TensorShapeProto shapes[MAX_PARTS];
+    Onnx__TensorShapeProto__Dimension dims[MAX_PARTS][4], *dim_ptrs[MAX_PARTS][4];
+    Onnx__TensorProto inits[MAX_PARTS], *init_ptrs[MAX_PARTS];
+    char *names[MAX_PARTS][2 * MAX_PARTS];
+    int n_nodes, n_attrs, n_values, n_in, n_out, n_inits;
+    int opset;
+} model;
+
+static void model_init(model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->opset = 13;
+}
+
+/* A node "op" named name: ins and outs are space-separated value names ("-" for one left out). */
+static Onnx__NodeProto *add_node(model *m, const char *op, const char *name, const char *ins, const char *outs)
+{
+    Onnx__NodeProto *n = &m->nodes[m->n_nodes];
+    onnx__node_proto__init(n);
+    n->op_type = (char *)op;
+    n->name = (char *)name;
+    char **slots = m->names[m->n_nodes];
+    int k = 0;
+    for (int side = 0; side < 2; side++) {
+        char *list = strdup(side ? outs : ins), *save = NULL;
+        char **start = slots + k;
+        size_t count = 0;
+        for (char *tok = strtok_r(list, " ", &save); tok; tok = strtok_r(NULL, " ", &save), count++)
+            slots[k++] = strcmp(tok, "-") ? strdup(tok) : strdup("");
+        free(list);
+        if (side) {
+            n->output = start;
+            n->n_output = count;
+        } else {
+            n->input = start;
+            n->n_input = count;
+        }
+    }
+    m->node_ptrs[m->n_nodes++] = n;
+    return n;
+}
+
+static void add_int_attr(model *m, Onnx__NodeProto *n, const char *name, int64_t v)
+{
+    Onnx__AttributeProto *a = &m->attrs[m->n_attrs];
+    onnx__attribute_proto__init(a);
+    a->name = (char *)name;
+    a->has_type = true;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->has_i = true;
+    a->i = v;
+    m->attr_ptrs[m->n_attrs] = a;
+    n->attribute = &m->attr_ptrs[m->n_attrs++];
+    n->n_attribute = 1;
+}
+
+/* A graph input (output false) or output of elem type and shape. */
+static void add_value(model *m, bool output, const char *name, int32_t elem, int ndim, const int64_t *shape)
+{
+    int i = m->n_values++;
+    Onnx__ValueInfoProto *v = &m->values[i];
+    onnx__value_info_proto__init(v);
+    onnx__type_proto__init(&m->types[i]);
+    onnx__type_proto__tensor__init(&m->tensor_types[i]);
+    onnx__tensor_shape_proto__init(&m->shapes[i]);
+    for (int d = 0; d < ndim; d++) {
+        onnx__tensor_shape_proto__dimension__init(&m->dims[i][d]);
+        m->dims[i][d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+        m->dims[i][d].dim_value = shape[d];
+        m->dim_ptrs[i][d] = &m->dims[i][d];
+    }
+    m->shapes[i].dim = m->dim_ptrs[i];
+    m->shapes[i].n_dim = (size_t)ndim;
+    m->tensor_types[i].has_elem_type = true;
+    m->tensor_types[i].elem_type = elem;
+    m->tensor_types[i].shape = &m->shapes[i];
+    m->types[i].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    m->types[i].tensor_type = &m->tensor_types[i];
+    v->name = (char *)name;
+    v->type = &m->types[i];
+    if (output)
+        m->out_ptrs[m->n_out++] = v;
+    else
+        m->in_ptrs[m->n_in++] = v;
+}
+
+static void add_floats(model *m, const char *name, int ndim, const int64_t *shape, const float *data, size_t n)
+{
+    Onnx__TensorProto *t = &m->inits[m->n_inits];
+    onnx__tensor_proto__init(t);
+    t->name = (char *)name;
+    t->dims = (int64_t *)shape;
+    t->n_dims = (size_t)ndim;
+    t->has_data_type = true;
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->float_data = (float *)data;
+    t->n_float_data = n;
+    m->init_ptrs[m->n_inits++] = t;
+}
+
+/* The model serialized (malloc'd). */
+static uint8_t *pack(model *m, size_t *size)
+{
+    Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
+    Onnx__ModelProto p = ONNX__MODEL_PROTO__INIT;
+    Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT, *opsets[1] = {&opset};
+    opset.has_version = true;
+    opset.version = m->opset;
+    p.has_ir_version = true;
+    p.ir_version = 8;
+    p.opset_import = opsets;
+    p.n_opset_import = 1;
+    p.graph = &g;
+    g.name = "test";
+    g.node = m->node_ptrs;
+    g.n_node = (size_t)m->n_nodes;
+    g.input = m->in_ptrs;
+    g.n_input = (size_t)m->n_in;
+    g.output = m->out_ptrs;
+    g.n_output = (size_t)m->n_out;
+    g.initializer = m->init_ptrs;
+    g.n_initializer = (size_t)m->n_inits;
+    *size = onnx__model_proto__get_packed_size(&p);
+    uint8_t *bytes = malloc(*size + 1);
+    onnx__model_proto__pack(&p, bytes);
+    return bytes;
+}
+
+static void model_free(model *m)
+{
+    for (int k = 0; k < MAX_PARTS; k++)
+        for (int i = 0; i < 2 * MAX_PARTS; i++)
+            free(m->names[k][i]);
+}
+
+/* Writes m to name in the temporary directory: its path. */
+static const char *save(model *m, const char *name)
+{
+    size_t size;
+    uint8_t *bytes = pack(m, &size);
+    write_all(tmp_path(name), bytes, size);
+    free(bytes);
+    model_free(m);
+    return tmp_path(name);
+}
+
+static const int64_t x_shape[2] = {2, 3}, w_shape[2] = {3, 4}, b_shape[1] = {4}, y_shape[2] = {2, 4};
+static const float w_data[12] = {0, .1f, .2f, .3f, .4f, .5f, .6f, .7f, .8f, .9f, 1, 1.1f}, b_data[4] = {1, -3, 1, -9};
+
+/* y = relu(x @ w + b), x [2,3]. */
+static void dense_model(model *m)
+{
+    model_init(m);
+    add_node(m, "MatMul", "mm", "x w", "h");
+    add_node(m, "Add", "bias", "h b", "h2");
+    add_node(m, "Relu", "act", "h2", "y");
+    add_value(m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
+    add_value(m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, y_shape);
+    add_floats(m, "w", 2, w_shape, w_data, 12);
+    add_floats(m, "b", 1, b_shape, b_data, 4);
+}
+
+static kiln_tensor *dense_input(void)
+{
+    return kiln_reshape(kiln_arange(0, 6, 1, KILN_F32), 2, x_shape);
+}
+
+/* -- Loading and running ------------------------------------------------------------ */
+
+START_TEST(test_load_and_call)
+{
+    model m;
+    dense_model(&m);
+    const char *path = save(&m, "dense.onnx");
+    float want[8] = {3.0f, 0, 3.6f, 0, 6.6f, 3.8f, 9.0f, 0.2f};
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 0)
+            setenv("KILN_JIT", "0", 1);
+        kiln_fn *f = kiln_onnx_load(path, NULL);
+        unsetenv("KILN_JIT");
+        ck_assert_msg(f != NULL, "%s", kiln_last_error());
+        int n_in = -1, n_out = -1;
+        ck_assert_int_eq(kiln_fn_arity(f, &n_in, &n_out), 0);
+        ck_assert_int_eq(n_in, 1);
+        ck_assert_int_eq(n_out, 1);
+        ck_assert_str_eq(kiln_fn_io_name(f, false, 0), "x");
+        ck_assert_str_eq(kiln_fn_io_name(f, true, 0), "y");
+        ck_assert_ptr_null(kiln_fn_io_name(f, true, 1));
+        ck_assert_kiln_error("kiln_fn_io_name", "1 outputs");
+        kiln_tensor *x = dense_input(), *y = NULL;
+        for (int call = 0; call < 2; call++) {
+            ck_assert_msg(kiln_call(f, &x, &y) == 0, "%s", kiln_last_error());
+            assert_close(y, kiln_from_data(KILN_F32, 2, y_shape, want), 1e-6, 1e-6, "dense");
+        }
+        kiln_fn_stats_t st;
+        kiln_fn_stats(f, &st);
+        ck_assert_int_eq(st.traces, mode);
+        ck_assert_int_eq(st.eager_fallbacks, 0);
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+START_TEST(test_default_io_names)
+{
+    kiln_fn *f = kiln_jit("plain", progen_body, 2, 3, NULL, NULL);
+    ck_assert_str_eq(kiln_fn_io_name(f, false, 1), "input_1");
+    ck_assert_str_eq(kiln_fn_io_name(f, true, 2), "output_2");
+    ck_assert_ptr_null(kiln_fn_io_name(f, false, -1));
+    ck_assert_int_eq(kiln_fn_arity(NULL, NULL, NULL) < 0, 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* A PyTorch-style reshape: x.view(x.size(0), -1) as Shape, Gather, Unsqueeze,
+ * Concat and Reshape, folded while traced: no graph break, one trace. */
+START_TEST(test_shape_arithmetic_folds)
+{
+    model m;
+    model_init(&m);
+    static const int64_t in_shape[3] = {2, 3, 4}, out_shape[2] = {2, 12}, one = 1;
+    static const float zero = 0;
+    add_node(&m, "Shape", "shape", "x", "s");
+    Onnx__NodeProto *gather = add_node(&m, "Gather", "batch", "s zero_i", "n");
+    add_int_attr(&m, gather, "axis", 0);
+    add_node(&m, "Unsqueeze", "unsq", "n axes", "n1");
+    add_node(&m, "Concat", "cat", "n1 rest", "target");
+    add_int_attr(&m, m.node_ptrs[3], "axis", 0);
+    add_node(&m, "Reshape", "flat", "x target", "y");
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 3, in_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, out_shape);
+    /* integer initializers: floats converted below would not do, so int64 data */
+    static int64_t zero_i = 0, axes = 0, rest = -1;
+    Onnx__TensorProto *t;
+    for (int i = 0; i < 3; i++) {
+        add_floats(&m, (const char *[]){"zero_i", "axes", "rest"}[i], i == 0 ? 0 : 1, &one, &zero, 1);
+        t = m.init_ptrs[i];
+        t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+        t->float_data = NULL;
+        t->n_float_data = 0;
+        t->int64_data = (int64_t *[]){&zero_i, &axes, &rest}[i];
+        t->n_int64_data = 1;
+    }
+    kiln_fn *f = kiln_onnx_load(save(&m, "flatten.onnx"), NULL);
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    kiln_tensor *x = kiln_reshape(kiln_arange(0, 24, 1, KILN_F32), 3, in_shape), *y;
+    ck_assert_msg(kiln_call(f, &x, &y) == 0, "%s", kiln_last_error());
+    assert_close(y, kiln_reshape(x, 2, out_shape), 0, 0, "flatten");
+    kiln_fn_stats_t st;
+    kiln_fn_stats(f, &st);
+    ck_assert_int_eq(st.graph_breaks, 0);
+    ck_assert_int_eq(st.eager_fallbacks, 0);
+    ck_assert_int_eq(st.traces, 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* -- Malformed models ----------------------------------------------------------------- */
+
+static void assert_load_fails(const char *path, const char *needle1, const char *needle2)
+{
+    kiln_clear_error();
+    kiln_fn *f = kiln_onnx_load(path, NULL);
+    ck_assert_msg(f == NULL, "loaded %s", path);
+    ck_assert_kiln_error("kiln_onnx_load", needle1, needle2);
+}
+
+START_TEST(test_garbage_and_wrong_types)
+{
+    write_all(tmp_path("garbage.onnx"), "not a model at all", 18);
+    assert_load_fails(tmp_path("garbage.onnx"), "not a serialized ONNX model", "garbage.onnx");
+    /* field 7 (graph) sent as a varint: the wrong wire type */
+    write_all(tmp_path("wire.onnx"), "\x08\x08\x38\x01", 4);
+    assert_load_fails(tmp_path("wire.onnx"), "not a serialized ONNX model", "wrong type");
+    write_all(tmp_path("empty.onnx"), "", 0);
+    assert_load_fails(tmp_path("empty.onnx"), "has no graph", "empty.onnx");
+    assert_load_fails(tmp_dir, "is a directory", tmp_dir);
+    assert_load_fails(tmp_path("absent.onnx"), "cannot open", "absent.onnx");
+    ck_assert_ptr_null(kiln_onnx_load(NULL, NULL));
+    ck_assert_kiln_error("kiln_onnx_load", "path");
+}
+END_TEST
+
+/* Every prefix of a model, and models with bytes changed, load or fail
+ * with an error; what loads runs or fails with an error. Never a crash. */
+START_TEST(test_truncated_and_mutated)
+{
+    model m;
+    dense_model(&m);
+    size_t size;
+    uint8_t *bytes = pack(&m, &size);
+    model_free(&m);
+    kiln_tensor *x = dense_input();
+    int mutations = UNDER_VALGRIND() ? 60 : 600;
+    kiln_jit_options o = kiln_jit_defaults(); /* the loader is under test, not the code generator */
+    o.backend = KILN_BACKEND_INTERP;
+    for (size_t i = 0; i < size + (size_t)mutations; i++) {
+        uint8_t *copy = malloc(size);
+        memcpy(copy, bytes, size);
+        size_t len = i < size ? i : size;
+        if (i >= size) {
+            uint64_t r = (i * 0x9e3779b97f4a7c15u) >> 17;
+            copy[r % size] ^= (uint8_t)(1u << (r / size % 8));
+        }
+        write_all(tmp_path("cut.onnx"), copy, len);
+        free(copy);
+        kiln_clear_error();
+        kiln_fn *f = kiln_onnx_load(tmp_path("cut.onnx"), &o);
+        if (!f) {
+            ck_assert_msg(strstr(kiln_last_error(), "kiln_onnx_load"), "at %zu: %s", i, kiln_last_error());
+            continue;
+        }
+        int n_in, n_out;
+        kiln_fn_arity(f, &n_in, &n_out);
+        kiln_tensor *in[4] = {x, x, x, x}, *out[8] = {NULL};
+        if (n_in <= 4 && n_out <= 8 && kiln_call(f, in, out) < 0)
+            ck_assert_msg(kiln_last_error()[0], "call failed without an error at %zu", i);
+        kiln_fn_free(f);
+    }
+    free(bytes);
+}
+END_TEST
+
+START_TEST(test_cycle)
+{
+    model m;
+    model_init(&m);
+    add_node(&m, "Add", "first", "x b", "a");
+    add_node(&m, "Relu", "second", "a", "b");
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
+    add_value(&m, true, "b", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
+    assert_load_fails(save(&m, "cycle.onnx"), "cycle", "(Add)");
+}
+END_TEST
+
+START_TEST(test_undefined_values)
+{
+    model m;
+    dense_model(&m);
+    m.n_inits = 1; /* b, an initializer, left out */
+    assert_load_fails(save(&m, "no_init.onnx"), "node 1 'bias' (Add)", "operand 1 'b' is not defined");
+    dense_model(&m);
+    m.out_ptrs[0]->name = "nowhere";
+    assert_load_fails(save(&m, "no_output.onnx"), "output 'nowhere'", "not defined");
+    dense_model(&m);
+    add_node(&m, "Relu", "again", "h", "h2");
+    assert_load_fails(save(&m, "twice.onnx"), "'again' (Relu)", "already defined");
+}
+END_TEST
+
+START_TEST(test_huge_dims)
+{
+    model m;
+    static const int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40}, big[1] = {INT64_C(1) << 62};
+    dense_model(&m);
+    m.init_ptrs[0]->dims = (int64_t *)huge;
+    assert_load_fails(save(&m, "huge_init.onnx"), "'w'", "more than 2^59 elements");
+    dense_model(&m);
+    m.init_ptrs[1]->dims = (int64_t *)big;
+    assert_load_fails(save(&m, "big_init.onnx"), "'b'", "more than 2^59 elements");
+    dense_model(&m);
+    m.shapes[0].dim[1]->dim_value = INT64_C(1) << 62;
+    assert_load_fails(save(&m, "huge_input.onnx"), "input 'x'", "declares size");
+    dense_model(&m);
+    m.init_ptrs[0]->n_float_data = 11;
+    assert_load_fails(save(&m, "short_init.onnx"), "'w'", "12 elements by its shape");
+}
+END_TEST
+
+START_TEST(test_unsupported)
+{
+    model m;
+    dense_model(&m);
+    m.nodes[0].op_type = "LSTM";
+    assert_load_fails(save(&m, "lstm.onnx"), "node 0 'mm' (LSTM)", "operator LSTM is not supported");
+    dense_model(&m);
+    add_int_attr(&m, &m.nodes[2], "frobnicate", 1);
+    assert_load_fails(save(&m, "attr.onnx"), "node 2 'act' (Relu)", "attribute 'frobnicate' is not supported");
+    dense_model(&m);
+    m.tensor_types[0].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
+    assert_load_fails(save(&m, "half.onnx"), "input 'x'", "FLOAT16");
+    dense_model(&m);
+    m.opset = 18;
+    assert_load_fails(save(&m, "opset.onnx"), "opset 18", "not supported");
+    dense_model(&m);
+    m.nodes[1].domain = "com.microsoft";
+    assert_load_fails(save(&m, "domain.onnx"), "(Add)", "domain 'com.microsoft'");
+    model_init(&m);
+    add_node(&m, "Add", "bias", "x x x", "y");
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
+    assert_load_fails(save(&m, "arity.onnx"), "'bias' (Add)", "3 operands");
+}
+END_TEST
+
+/* A shape error while running names the node and the kiln op. */
+START_TEST(test_runtime_error_names_node)
+{
+    model m;
+    dense_model(&m);
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_fn *f = kiln_onnx_load(save(&m, "dense2.onnx"), NULL);
+        dense_model(&m);
+        ck_assert_ptr_nonnull(f);
+        int64_t wrong[2] = {2, 5};
+        kiln_tensor *x = kiln_zeros(KILN_F32, 2, wrong), *y = NULL;
+        ck_assert_int_lt(kiln_call(f, &x, &y), 0);
+        ck_assert_kiln_error("node 0 'mm' (MatMul)", "kiln_matmul");
+        kiln_fn_free(f);
+    }
+    model_free(&m);
+}
+END_TEST
+
+/* -- Export ------------------------------------------------------------------------- */
+
+/* Random programs (no random values or writebacks: ONNX has neither)
+ * exported, loaded back and run on the same inputs give the same values;
+ * python3-onnx's checker, where it is, accepts every file. */
+START_TEST(test_export_round_trip)
+{
+    int count = (int)(getenv("KILN_PROGEN_COUNT") ? atoi(getenv("KILN_PROGEN_COUNT")) : 120);
+    /* the ops whose graph nodes have an ONNX form that computes the same */
+    static const progen_op exported[] = {
+        PROGEN_ADD, PROGEN_SUB, PROGEN_MUL, PROGEN_DIV, PROGEN_POW, PROGEN_MAXIMUM, PROGEN_MINIMUM,
+        PROGEN_ADD_SCALAR, PROGEN_SUB_SCALAR, PROGEN_MUL_SCALAR, PROGEN_DIV_SCALAR, PROGEN_POW_SCALAR,
+        PROGEN_MAXIMUM_SCALAR, PROGEN_MINIMUM_SCALAR, PROGEN_EQ, PROGEN_NE, PROGEN_LT, PROGEN_LE, PROGEN_GT,
+        PROGEN_GE, PROGEN_WHERE, PROGEN_NEG, PROGEN_ABS, PROGEN_EXP, PROGEN_LOG, PROGEN_SQRT, PROGEN_RSQRT,
+        PROGEN_TANH, PROGEN_SIGMOID, PROGEN_RELU, PROGEN_SIN, PROGEN_COS, PROGEN_ERF, PROGEN_CAST, PROGEN_SUM,
+        PROGEN_MEAN, PROGEN_MAX, PROGEN_MIN, PROGEN_ARGMAX, PROGEN_RESHAPE, PROGEN_PERMUTE, PROGEN_TRANSPOSE,
+        PROGEN_EXPAND, PROGEN_SLICE, PROGEN_CONCAT, PROGEN_SQUEEZE, PROGEN_UNSQUEEZE, PROGEN_CONTIGUOUS,
+        PROGEN_MATMUL, PROGEN_SOFTMAX, PROGEN_LOG_SOFTMAX, PROGEN_LAYER_NORM, PROGEN_GELU, PROGEN_SILU,
+        PROGEN_FULL, PROGEN_ZEROS, PROGEN_ONES, PROGEN_ARANGE, PROGEN_SCALAR, PROGEN_FROM_DATA, PROGEN_FLOOR,
+        PROGEN_CEIL, PROGEN_ROUND, PROGEN_TAN, PROGEN_ATAN, PROGEN_PROD, PROGEN_ARGMIN, PROGEN_GATHER,
+        PROGEN_INDEX_SELECT, PROGEN_EMBEDDING, PROGEN_CUMSUM,
+    };
+    progen_options po = {0};
+    for (size_t i = 0; i < sizeof exported / sizeof *exported; i++)
+        po.ops |= PROGEN_OP_BIT(exported[i]);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = KILN_BACKEND_INTERP;
+    char files[8192] = "";
+    size_t used = 0;
+    for (int s = 1; s <= count; s++) {
+        kiln_scope_begin();
+        progen_program *p = progen_new((uint64_t)s, &po);
+        int n_in = progen_n_inputs(p), n_out = progen_n_outputs(p);
+        kiln_tensor *in[PROGEN_MAX_INPUTS], *want[PROGEN_MAX_OUTPUTS] = {NULL}, *got[PROGEN_MAX_OUTPUTS] = {NULL};
+        kiln_spec specs[PROGEN_MAX_INPUTS];
+        for (int i = 0; i < n_in; i++) {
+            in[i] = progen_make_input(p, i, (uint64_t)s * 31 + (uint64_t)i);
+            specs[i] = kiln_spec_of(in[i]);
+        }
+        kiln_fn *f = kiln_jit("random", progen_body, n_in, n_out, p, &o);
+        char name[32];
+        snprintf(name, sizeof name, "random%d.onnx", s);
+        char *listing = progen_describe(p);
+        ck_assert_msg(kiln_onnx_export(f, specs, tmp_path(name)) == 0, "seed %d: %s\n%s", s, kiln_last_error(),
+                      listing);
+        ck_assert_int_eq(kiln_call(f, in, want), 0);
+        kiln_fn *g = kiln_onnx_load(tmp_path(name), &o);
+        ck_assert_msg(g != NULL, "seed %d: %s\n%s", s, kiln_last_error(), listing);
+        ck_assert_msg(kiln_call(g, in, got) == 0, "seed %d: %s\n%s", s, kiln_last_error(), listing);
+        for (int k = 0; k < n_out; k++) {
+            char what[64];
+            snprintf(what, sizeof what, "seed %d output %d", s, k);
+            if (kiln_dtype_of(want[k]) != kiln_dtype_of(got[k]) || kiln_ndim(want[k]) != kiln_ndim(got[k]))
+                ck_abort_msg("%s: %s\n%s", what, kiln_fn_graph_text(f), listing);
+            assert_close(got[k], want[k], 1e-5, 1e-6, what);
+        }
+        if (used + strlen(name) + 2 + strlen(tmp_dir) < sizeof files)
+            used += (size_t)snprintf(files + used, sizeof files - used, " %s", tmp_path(name));
+        free(listing);
+        kiln_fn_free(g);
+        kiln_fn_free(f);
+        progen_free(p);
+        kiln_scope_end();
+    }
+    const char *python = getenv("KILN_TEST_ONNX_PYTHON");
+    if (!python || !*python) {
+        printf("onnx: export checked by loading back only (python3 with the onnx module is absent: "
+               "Debian python3-onnx)\n");
+        return;
+    }
+    char cmd[8192 + 512];
+    snprintf(cmd, sizeof cmd, "%s -c 'import onnx, sys\nfor p in sys.argv[1:]: "
+             "onnx.checker.check_model(onnx.load(p), full_check=True)'%s", python, files);
+    ck_assert_msg(system(cmd) == 0, "onnx.checker refused an exported model: %s", cmd);
+}
+END_TEST
+
+START_TEST(test_export_refuses)
+{
+    kiln_fn *f = kiln_jit("plain", progen_body, 1, 1, NULL, NULL);
+    kiln_spec spec = {KILN_F32, 1, {4}, KILN_CPU, 1};
+    ck_assert_int_lt(kiln_onnx_export(f, &spec, tmp_path("dyn.onnx")), 0);
+    ck_assert_kiln_error("kiln_onnx_export", "dynamic");
+    ck_assert_int_lt(kiln_onnx_export(NULL, &spec, tmp_path("null.onnx")), 0);
+    ck_assert_kiln_error("kiln_onnx_export", "f");
+    kiln_fn_free(f);
+}
+END_TEST
+
+static void setup(void)
+{
+    test_scoped_setup();
+    test_tmp_setup("kiln-onnx");
+}
+
+static void teardown(void)
+{
+    test_tmp_teardown();
+    test_scoped_teardown();
+}
+
+static Suite *onnx_suite(void)
+{
+    Suite *s = suite_create("onnx");
+    TCase *load = tcase_create("load"), *export = tcase_create("export");
+    for (TCase *tc = load; tc; tc = tc == load ? export : NULL) {
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 600);
+    }
+    tcase_add_test(load, test_load_and_call);
+    tcase_add_test(load, test_default_io_names);
+    tcase_add_test(load, test_shape_arithmetic_folds);
+    tcase_add_test(load, test_garbage_and_wrong_types);
+    tcase_add_test(load, test_truncated_and_mutated);
+    tcase_add_test(load, test_cycle);
+    tcase_add_test(load, test_undefined_values);
+    tcase_add_test(load, test_huge_dims);
+    tcase_add_test(load, test_unsupported);
+    tcase_add_test(load, test_runtime_error_names_node);
+    suite_add_tcase(s, load);
+    tcase_add_test(export, test_export_round_trip);
+    tcase_add_test(export, test_export_refuses);
+    suite_add_tcase(s, export);
+    return s;
+}
+
+KILN_TEST_MAIN(onnx_suite)

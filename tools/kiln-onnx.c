@@ -1,0 +1,386 @@
+/* kiln-onnx: run, time and precompile ONNX models with kiln.
+ *
+ *   kiln-onnx run MODEL [--input NAME=FILE.npy]... [--batch N] [--output DIR]
+ *   kiln-onnx bench MODEL [--batch N] [--threads N] [--runs N]
+ *   kiln-onnx precompile MODEL --target T... --bundle FILE [--batch N]
+ *
+ * Inputs not given as .npy files are drawn (standard normal floats, zero
+ * integers, false bools) in the shapes the model declares, a symbolic first
+ * size being --batch (default 1). run prints each output, or writes
+ * DIR/<name>.npy, and says on stderr how many kernels were compiled and
+ * loaded from the disk cache. bench times loading, a first call, eager and
+ * compiled calls (medians), and a first call in a fresh process that finds
+ * the kernels on disk. precompile compiles the model's kernels for each
+ * target ("host", "cpu:<name>", "cuda:sm_XX") into a fresh cache and packs
+ * it into a bundle: `kiln-cache import FILE` installs it, and
+ * KILN_CACHE=require then proves a deployment compiles nothing. Exit 0, 1
+ * on failure, 2 on bad usage. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "onnx/onnx.h"
+
+enum { MAX_IO = 64, MAX_TARGETS = 16 };
+
+typedef struct {
+    const char *model, *output, *bundle;
+    const char *input_names[MAX_IO], *input_files[MAX_IO];
+    int n_inputs;
+    const char *targets[MAX_TARGETS];
+    int n_targets;
+    int64_t batch;
+    int runs;
+    bool first_call_only; /* bench's child: time one call in a fresh process */
+} options;
+
+static int usage(const char *why)
+{
+    fprintf(stderr, "kiln-onnx: %s\n"
+                    "usage: kiln-onnx run MODEL [--input NAME=FILE.npy]... [--batch N] [--output DIR]\n"
+                    "       kiln-onnx bench MODEL [--batch N] [--threads N] [--runs N]\n"
+                    "       kiln-onnx precompile MODEL --target T... --bundle FILE [--batch N]\n",
+            why);
+    return 2;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "kiln-onnx: %s: %s\n", what, kiln_last_error());
+    return 1;
+}
+
+static int parse(int argc, char **argv, options *o)
+{
+    o->model = argv[0];
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a], *val = a + 1 < argc ? argv[a + 1] : NULL;
+        if (!strcmp(arg, "--first-call")) {
+            o->first_call_only = true;
+            continue;
+        }
+        if (!val)
+            return usage("an option lacks its value");
+        a++;
+        if (!strcmp(arg, "--input") && strchr(val, '=') && o->n_inputs < MAX_IO) {
+            o->input_names[o->n_inputs] = val;
+            o->input_files[o->n_inputs++] = strchr(val, '=') + 1;
+        } else if (!strcmp(arg, "--output"))
+            o->output = val;
+        else if (!strcmp(arg, "--bundle"))
+            o->bundle = val;
+        else if (!strcmp(arg, "--target") && o->n_targets < MAX_TARGETS)
+            o->targets[o->n_targets++] = val;
+        else if (!strcmp(arg, "--batch") && atoll(val) > 0)
+            o->batch = atoll(val);
+        else if (!strcmp(arg, "--runs") && atoi(val) > 0)
+            o->runs = atoi(val);
+        else if (!strcmp(arg, "--threads") && atoi(val) > 0)
+            setenv("KILN_THREADS", val, 1);
+        else
+            return usage("unknown option or bad value");
+    }
+    return 0;
+}
+
+/* -- Inputs ------------------------------------------------------------------------ */
+
+/* The file given for input name, or NULL. */
+static const char *file_for(const options *o, const char *name)
+{
+    for (int i = 0; i < o->n_inputs; i++)
+        if (!strncmp(o->input_names[i], name, strlen(name)) && o->input_names[i][strlen(name)] == '=')
+            return o->input_files[i];
+    return NULL;
+}
+
+/* f's inputs: from files, else drawn in the declared shapes. 0 or -1. */
+static int make_inputs(const options *o, const kiln_fn *f, kiln_tensor **in, kiln_spec *specs)
+{
+    int n_in;
+    kiln_fn_arity(f, &n_in, NULL);
+    if (n_in > MAX_IO)
+        return fprintf(stderr, "kiln-onnx: %d inputs (at most %d)\n", n_in, MAX_IO), -1;
+    kiln_spec declared[MAX_IO];
+    int n_declared = -1;
+    for (int i = 0; i < n_in; i++) {
+        const char *name = kiln_fn_io_name(f, false, i), *file = file_for(o, name);
+        if (!file && n_declared < 0 && (n_declared = onnx_declared_inputs(o->model, declared, MAX_IO, o->batch)) < 0)
+            return fail("input shapes"), -1;
+        if (file)
+            in[i] = kiln_load_npy(file);
+        else if (declared[i].dtype == KILN_F32 || declared[i].dtype == KILN_F64)
+            in[i] = kiln_cast(kiln_randn(declared[i].ndim, declared[i].shape, (uint64_t)i + 1), declared[i].dtype);
+        else
+            in[i] = kiln_zeros(declared[i].dtype, declared[i].ndim, declared[i].shape);
+        if (!in[i])
+            return fprintf(stderr, "kiln-onnx: input '%s': %s\n", name, kiln_last_error()), -1;
+        specs[i] = kiln_spec_of(in[i]);
+    }
+    return 0;
+}
+
+/* -- run ------------------------------------------------------------------------------ */
+
+static int write_outputs(const options *o, const kiln_fn *f, kiln_tensor *const *out, int n_out)
+{
+    for (int i = 0; i < n_out; i++) {
+        const char *name = kiln_fn_io_name(f, true, i);
+        if (!o->output) {
+            printf("%s:\n", name);
+            kiln_print(out[i]);
+            continue;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.npy", o->output, name);
+        for (char *c = path + strlen(o->output) + 1; *c; c++)
+            *c = *c == '/' ? '_' : *c; /* a value's name is not a path */
+        if (kiln_save_npy(path, out[i]) < 0)
+            return fail(path);
+    }
+    return 0;
+}
+
+static int cmd_run(const options *o)
+{
+    kiln_fn *f = kiln_onnx_load(o->model, NULL);
+    if (!f)
+        return fail("load");
+    kiln_tensor *in[MAX_IO] = {NULL}, *out[MAX_IO] = {NULL};
+    kiln_spec specs[MAX_IO];
+    int n_out, status = 1;
+    kiln_fn_arity(f, NULL, &n_out);
+    kiln_scope_begin();
+    if (n_out > MAX_IO)
+        fprintf(stderr, "kiln-onnx: %d outputs (at most %d)\n", n_out, MAX_IO);
+    else if (make_inputs(o, f, in, specs) == 0 && kiln_call(f, in, out) < 0)
+        fail("run");
+    else if (out[0] || n_out == 0)
+        status = write_outputs(o, f, out, n_out);
+    kiln_scope_end();
+    kiln_fn_stats_t st;
+    kiln_fn_stats(f, &st);
+    fprintf(stderr, "kiln-onnx: %s: kernels compiled %lld, from the disk cache %lld, eager fallbacks %lld\n",
+            o->model, (long long)st.kernels_compiled, (long long)st.kernels_from_disk, (long long)st.eager_fallbacks);
+    kiln_fn_free(f);
+    return status;
+}
+
+/* -- bench ----------------------------------------------------------------------------- */
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median ms of runs calls of f (after one unmeasured call). */
+static double median_ms(kiln_fn *f, kiln_tensor *const *in, int runs)
+{
+    double times[256];
+    runs = runs > 256 ? 256 : runs;
+    for (int r = -1; r < runs; r++) {
+        kiln_tensor *out[MAX_IO] = {NULL};
+        kiln_scope_begin();
+        double start = core_now_ms();
+        int rc = kiln_call(f, in, out);
+        double ms = core_now_ms() - start;
+        kiln_scope_end();
+        if (rc < 0)
+            return -1;
+        if (r >= 0)
+            times[r] = ms;
+    }
+    qsort(times, (size_t)runs, sizeof *times, compare_doubles);
+    return times[runs / 2];
+}
+
+/* Load and first call timed: printed as the child of bench prints them. */
+static int first_call(const options *o, double *load_ms, double *call_ms, kiln_fn **keep)
+{
+    double start = core_now_ms();
+    kiln_fn *f = kiln_onnx_load(o->model, NULL);
+    *load_ms = core_now_ms() - start;
+    if (!f)
+        return fail("load");
+    kiln_tensor *in[MAX_IO] = {NULL}, *out[MAX_IO] = {NULL};
+    kiln_spec specs[MAX_IO];
+    kiln_scope_begin();
+    int status = make_inputs(o, f, in, specs);
+    start = core_now_ms();
+    if (status == 0 && kiln_call(f, in, out) < 0)
+        status = fail("first call");
+    *call_ms = core_now_ms() - start;
+    kiln_scope_end();
+    if (keep && status == 0)
+        *keep = f;
+    else
+        kiln_fn_free(f);
+    return status;
+}
+
+/* A first call in a fresh process (this program again), whose kernels come
+ * from the disk cache the calls before filled. */
+static int fresh_process_ms(const options *o, char *const *argv, double *load_ms, double *call_ms)
+{
+    int fds[2];
+    if (pipe(fds) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        char batch[32];
+        snprintf(batch, sizeof batch, "%lld", (long long)o->batch);
+        if (o->batch > 0)
+            execl("/proc/self/exe", argv[0], "bench", o->model, "--batch", batch, "--first-call", (char *)NULL);
+        else
+            execl("/proc/self/exe", argv[0], "bench", o->model, "--first-call", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[256] = "";
+    ssize_t got = pid > 0 ? read(fds[0], buf, sizeof buf - 1) : -1;
+    close(fds[0]);
+    int wstatus = 0;
+    if (pid > 0)
+        waitpid(pid, &wstatus, 0);
+    buf[got > 0 ? got : 0] = 0;
+    return pid > 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 &&
+                   sscanf(buf, "load_ms %lf first_call_ms %lf", load_ms, call_ms) == 2
+               ? 0
+               : -1;
+}
+
+static int cmd_bench(const options *o, char *const *argv)
+{
+    double load_ms, call_ms;
+    if (o->first_call_only) {
+        if (first_call(o, &load_ms, &call_ms, NULL) != 0)
+            return 1;
+        printf("load_ms %.3f first_call_ms %.3f\n", load_ms, call_ms);
+        return 0;
+    }
+    int runs = o->runs ? o->runs : 20;
+    kiln_fn *f = NULL;
+    if (first_call(o, &load_ms, &call_ms, &f) != 0)
+        return 1;
+    setenv("KILN_JIT", "0", 1);
+    kiln_fn *eager = kiln_onnx_load(o->model, NULL);
+    unsetenv("KILN_JIT");
+    kiln_tensor *in[MAX_IO] = {NULL};
+    kiln_spec specs[MAX_IO];
+    kiln_scope_begin();
+    int status = eager && make_inputs(o, f, in, specs) == 0 ? 0 : 1;
+    double eager_ms = status == 0 ? median_ms(eager, in, runs) : -1;
+    double traced_ms = status == 0 ? median_ms(f, in, runs) : -1;
+    kiln_scope_end();
+    if (eager_ms < 0 || traced_ms < 0)
+        status = fail("bench");
+    double disk_load_ms = -1, disk_call_ms = -1;
+    bool fresh = status == 0 && fresh_process_ms(o, argv, &disk_load_ms, &disk_call_ms) == 0;
+    if (status == 0) {
+        char batch[32] = "the declared sizes";
+        if (o->batch > 0)
+            snprintf(batch, sizeof batch, "batch %lld", (long long)o->batch);
+        printf("%s, %s, %d threads\n", o->model, batch, core_threads());
+        printf("  load                    %10.3f ms\n", load_ms);
+        printf("  first call (trace, compile or load kernels) %10.3f ms\n", call_ms);
+        printf("  eager call, median      %10.3f ms\n", eager_ms);
+        printf("  compiled call, median   %10.3f ms   (%.2fx eager)\n", traced_ms, eager_ms / traced_ms);
+        if (fresh)
+            printf("  fresh process: load %.3f ms + first call from the disk cache %.3f ms = %.3f ms\n",
+                   disk_load_ms, disk_call_ms, disk_load_ms + disk_call_ms);
+        else
+            printf("  fresh process: not measured (the disk cache is off, or the child failed)\n");
+    }
+    kiln_fn_free(eager);
+    kiln_fn_free(f);
+    return status;
+}
+
+/* -- precompile ------------------------------------------------------------------------- */
+
+/* Packs every entry under root's cache directory into the bundle file. */
+static int pack_bundle(const char *root, const char *bundle)
+{
+    char dir[CACHE_PATH_MAX], why[1024];
+    cache_file *files = NULL;
+    int n = 0, status = 1;
+    if (cache_dir_of_root(root, dir, sizeof dir) < 0 || cache_list(dir, &files, &n) < 0) {
+        fprintf(stderr, "kiln-onnx: cannot list the cache in %s\n", root);
+        return 1;
+    }
+    cache_key *keys = calloc((size_t)n + 1, sizeof *keys);
+    int k = 0;
+    for (int i = 0; keys && i < n; i++)
+        if (files[i].keyed && S_ISREG(files[i].mode))
+            keys[k++] = files[i].key;
+    size_t size;
+    void *bytes = keys ? cache_bundle_pack(dir, keys, k, &size, why, sizeof why) : NULL;
+    if (!bytes)
+        fprintf(stderr, "kiln-onnx: packing the bundle: %s\n", keys ? why : "out of memory");
+    else if (core_write_file(bundle, bytes, size, 0644) < 0)
+        fprintf(stderr, "kiln-onnx: cannot write %s: %s\n", bundle, strerror(errno));
+    else {
+        printf("kiln-onnx: %d kernels (%zu bytes) in %s\n", k, size, bundle);
+        status = 0;
+    }
+    free(bytes);
+    free(keys);
+    free(files);
+    return status;
+}
+
+static int cmd_precompile(const options *o)
+{
+    if (!o->bundle || !o->n_targets)
+        return usage("precompile takes --target T... and --bundle FILE");
+    /* a fresh private cache beside the bundle holds just this model's kernels */
+    char root[4096];
+    snprintf(root, sizeof root, "%s.cache-XXXXXX", o->bundle);
+    if (!mkdtemp(root))
+        return fprintf(stderr, "kiln-onnx: cannot make %s: %s\n", root, strerror(errno)), 1;
+    setenv("KILN_CACHE_DIR", root, 1);
+    setenv("KILN_CACHE", "on", 1);
+    kiln_fn *f = kiln_onnx_load(o->model, NULL);
+    int status = f ? 0 : fail("load");
+    kiln_tensor *in[MAX_IO] = {NULL};
+    kiln_spec specs[MAX_IO];
+    kiln_scope_begin();
+    if (status == 0 && make_inputs(o, f, in, specs) < 0)
+        status = 1;
+    kiln_scope_end();
+    for (int t = 0; status == 0 && t < o->n_targets; t++)
+        if (kiln_fn_precompile(f, specs, o->targets[t]) < 0)
+            status = fail(o->targets[t]);
+    kiln_fn_free(f);
+    if (status == 0)
+        status = pack_bundle(root, o->bundle);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (!strchr(root, '\'') && system(cmd) != 0)
+        fprintf(stderr, "kiln-onnx: could not remove %s\n", root);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3)
+        return usage("a command and a model, please");
+    options o = {0};
+    if (parse(argc - 2, argv + 2, &o) != 0)
+        return 2;
+    if (!strcmp(argv[1], "run"))
+        return cmd_run(&o);
+    if (!strcmp(argv[1], "bench"))
+        return cmd_bench(&o, argv);
+    if (!strcmp(argv[1], "precompile"))
+        return cmd_precompile(&o);
+    return usage("unknown command");
+}
