@@ -487,6 +487,33 @@ START_TEST(test_dropout_traced)
 }
 END_TEST
 
+/* With dynamic shapes a draw keeps the size it was traced at (the words a
+ * call takes are counted then): a new batch size specializes again, and
+ * every call still draws what eager draws from the same state. */
+START_TEST(test_dropout_dynamic)
+{
+    oc_body_ctx b = {twice_dropped, NULL};
+    kiln_fn *f = kiln_jit("dropout_dynamic", oc_body, 1, 1, &b, NULL);
+    for (int64_t rows = 2; rows <= 5; rows++) {
+        kiln_tensor *x = kiln_randn(2, (int64_t[]){rows, 7}, (uint64_t)rows);
+        if (oc_device() == KILN_CUDA)
+            x = kiln_to_device(x, KILN_CUDA);
+        kiln_set_rng_state(3, 8);
+        double *want = test_values(twice_dropped(&x, NULL));
+        kiln_set_rng_state(3, 8);
+        kiln_tensor *out;
+        ck_assert_msg(kiln_call(f, &x, &out) == 0, "%s", kiln_last_error());
+        double *got = test_values(out);
+        for (int64_t i = 0; i < rows * 7; i++)
+            ck_assert_msg(got[i] == want[i], "%lld rows, element %lld: %g, eager %g", (long long)rows, (long long)i,
+                          got[i], want[i]);
+        free(got);
+        free(want);
+    }
+    kiln_fn_free(f);
+}
+END_TEST
+
 START_TEST(test_dropout_edges)
 {
     const double v[] = {1, NAN, -INFINITY, 2};
@@ -524,6 +551,7 @@ static Suite *nn_suite(void)
     tcase_add_test(tc, test_dropout_known_answer);
     tcase_add_test(tc, test_dropout_values);
     tcase_add_test(tc, test_dropout_traced);
+    tcase_add_test(tc, test_dropout_dynamic);
     tcase_add_test(tc, test_dropout_edges);
     suite_add_tcase(s, tc);
     return s;
