@@ -848,7 +848,8 @@ static bool gen_row_norm(gen *g, instr *ins, vtype *out)
         vtype t;
         for (int v = 0; v < n_values(g); v++) {
             const vtype *u = type_of(g, v);
-            if (u->ndim <= last.ndim && broadcast(&last, u, &t) && !memcmp(t.shape, last.shape, sizeof t.shape))
+            if (u->ndim <= last.ndim && broadcast(&last, u, &t) && t.ndim == last.ndim &&
+                !memcmp(t.shape, last.shape, (size_t)last.ndim * sizeof *t.shape))
                 g->cand[n++] = v;
         }
         if (n == 0 || chance(&g->r, 1, 3))
@@ -957,6 +958,7 @@ static bool gen_conv2d(gen *g, instr *ins, vtype *out)
     if (ins->a < 0 || g->p->n_instrs + 3 > g->target)
         return false;
     vtype x = *type_of(g, ins->a);
+    *out = x;
     int64_t c = x.shape[x.ndim - 3], groups = 1;
     for (int64_t k = c; k >= 1 && groups == 1; k--)
         groups = c % k == 0 && chance(&g->r, 1, 3) ? k : 1;
