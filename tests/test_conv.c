@@ -161,7 +161,12 @@ START_TEST(test_conv2d_errors)
     ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.dilation = {3, 1}}));
     ck_assert_kiln_error("kiln_conv2d", "does not fit", "axis 2");
     ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.stride = {1, -1}}));
-    ck_assert_kiln_error("kiln_conv2d", "negative");
+    ck_assert_kiln_error("kiln_conv2d", "[0, 2^31)", "axis 3");
+    ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.dilation = {INT64_MAX, 1}}));
+    ck_assert_kiln_error("kiln_conv2d", "dilation 9223372036854775807");
+    kiln_tensor *wide = kiln_zeros(KILN_F32, 4, (int64_t[]){0, 4, INT64_C(1) << 40, 1}); /* no elements */
+    ck_assert_ptr_null(kiln_conv2d(x, wide, NULL, &(kiln_conv2d_params){.dilation = {1 << 30, 1}}));
+    ck_assert_kiln_error("kiln_conv2d", "does not fit");
     ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.groups = -2}));
     ck_assert_kiln_error("kiln_conv2d", "groups -2");
 }
@@ -339,6 +344,8 @@ START_TEST(test_pool_errors)
     ck_assert_kiln_error("kiln_avg_pool2d", "padding 2", "kernel / 2");
     ck_assert_ptr_null(kiln_max_pool2d(x, &(kiln_pool2d_params){.kernel = {0, 2}}));
     ck_assert_kiln_error("kiln_max_pool2d", "kernel 0");
+    ck_assert_ptr_null(kiln_max_pool2d(x, &(kiln_pool2d_params){.kernel = {2, 2}, .stride = {INT64_MAX, 1}}));
+    ck_assert_kiln_error("kiln_max_pool2d", "stride 9223372036854775807");
     ck_assert_ptr_null(kiln_max_pool2d(x, &(kiln_pool2d_params){.kernel = {6, 2}}));
     ck_assert_kiln_error("kiln_max_pool2d", "does not fit", "axis 2");
     ck_assert_ptr_null(kiln_max_pool2d(kiln_ones(KILN_BOOL, 4, (int64_t[]){1, 1, 2, 2}),
