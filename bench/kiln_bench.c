@@ -722,10 +722,8 @@ int main(int argc, char **argv)
         run.probes.copy_gbps = probe_copy_gbps(opt.quick, opt.threads, opt.reps);
         run.probes.sgemm_gflops = probe_sgemm_gflops(opt.quick, opt.reps);
     }
-    for (int i = 0; i <= workload_count + workload_model_count; i++) {
-        const workload *w = i < workload_count                          ? &workloads[i]
-                            : i < workload_count + workload_model_count ? &workload_models[i - workload_count]
-                                                                        : &workload_matmul;
+    for (int i = 0; i <= workload_count; i++) {
+        const workload *w = i < workload_count ? &workloads[i] : &workload_matmul;
         bool wanted = opt.workload ? !strcmp(opt.workload, w->name) : w != &workload_matmul || device == KILN_CUDA;
         if (wanted)
             measure(w, &opt, &run.probes, &run.results[run.count++]);

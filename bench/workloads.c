@@ -290,14 +290,11 @@ const workload workloads[] = {
     {"mlp", "x@W1+b1 -> gelu -> @W2+b2", 1, mlp_body, mlp_setup},
     {"attention", "softmax(q@k^T/sqrt(d))@v", 3, attention_body, attention_setup},
     {"tiny", "ten x*1.0001+0.5 steps (dispatch overhead)", 1, tiny_body, tiny_setup},
-};
-const int workload_count = (int)(sizeof workloads / sizeof *workloads);
-const workload workload_models[] = {
     {"resnet50", "torchvision's ResNet-50, inference, batch 1", 1, resnet_body, resnet_setup},
     {"resnet50_b16", "torchvision's ResNet-50, inference, batch 16", 1, resnet_body, resnet16_setup},
     {"gpt", "GPT-2 small's 12 blocks, inference, batch 1", 1, gpt_body, gpt_setup},
 };
-const int workload_model_count = (int)(sizeof workload_models / sizeof *workload_models);
+const int workload_count = (int)(sizeof workloads / sizeof *workloads);
 const workload workload_matmul = {"matmul", "f32 [n,n] @ [n,n]", 2, matmul_body, matmul_setup};
 
 const workload *workload_find(const char *name)
@@ -305,9 +302,6 @@ const workload *workload_find(const char *name)
     for (int i = 0; i < workload_count; i++)
         if (!strcmp(workloads[i].name, name))
             return &workloads[i];
-    for (int i = 0; i < workload_model_count; i++)
-        if (!strcmp(workload_models[i].name, name))
-            return &workload_models[i];
     return strcmp(workload_matmul.name, name) ? NULL : &workload_matmul;
 }
 

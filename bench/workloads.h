@@ -45,17 +45,11 @@ typedef struct {
  * run every one of these. */
 extern const workload workloads[];
 extern const int workload_count;
-/* The models (resnet50, resnet50_b16, gpt), workload_models[0..
- * workload_model_count): kiln-bench runs them after the standard ones;
- * tests/test_models.c checks them (at a reduced size) instead of the suites
- * that run every standard workload. */
-extern const workload workload_models[];
-extern const int workload_model_count;
 /* One f32 matrix product, [n,n] @ [n,n] (8192 at GPU size): not a standard
  * workload; kiln-bench times it on CUDA, and on a CPU when named. */
 extern const workload workload_matmul;
 
-/* The workload called name, models and matmul included, or NULL. */
+/* The workload called name, matmul included, or NULL. */
 const workload *workload_find(const char *name);
 /* Moves the inputs and the state's weights to device d, releasing the copies
  * they leave; 0, or -1 with kiln's error set (some may have moved). */
