@@ -295,6 +295,7 @@ const workload workloads[] = {
     {"gpt", "GPT-2 small's 12 blocks, inference, batch 1", 1, gpt_body, gpt_setup},
 };
 const int workload_count = (int)(sizeof workloads / sizeof *workloads);
+const int workload_kernels_count = 6;
 const workload workload_matmul = {"matmul", "f32 [n,n] @ [n,n]", 2, matmul_body, matmul_setup};
 
 const workload *workload_find(const char *name)

@@ -45,6 +45,10 @@ typedef struct {
  * run every one of these. */
 extern const workload workloads[];
 extern const int workload_count;
+/* The first workload_kernels_count of them (gelu to tiny) are single
+ * kernels' worth of work; the models after them compile dozens, which the
+ * cache suite's processes need not. */
+extern const int workload_kernels_count;
 /* One f32 matrix product, [n,n] @ [n,n] (8192 at GPU size): not a standard
  * workload; kiln-bench times it on CUDA, and on a CPU when named. */
 extern const workload workload_matmul;

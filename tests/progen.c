@@ -1348,11 +1348,29 @@ static bool matmul_result(const gen *g, const vtype *a, const vtype *b, vtype *o
     return fits(g, out);
 }
 
+/* a * 0.5 as a new value, now and then when the program has room and a is
+ * floating: a left operand that a product's plan scales while packing it
+ * (a prologue), which chance alone rarely makes. */
+static int scaled_operand(gen *g, int a)
+{
+    const vtype *t = type_of(g, a);
+    bool floating = t->dtype == KILN_F32 || t->dtype == KILN_F64;
+    if (!floating || !(g->o.ops & PROGEN_OP_BIT(PROGEN_MUL_SCALAR)) || g->p->n_instrs + 2 > g->target ||
+        below(&g->r, 3) != 0)
+        return a;
+    instr s = blank(PROGEN_MUL_SCALAR);
+    s.a = a;
+    s.x = 0.5;
+    append(g, &s, t);
+    return n_values(g) - 1;
+}
+
 static bool gen_matmul(gen *g, instr *ins, vtype *out)
 {
     int a = pick(g, 0, 1), n = 0;
     if (a < 0)
         return false;
+    a = scaled_operand(g, a);
     const vtype *ta = type_of(g, a);
     for (int v = 0; v < n_values(g); v++)
         if (matmul_result(g, ta, type_of(g, v), out))
@@ -1599,19 +1617,23 @@ static bool generate(gen *g, instr *ins, vtype *out)
     }
 }
 
+static unsigned weight_of(const gen *g, int op)
+{
+    if (!(g->o.ops & PROGEN_OP_BIT(op)))
+        return 0;
+    return op == PROGEN_MATMUL ? g->o.matmul_weight : weights[op];
+}
+
 static progen_op random_op(gen *g)
 {
     unsigned total = 0;
     for (int op = 0; op < PROGEN_OP_COUNT; op++)
-        if (g->o.ops & PROGEN_OP_BIT(op))
-            total += weights[op];
+        total += weight_of(g, op);
     int64_t x = below(&g->r, total);
     for (int op = 0; op < PROGEN_OP_COUNT; op++) {
-        if (!(g->o.ops & PROGEN_OP_BIT(op)))
-            continue;
-        if (x < weights[op])
+        if (x < weight_of(g, op))
             return (progen_op)op;
-        x -= weights[op];
+        x -= weight_of(g, op);
     }
     return PROGEN_ADD; /* not reached */
 }
@@ -1675,6 +1697,7 @@ static progen_options with_defaults(const progen_options *opt)
     o.max_dim = o.max_dim ? o.max_dim : 7;
     o.max_numel = o.max_numel ? o.max_numel : 4096;
     o.ops = o.ops ? o.ops : ~(progen_mask)0;
+    o.matmul_weight = o.matmul_weight ? o.matmul_weight : weights[PROGEN_MATMUL];
     return o;
 }
 

@@ -110,6 +110,8 @@ typedef struct {
     int64_t max_dim;       /* inputs' sizes are 1..max_dim [7] */
     int64_t max_numel;     /* elements in any one value [4096] */
     progen_mask ops;       /* PROGEN_OP_BIT()s of the ops to use [all] */
+    unsigned matmul_weight; /* how often a matmul is tried, against 1 to 3 for each other op [4]: products
+                               with elementwise ops before and after them */
 } progen_options;
 
 typedef struct progen_program progen_program;

@@ -475,8 +475,19 @@ KILN_API kiln_tensor *kiln_masked_fill(kiln_tensor *a, kiln_tensor *mask, double
 /* -- Linear algebra -------------------------------------------------------- */
 
 /* numpy.matmul: 1-d operands are promoted and the added axis removed after;
- * batch axes broadcast. OpenBLAS for floats, exact loops for integers. */
+ * batch axes broadcast. Floats on the CPU run on kiln_matmul_engine()'s
+ * GEMM, integers in exact loops (wrapping), CUDA tensors on kiln's kernels. */
 KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
+/* The engine of f32 and f64 CPU products: "kiln" (kiln's own GEMM, compiled
+ * by the LLVM backend for this CPU, any strides, whole batches at once) or
+ * "openblas". Decided once per process: KILN_MATMUL=kiln or =openblas says;
+ * otherwise "kiln" where this build has the LLVM backend and OpenBLAS's
+ * kernels for the core it picked (openblas_get_corename) use narrower
+ * vectors than this CPU has (AVX-512 CPUs it runs with its Prescott or
+ * Haswell kernels), else "openblas". A product whose GEMM kiln cannot make
+ * (KILN_CACHE=require without it) runs on OpenBLAS. Traced products fused
+ * with their epilogue always run on kiln's GEMM. */
+KILN_API const char *kiln_matmul_engine(void);
 
 /* -- Composites, built from the ops above ---------------------------------- */
 /* Integer and bool operands are converted to f32 first (PyTorch's x.float()),

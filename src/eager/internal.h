@@ -101,6 +101,19 @@ int fill_value(kiln_tensor *dst, double value);
 /* Copies src row-major and contiguous into plain memory of its dtype. */
 void copy_to_memory(void *dst, const kiln_tensor *src);
 
+/* -- gemm.c: kiln's own GEMM for CPU floats ----------------------------------- */
+
+/* Whether eager's f32/f64 CPU products run on kiln's GEMM (the rule is in
+ * gemm.c and kiln.h). */
+bool eager_gemm_is_kiln(void);
+/* Whether they do and its kernel for dt (f32, f64) is loaded (made now if
+ * not yet). */
+bool eager_gemm_ready(kiln_dtype dt);
+/* out (contiguous) = a @ b as args lays them out, on kiln's GEMM: 1; 0 when
+ * it is not there (run OpenBLAS); or fn's error (out of memory). */
+int eager_gemm_run(const char *fn, kiln_dtype dt, const kg_matmul_args *args, void *out, const void *a,
+                   const void *b);
+
 /* A new tensor: binary op of a and the scalar value (the *_scalar forms'
  * operand, promoting as a Python number), the scalar first when
  * scalar_first. Owned as any op's result. */

@@ -57,6 +57,7 @@ void kx_kernel_free(kx_kernel *k)
     free(k->reductions);
     free(k->stores);
     free(k->row_stores);
+    kx_kernel_free(k->prologue);
     free(k);
 }
 
@@ -124,6 +125,48 @@ bool kx_writes(const kx_kernel *k, int b)
         if (k->row_stores[s].buffer == b)
             return true;
     return false;
+}
+
+int kx_product_view(const kx_kernel *k)
+{
+    int found = -1, n = 0;
+    for (int v = 0; v < k->n_views; v++)
+        if (k->views[v].buffer == k->product)
+            found = v, n++;
+    return n == 1 ? found : -1;
+}
+
+/* Whether view v reads a contiguous row-major [rows, cols] from its start. */
+static bool row_major(const kx_kernel *k, const kx_view *v)
+{
+    if (v->offset != 0 || v->inner_stride != 1)
+        return false;
+    int64_t stride = k->cols;
+    for (int d = k->n_outer - 1; d >= 0; d--) {
+        if (k->outer[d] != 1 && v->outer_strides[d] != stride)
+            return false;
+        stride *= k->outer[d];
+    }
+    return true;
+}
+
+const char *kx_product_misfit(const kx_kernel *k)
+{
+    if (k->product < 0 || k->product >= k->n_buffers)
+        return "the product is not one of the epilogue's buffers";
+    if (k->n_reductions > 0 || k->n_row_stores > 0)
+        return "the epilogue reduces rows: only an elementwise epilogue is fused";
+    if (k->n_stores == 0)
+        return "the epilogue stores nothing";
+    if (kx_writes(k, k->product))
+        return "the epilogue writes the product's buffer";
+    int v = kx_product_view(k);
+    if (v < 0)
+        return "the epilogue reads the product through more than one view";
+    if (!row_major(k, &k->views[v]))
+        return "the epilogue reads the product other than as contiguous row-major [rows, cols] (transposed, "
+               "strided or offset)";
+    return NULL;
 }
 
 /* -- Text -------------------------------------------------------------------- */
@@ -215,6 +258,11 @@ char *kx_to_text(const kx_kernel *k)
             strbuf_put(&t, "store_row b%d r%d : %s -> %s\n", rs->buffer, rs->row, ir_dtype_names[rs->from],
                        ir_dtype_names[rs->dtype]);
     }
+    char *prologue = k->prologue ? kx_to_text(k->prologue) : NULL;
+    if (prologue)
+        strbuf_put(&t, "prologue of the product's left operand:\n%s", prologue);
+    t.failed |= k->prologue && !prologue; /* a text without it would be another kernel's key */
+    free(prologue);
     return strbuf_finish(&t);
 }
 

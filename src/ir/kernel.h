@@ -115,11 +115,18 @@ typedef struct kx_kernel {
     kx_row_store *row_stores;
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
-    /* A buffer that is the f32 matrix product [rows, cols] of two operands
-     * passed at launch (kg_matmul_args lays them out), computed inside the
-     * kernel and never read from memory; -1 when none. Its one view reads it
-     * row-major. */
+    /* A buffer that is the matrix product [rows, cols] of two operands of
+     * its dtype (f32, f64) passed at launch (kg_matmul_args lays them out),
+     * computed inside the kernel and never read from memory; -1 when none.
+     * Its one view reads it row-major. */
     int product;
+    /* With a product: NULL, or the elementwise kernel over the product's
+     * left operand A ([rows of the product, k]) that computes A while it is
+     * packed, so A is never stored: it has one store (A's, its view's
+     * buffer the product's slot), and its loads read buffers of this
+     * kernel (the indices are this kernel's). The launch's layout of A is
+     * row-major. Owned by this kernel. */
+    struct kx_kernel *prologue;
 } kx_kernel;
 
 /* How a kernel is compiled, beyond what it computes (a cache key component). */
@@ -150,6 +157,15 @@ char *kx_to_text(const kx_kernel *k);
 const char *kx_options_text(const kx_kernel_options *o);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
+/* The view through which k reads its product buffer, or -1 when there is
+ * not exactly one. */
+int kx_product_view(const kx_kernel *k);
+/* Why k cannot compute its product (k->product) itself, its stores an
+ * elementwise epilogue on tiles of it, or NULL: it reduces rows, writes the
+ * product's buffer, or reads the product other than through one view, as a
+ * row-major [rows, cols]. Backends add what they compute (the dtypes of
+ * that view). */
+const char *kx_product_misfit(const kx_kernel *k);
 
 /* -- Shape-generic kernels of eager ops ------------------------------------ *
  * One per op and dtypes, with sizes and strides as arguments, so one
