@@ -209,6 +209,13 @@ typedef struct {
     bool zero_sign;
 } oc_tol;
 
+/* Whether case i of a loop runs: every one, or every eighth under valgrind,
+ * where each compile takes seconds. */
+static inline bool oc_sampled(int i)
+{
+    return !UNDER_VALGRIND() || i % 8 == 0;
+}
+
 /* Where inputs go: KILN_TEST_DEVICE=cuda runs every check on CUDA. */
 static inline kiln_device oc_device(void)
 {

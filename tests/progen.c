@@ -275,7 +275,8 @@ static const unsigned char weights[PROGEN_OP_COUNT] = {
     [PROGEN_EYE] = 1, [PROGEN_LINSPACE] = 1, [PROGEN_ZEROS_LIKE] = 1, [PROGEN_ONES_LIKE] = 1,
     [PROGEN_FULL_LIKE] = 1, [PROGEN_BATCH_NORM] = 1, [PROGEN_GROUP_NORM] = 1, [PROGEN_RMS_NORM] = 1,
     [PROGEN_LAYER_NORM_AXES] = 1, [PROGEN_CROSS_ENTROPY] = 1, [PROGEN_NLL_LOSS] = 1, [PROGEN_MSE_LOSS] = 1,
-    [PROGEN_DROPOUT] = 1,
+    [PROGEN_DROPOUT] = 1, [PROGEN_CONV2D] = 1, [PROGEN_MAX_POOL2D] = 1, [PROGEN_AVG_POOL2D] = 1,
+    [PROGEN_ADAPTIVE_AVG_POOL2D] = 1,
 };
 
 static const double scalars[] = {0, 1, -1, 2, -2, 3, 0.5, -0.5, 1.5, 0.1, -0.0, 1e-3, 100, 7, -2.25};
@@ -847,7 +848,8 @@ static bool gen_row_norm(gen *g, instr *ins, vtype *out)
         vtype t;
         for (int v = 0; v < n_values(g); v++) {
             const vtype *u = type_of(g, v);
-            if (u->ndim <= last.ndim && broadcast(&last, u, &t) && !memcmp(t.shape, last.shape, sizeof t.shape))
+            if (u->ndim <= last.ndim && broadcast(&last, u, &t) && t.ndim == last.ndim &&
+                !memcmp(t.shape, last.shape, (size_t)last.ndim * sizeof *t.shape))
                 g->cand[n++] = v;
         }
         if (n == 0 || chance(&g->r, 1, 3))
@@ -903,6 +905,118 @@ static bool gen_mse(gen *g, instr *ins, vtype *out)
     const vtype *a = type_of(g, ins->a), *b = type_of(g, ins->b);
     out->dtype = float_of(promote(float_of(a->dtype), a->ndim == 0, b->dtype, b->ndim == 0));
     out->ndim = 0;
+    out->nonneg = false;
+    return true;
+}
+
+/* -- Convolution and pooling ------------------------------------------------------ */
+
+/* An image value: [N, C, H, W] or [C, H, W] of a dtype in mask, H and W at
+ * least 1 (and C, when channels). */
+static int pick_image(gen *g, unsigned mask, bool channels)
+{
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++) {
+        const vtype *t = type_of(g, v);
+        bool image = (t->ndim == 3 || t->ndim == 4) && t->shape[t->ndim - 1] > 0 && t->shape[t->ndim - 2] > 0;
+        if (image && (mask & PROGEN_DTYPE_BIT(t->dtype)) && (!channels || t->shape[t->ndim - 3] > 0))
+            g->cand[n++] = v;
+    }
+    return n ? choose(g, n) : -1;
+}
+
+/* A from_data helper of dt and shape; its value. */
+static int data_helper(gen *g, kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    instr h = blank(PROGEN_FROM_DATA);
+    h.dtype = dt;
+    h.ndim = ndim;
+    memcpy(h.shape, shape, (size_t)ndim * sizeof *shape);
+    h.seed = next_u64(&g->r);
+    vtype t = {.dtype = dt, .ndim = ndim, .base = -1};
+    memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
+    append(g, &h, &t);
+    return n_values(g) - 1;
+}
+
+/* The output extent of k taps dilated by d, stepping s over n padded by p
+ * (PyTorch's rounding with ceil_mode), or 0 when none fits. */
+static int64_t window_count(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode)
+{
+    int64_t room = n + 2 * p - d * (k - 1) - 1;
+    if (room < 0)
+        return 0;
+    int64_t out = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+    return ceil_mode && (out - 1) * s >= n + p ? out - 1 : out;
+}
+
+/* x and a made weight [O, C / groups, KH, KW] (and bias [O], or none);
+ * perm holds stride, padding, dilation (two each) and groups. */
+static bool gen_conv2d(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick_image(g, PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64), true);
+    if (ins->a < 0 || g->p->n_instrs + 3 > g->target)
+        return false;
+    vtype x = *type_of(g, ins->a);
+    *out = x;
+    int64_t c = x.shape[x.ndim - 3], groups = 1;
+    for (int64_t k = c; k >= 1 && groups == 1; k--)
+        groups = c % k == 0 && chance(&g->r, 1, 3) ? k : 1;
+    int64_t w[4] = {groups * between(&g->r, 1, 3), c / groups, between(&g->r, 1, 3), between(&g->r, 1, 3)};
+    for (int a = 0; a < 2; a++) {
+        ins->perm[a] = (int)between(&g->r, 1, 2);
+        ins->perm[2 + a] = (int)between(&g->r, 0, 1);
+        ins->perm[4 + a] = (int)between(&g->r, 1, 2);
+        out->shape[x.ndim - 2 + a] = window_count(x.shape[x.ndim - 2 + a], w[2 + a], ins->perm[a], ins->perm[2 + a],
+                                                  ins->perm[4 + a], false);
+        if (out->shape[x.ndim - 2 + a] == 0)
+            return false;
+    }
+    ins->perm[6] = (int)groups;
+    kiln_dtype wdt = chance(&g->r, 3, 4) ? x.dtype : KILN_F64;
+    ins->b = data_helper(g, wdt, 4, w);
+    ins->c = chance(&g->r, 1, 2) ? data_helper(g, x.dtype, 1, w) : -1;
+    out->ndim = x.ndim;
+    out->dtype = higher(x.dtype, wdt);
+    out->nonneg = false;
+    if (x.ndim == 4)
+        out->shape[0] = x.shape[0];
+    out->shape[x.ndim - 3] = w[0];
+    return true;
+}
+
+/* perm: kernel, stride, padding (two each), ceil_mode, count_include_pad. */
+static bool gen_pool2d(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick_image(g, NUMBERS, false);
+    if (ins->a < 0)
+        return false;
+    const vtype *x = type_of(g, ins->a);
+    *out = *x;
+    ins->perm[6] = chance(&g->r, 1, 2);
+    ins->perm[7] = chance(&g->r, 1, 2);
+    for (int a = 0; a < 2; a++) {
+        int k = (int)between(&g->r, 1, 3), s = (int)between(&g->r, 0, 2);
+        ins->perm[a] = k, ins->perm[2 + a] = s, ins->perm[4 + a] = (int)between(&g->r, 0, k / 2);
+        out->shape[x->ndim - 2 + a] = window_count(x->shape[x->ndim - 2 + a], k, s ? s : k, ins->perm[4 + a], 1,
+                                                   ins->perm[6]);
+        if (out->shape[x->ndim - 2 + a] == 0)
+            return false;
+    }
+    if (ins->op == PROGEN_AVG_POOL2D)
+        out->dtype = float_of(x->dtype), out->nonneg = false;
+    return true;
+}
+
+static bool gen_adaptive_pool(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick_image(g, NUMBERS, false);
+    if (ins->a < 0)
+        return false;
+    *out = *type_of(g, ins->a);
+    ins->shape[0] = out->shape[out->ndim - 2] = between(&g->r, 1, 4);
+    ins->shape[1] = out->shape[out->ndim - 1] = between(&g->r, 1, 4);
+    out->dtype = float_of(out->dtype);
     out->nonneg = false;
     return true;
 }
@@ -1471,6 +1585,9 @@ static bool generate(gen *g, instr *ins, vtype *out)
     case PROGEN_CROSS_ENTROPY: case PROGEN_NLL_LOSS: return gen_class_loss(g, ins, out);
     case PROGEN_MSE_LOSS: return gen_mse(g, ins, out);
     case PROGEN_DROPOUT: return gen_dropout(g, ins, out);
+    case PROGEN_CONV2D: return gen_conv2d(g, ins, out);
+    case PROGEN_MAX_POOL2D: case PROGEN_AVG_POOL2D: return gen_pool2d(g, ins, out);
+    case PROGEN_ADAPTIVE_AVG_POOL2D: return gen_adaptive_pool(g, ins, out);
     case PROGEN_ADD_SCALAR: case PROGEN_SUB_SCALAR: case PROGEN_MUL_SCALAR: case PROGEN_DIV_SCALAR:
     case PROGEN_POW_SCALAR: case PROGEN_MAXIMUM_SCALAR: case PROGEN_MINIMUM_SCALAR:
         return gen_scalar(g, ins, out);
@@ -2133,6 +2250,20 @@ static void sb_call(strbuf *sb, const progen_program *p, const instr *ins)
         sb_double(sb, ins->x);
         sb_printf(sb, ", %s)", ins->keepdim ? "true" : "false");
         break;
+    case PROGEN_CONV2D:
+        sb_printf(sb, "%s(v%d, v%d, ", name, ins->a, ins->b);
+        sb_printf(sb, ins->c >= 0 ? "v%d" : "NULL", ins->c);
+        sb_printf(sb, ", &(kiln_conv2d_params){{%d, %d}, {%d, %d}, {%d, %d}, %d})", ins->perm[0], ins->perm[1],
+                  ins->perm[2], ins->perm[3], ins->perm[4], ins->perm[5], ins->perm[6]);
+        break;
+    case PROGEN_MAX_POOL2D: case PROGEN_AVG_POOL2D:
+        sb_printf(sb, "%s(v%d, &(kiln_pool2d_params){{%d, %d}, {%d, %d}, {%d, %d}, %s, %s})", name, ins->a,
+                  ins->perm[0], ins->perm[1], ins->perm[2], ins->perm[3], ins->perm[4], ins->perm[5],
+                  ins->perm[6] ? "true" : "false", ins->perm[7] ? "true" : "false");
+        break;
+    case PROGEN_ADAPTIVE_AVG_POOL2D:
+        sb_printf(sb, "%s(v%d, %lld, %lld)", name, ins->a, (long long)ins->shape[0], (long long)ins->shape[1]);
+        break;
     case PROGEN_RESHAPE: case PROGEN_EXPAND:
         sb_printf(sb, "%s(v%d, ", name, ins->a);
         sb_shape(sb, ins->ndim, ins->shape);
@@ -2386,6 +2517,16 @@ static kiln_tensor *call_more(const instr *ins, kiln_tensor *const *v, kiln_tens
     }
     case PROGEN_MSE_LOSS: return kiln_mse_loss(a, b);
     case PROGEN_DROPOUT: return kiln_dropout(a, ins->x, ins->keepdim);
+    case PROGEN_CONV2D: {
+        const int *q = ins->perm;
+        return kiln_conv2d(a, b, c, &(kiln_conv2d_params){{q[0], q[1]}, {q[2], q[3]}, {q[4], q[5]}, q[6]});
+    }
+    case PROGEN_MAX_POOL2D: case PROGEN_AVG_POOL2D: {
+        const int *q = ins->perm;
+        kiln_pool2d_params pp = {{q[0], q[1]}, {q[2], q[3]}, {q[4], q[5]}, q[6], q[7]};
+        return ins->op == PROGEN_MAX_POOL2D ? kiln_max_pool2d(a, &pp) : kiln_avg_pool2d(a, &pp);
+    }
+    case PROGEN_ADAPTIVE_AVG_POOL2D: return kiln_adaptive_avg_pool2d(a, ins->shape[0], ins->shape[1]);
     default: return NULL;
     }
 }

@@ -72,7 +72,9 @@
     _(ZEROS_LIKE, zeros_like) _(ONES_LIKE, ones_like) _(FULL_LIKE, full_like)          \
     _(BATCH_NORM, batch_norm) _(GROUP_NORM, group_norm) _(RMS_NORM, rms_norm)          \
     _(LAYER_NORM_AXES, layer_norm_axes) _(CROSS_ENTROPY, cross_entropy)                \
-    _(NLL_LOSS, nll_loss) _(MSE_LOSS, mse_loss) _(DROPOUT, dropout)
+    _(NLL_LOSS, nll_loss) _(MSE_LOSS, mse_loss) _(DROPOUT, dropout)                    \
+    _(CONV2D, conv2d) _(MAX_POOL2D, max_pool2d) _(AVG_POOL2D, avg_pool2d)              \
+    _(ADAPTIVE_AVG_POOL2D, adaptive_avg_pool2d)
 
 typedef enum {
 #define PROGEN_ENUM(N, n) PROGEN_##N,

@@ -18,6 +18,8 @@
  * no window fits. */
 static int64_t windows(int64_t extent, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode)
 {
+    if (k > INT32_MAX) /* (an empty weight may be that wide) */
+        return -1;
     int64_t span = d * (k - 1) + 1, room = extent + 2 * p - span;
     if (room < 0)
         return -1;
@@ -81,15 +83,22 @@ typedef struct {
     int64_t stride[2], padding[2], dilation[2], groups;
 } conv_params;
 
-/* p with its zeros made defaults; fn's error when a value is negative. */
+/* Whether a window parameter is one kiln's size arithmetic takes without
+ * overflow. */
+static bool in_range(int64_t v)
+{
+    return v >= 0 && v <= INT32_MAX;
+}
+
+/* p with its zeros made defaults; fn's error when a value is out of range. */
 static int resolve_conv(const char *fn, const kiln_conv2d_params *p, conv_params *c)
 {
     kiln_conv2d_params zero = {{0, 0}, {0, 0}, {0, 0}, 0};
     p = p ? p : &zero;
     for (int a = 0; a < 2; a++) {
-        if (p->stride[a] < 0 || p->padding[a] < 0 || p->dilation[a] < 0)
-            return core_fail(CORE_VALUE, fn, "stride %lld, padding %lld and dilation %lld of axis %d cannot be negative",
-                             (long long)p->stride[a], (long long)p->padding[a], (long long)p->dilation[a], a);
+        if (!in_range(p->stride[a]) || !in_range(p->padding[a]) || !in_range(p->dilation[a]))
+            return core_fail(CORE_VALUE, fn, "stride %lld, padding %lld and dilation %lld of axis %d must be in [0, 2^31)",
+                             (long long)p->stride[a], (long long)p->padding[a], (long long)p->dilation[a], a + 2);
         c->stride[a] = p->stride[a] ? p->stride[a] : 1;
         c->padding[a] = p->padding[a];
         c->dilation[a] = p->dilation[a] ? p->dilation[a] : 1;
@@ -207,9 +216,9 @@ static int check_pool(const char *fn, const kiln_tensor *x, const int64_t xs[4],
     s->out[0] = xs[0], s->out[1] = xs[1];
     for (int a = 0; a < 2; a++) {
         int64_t k = p->kernel[a], st = p->stride[a] ? p->stride[a] : k, pad = p->padding[a];
-        if (k < 1 || st < 1 || pad < 0 || pad > k / 2)
+        if (k < 1 || !in_range(k) || st < 1 || !in_range(st) || pad < 0 || pad > k / 2)
             return core_fail(CORE_VALUE, fn,
-                             "axis %d: kernel %lld, stride %lld, padding %lld (need kernel >= 1, stride >= 0, 0 <= padding <= kernel / 2)",
+                             "axis %d: kernel %lld, stride %lld, padding %lld (need kernel and stride below 2^31, kernel >= 1, stride >= 0, 0 <= padding <= kernel / 2)",
                              a + 2, (long long)k, (long long)p->stride[a], (long long)pad);
         int64_t o = windows(xs[2 + a], k, st, pad, 1, p->ceil_mode);
         if (o < 1)
