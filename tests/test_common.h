@@ -21,6 +21,20 @@
 #define UNDER_VALGRIND() 0
 #endif
 
+/* Whether this is an AddressSanitizer build (GCC says __SANITIZE_ADDRESS__,
+ * clang __has_feature): there, dense numeric sweeps check memory, not
+ * accuracy, and may thin out. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 /* Runs suite s; the number of its tests that failed. */
 static inline int test_run_suite(Suite *s)
 {

@@ -23,7 +23,8 @@
 
 /* The sweep takes every SWEEP_STRIDE-th float bit pattern (an odd stride, so
  * every low mantissa bit varies): 2^32 / 251, about 17 million inputs, or
- * 65 thousand under valgrind. -DSWEEP_STRIDE=1u makes it exhaustive (about
+ * 65 thousand under valgrind (and a quarter of the 17 million under
+ * AddressSanitizer). -DSWEEP_STRIDE=1u makes it exhaustive (about
  * 80 s a function: run with CK_TIMEOUT_MULTIPLIER=10). Around each
  * threshold it also takes the WINDOW patterns either side. */
 #ifndef SWEEP_STRIDE
@@ -279,7 +280,7 @@ static void sweep(ir_op op, double (*ref)(double), const char *name, double max_
                   const float *centres, int ncentres)
 {
     bool valgrind = UNDER_VALGRIND();
-    uint32_t stride = valgrind ? SWEEP_STRIDE_VALGRIND : SWEEP_STRIDE;
+    uint32_t stride = valgrind ? SWEEP_STRIDE_VALGRIND : SANITIZED ? 4 * SWEEP_STRIDE + 1 : SWEEP_STRIDE;
     int window = valgrind ? WINDOW_VALGRIND : WINDOW;
     kernel k = kernel_new(op, false);
     tally t = {.ref = ref};
@@ -358,13 +359,13 @@ END_TEST
 
 /* The quotient may pass 1 by an ulp or two before its clamp: every float
  * from 4 to 16 (where tanh is within 2^-11 of 1; every 1023rd under
- * valgrind), either sign, gives a value in [-1, 1], and the two signs agree. */
+ * valgrind, every 7th under AddressSanitizer), either sign, gives a value in [-1, 1], and the two signs agree. */
 START_TEST(f32_tanh_bounded_and_odd)
 {
     kernel k = kernel_new(OP_TANH, false);
     float *in = malloc(BLOCK * sizeof *in), *out = malloc(BLOCK * sizeof *out);
     ck_assert(in && out);
-    uint32_t step = UNDER_VALGRIND() ? SWEEP_STRIDE_VALGRIND / 64 : 1;
+    uint32_t step = UNDER_VALGRIND() ? SWEEP_STRIDE_VALGRIND / 64 : SANITIZED ? 7 : 1;
     for (uint32_t u = to_bits(4.0f); u < to_bits(16.0f); u += BLOCK / 2 * step) {
         int n = 0;
         for (uint32_t v = u; v < u + BLOCK / 2 * step && v < to_bits(16.0f); v += step) {
