@@ -269,7 +269,7 @@ static kiln_tensor *reduce_cuda(ir_op op, const char *fn, kiln_tensor *a, int ax
     return tensor_own(out);
 }
 
-static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
+static kiln_tensor *reduce_value(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
 {
     if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0)
         return NULL;
@@ -325,6 +325,19 @@ static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, b
     kiln_release(acc);
     kiln_release(in);
     return tensor_own(out);
+}
+
+/* The reduction, with its gradient record where it needs one (a 0-d
+ * operand's axis 0 or -1 is every axis, as reduce_value takes it). */
+static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
+{
+    kiln_tensor *out = reduce_value(op, fn, a, axis, keepdim);
+    if (out && a->ndim == 0)
+        axis = KILN_ALL;
+    else if (out && axis < 0 && axis != KILN_ALL)
+        axis += a->ndim;
+    ir_params params = {.axis = axis, .keepdim = keepdim};
+    return grad_track(op, 1, &a, &params, out);
 }
 
 #define OP_REDUCE(N, n, rule)                                         \

@@ -1,0 +1,601 @@
+/* Gradients: every differentiable op against central finite differences in
+ * f64, traced gradients against eager ones, accumulation, no_grad, detach,
+ * in-place refusals, and optimizers' traced steps against eager ones. */
+#include <stdint.h>
+
+#include "test_common.h"
+
+/* -- Inputs ------------------------------------------------------------------ */
+
+enum { ANY, POSITIVE, AWAY }; /* values in [-2, 2], [0.5, 2], +-[0.3, 2] */
+
+static double draw(uint64_t *state, int kind)
+{
+    *state = *state * 6364136223846793005u + 1442695040888963407u;
+    double u = (double)(*state >> 11) / 9007199254740992.0;
+    if (kind == POSITIVE)
+        return 0.5 + 1.5 * u;
+    if (kind == AWAY)
+        return (u < 0.5 ? -1 : 1) * (0.3 + 1.7 * fabs(2 * u - 1));
+    return 4 * u - 2;
+}
+
+typedef kiln_tensor *(*grad_expr)(kiln_tensor *const *x);
+
+typedef struct {
+    const char *name;
+    grad_expr fn;
+    int n_in;
+    int ndim[3];
+    int64_t shape[3][4];
+    int kind;
+} grad_case;
+
+static int64_t numel_of(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+/* -- The cases ------------------------------------------------------------------ */
+
+#define G(name, expr) \
+    static kiln_tensor *name(kiln_tensor *const *x) { return expr; }
+G(g_add, kiln_add(x[0], x[1]))
+G(g_sub, kiln_sub(x[0], x[1]))
+G(g_mul, kiln_mul(x[0], x[1]))
+G(g_div, kiln_div(x[0], x[1]))
+G(g_pow, kiln_pow(x[0], x[1]))
+G(g_maximum, kiln_maximum(x[0], x[1]))
+G(g_minimum, kiln_minimum(x[0], x[1]))
+G(g_where, kiln_where(kiln_gt(x[0], x[1]), kiln_mul(x[0], x[1]), x[1]))
+G(g_neg, kiln_neg(x[0]))
+G(g_abs, kiln_abs(x[0]))
+G(g_exp, kiln_exp(x[0]))
+G(g_log, kiln_log(x[0]))
+G(g_sqrt, kiln_sqrt(x[0]))
+G(g_rsqrt, kiln_rsqrt(x[0]))
+G(g_tanh, kiln_tanh(x[0]))
+G(g_sigmoid, kiln_sigmoid(x[0]))
+G(g_relu, kiln_relu(x[0]))
+G(g_sin, kiln_sin(x[0]))
+G(g_cos, kiln_cos(x[0]))
+G(g_erf, kiln_erf(x[0]))
+G(g_add_s, kiln_add_scalar(x[0], 2.5))
+G(g_sub_s, kiln_sub_scalar(x[0], 3))
+G(g_mul_s, kiln_mul_scalar(x[0], -1.5))
+G(g_div_s, kiln_div_scalar(x[0], 0.7))
+G(g_pow_s, kiln_pow_scalar(x[0], 3))
+G(g_max_s, kiln_maximum_scalar(x[0], 0.1))
+G(g_min_s, kiln_minimum_scalar(x[0], 0.1))
+G(g_sum0, kiln_sum(x[0], 0, false))
+G(g_sum1k, kiln_sum(x[0], -1, true))
+G(g_sum_all, kiln_sum(x[0], KILN_ALL, false))
+G(g_mean1, kiln_mean(x[0], 1, false))
+G(g_mean_all, kiln_mean(x[0], KILN_ALL, true))
+G(g_max1, kiln_max(x[0], 1, false))
+G(g_min0k, kiln_min(x[0], 0, true))
+G(g_max_all, kiln_max(x[0], KILN_ALL, false))
+G(g_reshape, kiln_mul(kiln_reshape(x[0], 2, (int64_t[]){4, -1}), kiln_reshape(x[0], 2, (int64_t[]){4, -1})))
+G(g_permute, kiln_mul(kiln_permute(x[0], (int[]){2, 0, 1}), x[1]))
+G(g_transpose, kiln_matmul(kiln_transpose(x[0], 0, 1), x[0]))
+G(g_expand, kiln_expand(x[0], 3, (int64_t[]){2, 3, 4}))
+G(g_slice, kiln_slice(x[0], 1, 1, 5, 1))
+G(g_slice_step, kiln_slice(x[0], 1, 0, 7, 3))
+G(g_slice_back, kiln_slice(x[0], 1, 6, 0, -2))
+G(g_slice_empty, kiln_add(kiln_sum(kiln_slice(x[0], 0, 2, 2, 1), KILN_ALL, false), kiln_sum(x[0], KILN_ALL, false)))
+G(g_concat, kiln_concat((kiln_tensor *[]){x[0], x[1], x[0]}, 3, 1))
+G(g_squeeze, kiln_unsqueeze(kiln_squeeze(x[0], 1), 0))
+G(g_contiguous, kiln_contiguous(kiln_transpose(x[0], 0, 1)))
+G(g_cast, kiln_cast(kiln_mul(x[0], x[0]), KILN_F64))
+G(g_matmul, kiln_matmul(x[0], x[1]))
+G(g_matmul_batch, kiln_matmul(x[0], x[1]))
+G(g_matmul_row, kiln_matmul(x[0], x[1]))
+G(g_matmul_col, kiln_matmul(x[0], x[1]))
+G(g_matmul_dot, kiln_matmul(x[0], x[1]))
+G(g_softmax, kiln_softmax(x[0], -1))
+G(g_log_softmax, kiln_log_softmax(x[0], 0))
+G(g_layer_norm, kiln_layer_norm(x[0], x[1], x[2], 1e-5))
+G(g_gelu, kiln_gelu(x[0]))
+G(g_silu, kiln_silu(x[0]))
+G(g_twice, kiln_mul(kiln_sin(x[0]), kiln_mul(x[0], x[0])))
+G(g_chain, kiln_sum(kiln_tanh(kiln_add(kiln_matmul(x[0], x[1]), x[2])), 0, false))
+
+static const grad_case cases[] = {
+    {"add", g_add, 2, {2, 1}, {{3, 4}, {4}}, ANY},
+    {"sub", g_sub, 2, {2, 2}, {{2, 3}, {2, 1}}, ANY},
+    {"mul", g_mul, 2, {2, 2}, {{3, 4}, {3, 1}}, ANY},
+    {"div", g_div, 2, {2, 1}, {{3, 4}, {4}}, AWAY},
+    {"pow", g_pow, 2, {2, 1}, {{3, 4}, {4}}, POSITIVE},
+    {"maximum", g_maximum, 2, {2, 1}, {{3, 4}, {4}}, ANY},
+    {"minimum", g_minimum, 2, {2, 2}, {{3, 4}, {3, 4}}, ANY},
+    {"where", g_where, 2, {2, 1}, {{3, 4}, {4}}, ANY},
+    {"neg", g_neg, 1, {2}, {{3, 4}}, ANY},
+    {"abs", g_abs, 1, {2}, {{3, 4}}, AWAY},
+    {"exp", g_exp, 1, {2}, {{3, 4}}, ANY},
+    {"log", g_log, 1, {2}, {{3, 4}}, POSITIVE},
+    {"sqrt", g_sqrt, 1, {2}, {{3, 4}}, POSITIVE},
+    {"rsqrt", g_rsqrt, 1, {2}, {{3, 4}}, POSITIVE},
+    {"tanh", g_tanh, 1, {2}, {{3, 4}}, ANY},
+    {"sigmoid", g_sigmoid, 1, {2}, {{3, 4}}, ANY},
+    {"relu", g_relu, 1, {2}, {{3, 4}}, AWAY},
+    {"sin", g_sin, 1, {2}, {{3, 4}}, ANY},
+    {"cos", g_cos, 1, {2}, {{3, 4}}, ANY},
+    {"erf", g_erf, 1, {2}, {{3, 4}}, ANY},
+    {"add_scalar", g_add_s, 1, {1}, {{5}}, ANY},
+    {"sub_scalar", g_sub_s, 1, {0}, {{0}}, ANY},
+    {"mul_scalar", g_mul_s, 1, {2}, {{2, 3}}, ANY},
+    {"div_scalar", g_div_s, 1, {2}, {{2, 3}}, ANY},
+    {"pow_scalar", g_pow_s, 1, {2}, {{2, 3}}, ANY},
+    {"maximum_scalar", g_max_s, 1, {2}, {{2, 3}}, AWAY},
+    {"minimum_scalar", g_min_s, 1, {2}, {{2, 3}}, AWAY},
+    {"sum axis 0", g_sum0, 1, {3}, {{2, 3, 4}}, ANY},
+    {"sum keepdim", g_sum1k, 1, {3}, {{2, 3, 4}}, ANY},
+    {"sum all", g_sum_all, 1, {2}, {{3, 4}}, ANY},
+    {"mean axis", g_mean1, 1, {3}, {{2, 3, 4}}, ANY},
+    {"mean all keepdim", g_mean_all, 1, {2}, {{3, 4}}, ANY},
+    {"max axis", g_max1, 1, {2}, {{3, 5}}, ANY},
+    {"min keepdim", g_min0k, 1, {2}, {{3, 5}}, ANY},
+    {"max all", g_max_all, 1, {2}, {{3, 5}}, ANY},
+    {"reshape twice", g_reshape, 1, {3}, {{2, 2, 3}}, ANY},
+    {"permute", g_permute, 2, {3, 2}, {{3, 4, 2}, {3, 1}}, ANY},
+    {"transpose", g_transpose, 1, {2}, {{3, 4}}, ANY},
+    {"expand", g_expand, 1, {2}, {{3, 1}}, ANY},
+    {"slice", g_slice, 1, {2}, {{2, 7}}, ANY},
+    {"slice step 3", g_slice_step, 1, {2}, {{2, 8}}, ANY},
+    {"slice step -2", g_slice_back, 1, {2}, {{2, 8}}, ANY},
+    {"slice empty", g_slice_empty, 1, {2}, {{3, 2}}, ANY},
+    {"concat", g_concat, 2, {2, 2}, {{2, 3}, {2, 2}}, ANY},
+    {"squeeze unsqueeze", g_squeeze, 1, {3}, {{3, 1, 2}}, ANY},
+    {"contiguous", g_contiguous, 1, {2}, {{3, 4}}, ANY},
+    {"cast", g_cast, 1, {2}, {{3, 4}}, ANY},
+    {"matmul", g_matmul, 2, {2, 2}, {{3, 4}, {4, 5}}, ANY},
+    {"matmul batched", g_matmul_batch, 2, {4, 3}, {{2, 1, 3, 4}, {3, 4, 2}}, ANY},
+    {"matmul row", g_matmul_row, 2, {1, 3}, {{4}, {2, 4, 3}}, ANY},
+    {"matmul column", g_matmul_col, 2, {3, 1}, {{2, 3, 4}, {4}}, ANY},
+    {"matmul dot", g_matmul_dot, 2, {1, 1}, {{4}, {4}}, ANY},
+    {"softmax", g_softmax, 1, {2}, {{3, 5}}, ANY},
+    {"log_softmax", g_log_softmax, 1, {2}, {{3, 5}}, ANY},
+    {"layer_norm", g_layer_norm, 3, {2, 1, 1}, {{3, 6}, {6}, {6}}, ANY},
+    {"gelu", g_gelu, 1, {2}, {{3, 4}}, ANY},
+    {"silu", g_silu, 1, {2}, {{3, 4}}, ANY},
+    {"same tensor twice", g_twice, 1, {2}, {{3, 4}}, ANY},
+    {"chain", g_chain, 3, {2, 2, 1}, {{3, 4}, {4, 5}, {5}}, ANY},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+/* -- Harness ----------------------------------------------------------------- */
+
+typedef struct {
+    double *data[3];
+    double *weights;
+    int64_t out_ndim, out_shape[KILN_MAX_DIMS];
+} case_data;
+
+static void case_init(const grad_case *c, case_data *d, uint64_t seed)
+{
+    for (int i = 0; i < c->n_in; i++) {
+        int64_t n = numel_of(c->ndim[i], c->shape[i]);
+        d->data[i] = malloc((size_t)(n ? n : 1) * sizeof(double));
+        for (int64_t j = 0; j < n; j++)
+            d->data[i][j] = draw(&seed, c->kind);
+    }
+    kiln_scope_begin();
+    kiln_tensor *x[3];
+    for (int i = 0; i < c->n_in; i++)
+        x[i] = kiln_from_data(KILN_F64, c->ndim[i], c->shape[i], d->data[i]);
+    kiln_tensor *y = c->fn(x);
+    ck_assert_msg(y, "%s: %s", c->name, kiln_last_error());
+    d->out_ndim = kiln_ndim(y);
+    memcpy(d->out_shape, kiln_shape(y), (size_t)d->out_ndim * sizeof(int64_t));
+    kiln_scope_end();
+    int64_t n = numel_of((int)d->out_ndim, d->out_shape);
+    d->weights = malloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t j = 0; j < n; j++)
+        d->weights[j] = draw(&seed, ANY);
+}
+
+static void case_free(const grad_case *c, case_data *d)
+{
+    for (int i = 0; i < c->n_in; i++)
+        free(d->data[i]);
+    free(d->weights);
+}
+
+/* sum(f(x) * w): a loss whose gradient at f's output is w. */
+static kiln_tensor *weighted_loss(const grad_case *c, kiln_tensor *const *x, kiln_tensor *w)
+{
+    return kiln_sum(kiln_mul(c->fn(x), w), KILN_ALL, false);
+}
+
+static double loss_at(const grad_case *c, const case_data *d)
+{
+    kiln_scope_begin();
+    kiln_tensor *x[3];
+    for (int i = 0; i < c->n_in; i++)
+        x[i] = kiln_from_data(KILN_F64, c->ndim[i], c->shape[i], d->data[i]);
+    kiln_tensor *w = kiln_from_data(KILN_F64, (int)d->out_ndim, d->out_shape, d->weights);
+    double loss = kiln_item(weighted_loss(c, x, w));
+    kiln_scope_end();
+    return loss;
+}
+
+/* The analytic gradients of every input, eagerly (new references). */
+static void eager_grads(const grad_case *c, const case_data *d, kiln_tensor **grads)
+{
+    kiln_scope_begin();
+    kiln_tensor *x[3];
+    for (int i = 0; i < c->n_in; i++) {
+        x[i] = kiln_from_data(KILN_F64, c->ndim[i], c->shape[i], d->data[i]);
+        ck_assert_int_eq(kiln_requires_grad(x[i], true), 0);
+    }
+    kiln_tensor *w = kiln_from_data(KILN_F64, (int)d->out_ndim, d->out_shape, d->weights);
+    kiln_tensor *loss = weighted_loss(c, x, w);
+    ck_assert_msg(kiln_backward(loss) == 0, "%s: %s", c->name, kiln_last_error());
+    for (int i = 0; i < c->n_in; i++) {
+        grads[i] = kiln_keep(kiln_grad(x[i]));
+        ck_assert_msg(grads[i], "%s: input %d has no gradient: %s", c->name, i, kiln_last_error());
+    }
+    kiln_scope_end();
+}
+
+static void check_finite_differences(const grad_case *c)
+{
+    case_data d;
+    case_init(c, &d, 0x5eed + (uint64_t)(c - cases));
+    kiln_tensor *grads[3];
+    eager_grads(c, &d, grads);
+    const double h = 1e-6;
+    for (int i = 0; i < c->n_in; i++) {
+        double *analytic = test_values(grads[i]);
+        for (int64_t j = 0; j < numel_of(c->ndim[i], c->shape[i]); j++) {
+            double keep = d.data[i][j];
+            d.data[i][j] = keep + h;
+            double up = loss_at(c, &d);
+            d.data[i][j] = keep - h;
+            double down = loss_at(c, &d);
+            d.data[i][j] = keep;
+            double numeric = (up - down) / (2 * h);
+            ck_assert_msg(fabs(analytic[j] - numeric) <= 1e-6 + 1e-5 * fabs(numeric),
+                          "%s: d/dx%d[%lld] is %.12g, finite differences %.12g", c->name, i, (long long)j,
+                          analytic[j], numeric);
+        }
+        free(analytic);
+        kiln_release(grads[i]);
+    }
+    case_free(c, &d);
+}
+
+START_TEST(finite_differences)
+{
+    check_finite_differences(&cases[_i]);
+}
+END_TEST
+
+/* -- Traced against eager -------------------------------------------------------- */
+
+/* in: the case's inputs then the weights; out: the inputs' gradients. */
+static int traced_grads_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const grad_case *c = user;
+    for (int i = 0; i < c->n_in; i++)
+        if (kiln_requires_grad(in[i], true) < 0)
+            return -1;
+    if (kiln_backward(weighted_loss(c, in, in[c->n_in])) < 0)
+        return -1;
+    for (int i = 0; i < c->n_in; i++)
+        if (!(out[i] = kiln_grad(in[i])))
+            return -1;
+    return 0;
+}
+
+static void check_traced(const grad_case *c, kiln_backend backend, double tol)
+{
+    case_data d;
+    case_init(c, &d, 0xace + (uint64_t)(c - cases));
+    kiln_tensor *want[3], *got[3] = {NULL, NULL, NULL}, *in[4];
+    eager_grads(c, &d, want);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = backend;
+    o.strict = true;
+    kiln_fn *f = kiln_jit(c->name, traced_grads_body, c->n_in + 1, c->n_in, (void *)c, &o);
+    for (int i = 0; i < c->n_in; i++)
+        in[i] = kiln_from_data(KILN_F64, c->ndim[i], c->shape[i], d.data[i]);
+    in[c->n_in] = kiln_from_data(KILN_F64, (int)d.out_ndim, d.out_shape, d.weights);
+    for (int call = 0; call < 2; call++) { /* the trace, then the compiled graph alone */
+        ck_assert_msg(kiln_call(f, in, got) == 0, "%s: %s", c->name, kiln_last_error());
+        for (int i = 0; i < c->n_in; i++) {
+            assert_close(got[i], want[i], tol, tol, c->name);
+            kiln_release(got[i]);
+        }
+    }
+    for (int i = 0; i < c->n_in; i++) {
+        kiln_release(want[i]);
+        kiln_release(in[i]);
+    }
+    kiln_release(in[c->n_in]);
+    kiln_fn_free(f);
+    case_free(c, &d);
+}
+
+START_TEST(traced_interp)
+{
+    check_traced(&cases[_i], KILN_BACKEND_INTERP, 1e-12);
+}
+END_TEST
+
+START_TEST(traced_compiled)
+{
+    if (UNDER_VALGRIND())
+        return;
+    check_traced(&cases[_i], KILN_BACKEND_AUTO, 1e-9);
+}
+END_TEST
+
+/* -- Semantics ---------------------------------------------------------------- */
+
+static kiln_tensor *leaf(int ndim, const int64_t *shape, uint64_t seed)
+{
+    kiln_tensor *t = kiln_cast(kiln_randn(ndim, shape, seed), KILN_F64);
+    ck_assert_int_eq(kiln_requires_grad(t, true), 0);
+    return t;
+}
+
+START_TEST(accumulates)
+{
+    kiln_tensor *x = leaf(1, (int64_t[]){5}, 1);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(kiln_backward(kiln_sum(kiln_mul(x, x), KILN_ALL, false)), 0);
+    assert_close(kiln_grad(x), kiln_mul_scalar(x, 4), 1e-15, 0, "two backward calls");
+    ck_assert_int_eq(kiln_zero_grad(x), 0);
+    ck_assert_ptr_null(kiln_grad(x));
+    ck_assert_kiln_error("kiln_grad", "no gradient yet");
+    ck_assert_int_eq(kiln_backward(kiln_sum(x, KILN_ALL, false)), 0);
+    assert_close(kiln_grad(x), kiln_full(KILN_F64, 1, (int64_t[]){5}, 1), 0, 0, "after zero_grad");
+}
+END_TEST
+
+START_TEST(backward_with_seeds)
+{
+    kiln_tensor *x = leaf(2, (int64_t[]){2, 3}, 2);
+    kiln_tensor *y = kiln_exp(x), *seed = kiln_cast(kiln_randn(2, (int64_t[]){2, 3}, 3), KILN_F64);
+    ck_assert_int_eq(kiln_backward_with(&y, &seed, 1), 0);
+    assert_close(kiln_grad(x), kiln_mul(kiln_exp(x), seed), 1e-7, 1e-7, "seeded");
+    ck_assert_int_lt(kiln_backward_with(&y, NULL, 1), 0);
+    ck_assert_kiln_error("kiln_backward", "outputs[0] [2,3] f64 is not 0-d");
+    kiln_tensor *wrong = kiln_ones(KILN_F32, 1, (int64_t[]){3});
+    ck_assert_int_lt(kiln_backward_with(&y, &wrong, 1), 0);
+    ck_assert_kiln_error("kiln_backward", "grads[0] [3] f32 does not fit outputs[0] [2,3] f64");
+}
+END_TEST
+
+START_TEST(no_grad_and_detach)
+{
+    kiln_tensor *x = leaf(1, (int64_t[]){4}, 4);
+    kiln_no_grad_begin();
+    kiln_tensor *quiet = kiln_mul(x, x);
+    kiln_no_grad_end();
+    ck_assert(!kiln_needs_grad(quiet));
+    ck_assert_int_lt(kiln_backward(kiln_sum(quiet, KILN_ALL, false)), 0);
+    ck_assert_kiln_error("kiln_backward", "does not need gradients");
+    kiln_tensor *d = kiln_detach(kiln_mul(x, x));
+    ck_assert(!kiln_needs_grad(d));
+    ck_assert(kiln_shares_storage(d, d));
+    ck_assert_int_eq(kiln_backward(kiln_sum(kiln_mul(d, x), KILN_ALL, false)), 0);
+    assert_close(kiln_grad(x), kiln_mul(x, x), 1e-15, 0, "gradient stops at detach");
+    kiln_no_grad_end();
+    ck_assert_kiln_error("kiln_no_grad_end", "no kiln_no_grad_begin");
+}
+END_TEST
+
+START_TEST(refusals)
+{
+    kiln_tensor *x = leaf(1, (int64_t[]){3}, 5);
+    kiln_tensor *ints = kiln_arange(0, 3, 1, KILN_I64);
+    ck_assert_int_lt(kiln_requires_grad(ints, true), 0);
+    ck_assert_kiln_error("kiln_requires_grad", "not float");
+    ck_assert_int_lt(kiln_backward(kiln_cast(kiln_argmax(x, 0, false), KILN_F64)), 0);
+    ck_assert_kiln_error("kiln_backward", "does not need gradients");
+    ck_assert_int_lt(kiln_backward(kiln_sum(kiln_argmax(x, KILN_ALL, false), KILN_ALL, false)), 0);
+    ck_assert_kiln_error("kiln_backward", "not float", "integer");
+    ck_assert_int_lt(kiln_backward(kiln_mul(x, x)), 0);
+    ck_assert_kiln_error("kiln_backward", "not 0-d");
+    ck_assert_int_lt(kiln_backward(NULL), 0);
+    ck_assert_kiln_error("kiln_backward", "loss");
+    kiln_tensor *y = kiln_mul(x, x);
+    ck_assert_int_lt(kiln_requires_grad(y, false), 0);
+    ck_assert_kiln_error("kiln_requires_grad", "only leaves", "kiln_mul");
+    ck_assert_ptr_null(kiln_grad(y));
+    ck_assert_kiln_error("kiln_grad", "not a leaf");
+    /* in place: PyTorch refuses leaves that need gradients and values saved for them */
+    ck_assert_int_lt(kiln_assign(x, kiln_zeros(KILN_F64, 1, (int64_t[]){3})), 0);
+    ck_assert_kiln_error("kiln_assign", "dst [3] f64 needs gradients", "kiln_no_grad_begin");
+    kiln_tensor *plain = kiln_ones(KILN_F64, 1, (int64_t[]){3});
+    ck_assert_int_lt(kiln_assign(plain, y), 0);
+    ck_assert_kiln_error("kiln_assign", "src [3] f64 needs gradients");
+    kiln_tensor *z = kiln_sum(kiln_mul(x, plain), KILN_ALL, false);
+    ck_assert_int_eq(kiln_assign(plain, kiln_zeros(KILN_F64, 1, (int64_t[]){3})), 0);
+    ck_assert_int_lt(kiln_backward(z), 0);
+    ck_assert_kiln_error("kiln_backward", "kiln_mul", "changed by kiln_assign");
+    kiln_no_grad_begin();
+    ck_assert_int_eq(kiln_assign(x, kiln_zeros(KILN_F64, 1, (int64_t[]){3})), 0);
+    kiln_no_grad_end();
+}
+END_TEST
+
+/* A traced loss's gradient accumulates over two backward calls in one body,
+ * and a body that uses the same leaf twice sums both paths. */
+static int twice_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *w = user;
+    kiln_tensor *loss = kiln_sum(kiln_mul(kiln_mul(w, w), in[0]), KILN_ALL, false);
+    if (kiln_backward(loss) < 0 || kiln_backward(loss) < 0)
+        return -1;
+    out[0] = kiln_grad(w);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(traced_accumulates)
+{
+    kiln_tensor *w = leaf(1, (int64_t[]){4}, 6), *x = kiln_randn(1, (int64_t[]){4}, 7), *g = NULL;
+    kiln_jit_options o = kiln_jit_defaults();
+    o.strict = true;
+    kiln_fn *f = kiln_jit("twice", twice_body, 1, 1, w, &o);
+    for (int call = 0; call < 3; call++) {
+        ck_assert_msg(kiln_call(f, &x, &g) == 0, "%s", kiln_last_error());
+        assert_close(g, kiln_mul_scalar(kiln_mul(w, x), 4), 1e-6, 1e-6, "traced twice");
+        kiln_release(g);
+    }
+    ck_assert_ptr_null(kiln_grad(w)); /* a trace's gradients stay in it */
+    kiln_clear_error();
+    kiln_fn_free(f);
+}
+END_TEST
+
+/* -- Training steps ---------------------------------------------------------- */
+
+typedef struct {
+    kiln_tensor *w1, *b1, *w2, *b2;
+    kiln_optimizer *opt;
+    bool clip;
+} mlp;
+
+static void mlp_init(mlp *m, int kind)
+{
+    kiln_tensor *params[4];
+    m->w1 = params[0] = kiln_keep(kiln_mul_scalar(kiln_randn(2, (int64_t[]){8, 16}, 11), 0.3));
+    m->b1 = params[1] = kiln_keep(kiln_zeros(KILN_F32, 1, (int64_t[]){16}));
+    m->w2 = params[2] = kiln_keep(kiln_mul_scalar(kiln_randn(2, (int64_t[]){16, 4}, 12), 0.3));
+    m->b2 = params[3] = kiln_keep(kiln_zeros(KILN_F32, 1, (int64_t[]){4}));
+    for (int i = 0; i < 4; i++)
+        kiln_requires_grad(params[i], true);
+    m->clip = kind == 2;
+    if (kind == 0)
+        m->opt = kiln_sgd(params, 4, 0.1, 0.9, 1e-3, false);
+    else if (kind == 1)
+        m->opt = kiln_sgd(params, 4, 0.05, 0.8, 0, true);
+    else
+        m->opt = kiln_adamw(params, 4, 1e-2, 0.9, 0.999, 1e-8, 1e-2);
+    ck_assert_msg(m->opt, "%s", kiln_last_error());
+}
+
+static void mlp_free(mlp *m)
+{
+    kiln_optimizer_free(m->opt);
+    kiln_release(m->w1);
+    kiln_release(m->b1);
+    kiln_release(m->w2);
+    kiln_release(m->b2);
+}
+
+/* in: x [16,8] f32, one-hot labels [16,4] f32; out: the loss before the step. */
+static int mlp_step(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    mlp *m = user;
+    kiln_optimizer_zero_grad(m->opt);
+    kiln_tensor *h = kiln_gelu(kiln_add(kiln_matmul(in[0], m->w1), m->b1));
+    kiln_tensor *logp = kiln_log_softmax(kiln_add(kiln_matmul(h, m->w2), m->b2), -1);
+    kiln_tensor *loss = kiln_neg(kiln_mean(kiln_sum(kiln_mul(logp, in[1]), -1, false), KILN_ALL, false));
+    if (kiln_backward(loss) < 0)
+        return -1;
+    if (m->clip) {
+        kiln_tensor *params[4] = {m->w1, m->b1, m->w2, m->b2};
+        if (!kiln_clip_grad_norm(params, 4, 0.5))
+            return -1;
+    }
+    if (kiln_optimizer_step(m->opt) < 0)
+        return -1;
+    out[0] = kiln_detach(loss);
+    return out[0] ? 0 : -1;
+}
+
+static kiln_tensor *one_hot(int64_t n, int64_t classes, uint64_t seed)
+{
+    kiln_tensor *labels = kiln_cast(kiln_mul_scalar(kiln_rand(1, (int64_t[]){n}, seed), (double)classes), KILN_I64);
+    kiln_tensor *range = kiln_arange(0, (double)classes, 1, KILN_I64);
+    return kiln_cast(kiln_eq(kiln_unsqueeze(labels, 1), range), KILN_F32);
+}
+
+static void check_training(int kind, kiln_backend backend)
+{
+    mlp eager, traced;
+    mlp_init(&eager, kind);
+    mlp_init(&traced, kind);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = backend;
+    o.strict = true;
+    kiln_fn *f = kiln_jit("mlp_step", mlp_step, 2, 1, &traced, &o);
+    for (int step = 0; step < 20; step++) {
+        kiln_scope_begin();
+        kiln_tensor *in[2] = {kiln_randn(2, (int64_t[]){16, 8}, 100 + (uint64_t)step), one_hot(16, 4, 200 + (uint64_t)step)};
+        kiln_tensor *want = NULL, *got = NULL;
+        if (step == 10) { /* a schedule: a new rate, not a new trace */
+            ck_assert_int_eq(kiln_optimizer_set_lr(eager.opt, 0.02), 0);
+            ck_assert_int_eq(kiln_optimizer_set_lr(traced.opt, 0.02), 0);
+        }
+        ck_assert_msg(mlp_step(in, &want, &eager) == 0, "eager: %s", kiln_last_error());
+        ck_assert_msg(kiln_call(f, in, &got) == 0, "traced: %s", kiln_last_error());
+        assert_close(got, want, 1e-4, 1e-5, "loss");
+        kiln_release(got);
+        kiln_release(want);
+        kiln_scope_end();
+    }
+    assert_close(traced.w1, eager.w1, 1e-4, 1e-5, "w1 after 20 steps");
+    assert_close(traced.b1, eager.b1, 1e-4, 1e-5, "b1 after 20 steps");
+    assert_close(traced.w2, eager.w2, 1e-4, 1e-5, "w2 after 20 steps");
+    assert_close(traced.b2, eager.b2, 1e-4, 1e-5, "b2 after 20 steps");
+    for (int i = 0; i < kiln_optimizer_state_count(eager.opt); i++)
+        assert_close(kiln_optimizer_state(traced.opt, i), kiln_optimizer_state(eager.opt, i), 1e-4, 1e-5, "state");
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_int_eq(s.traces, 1);
+    ck_assert_int_eq(s.eager_fallbacks, 0);
+    kiln_fn_free(f);
+    mlp_free(&eager);
+    mlp_free(&traced);
+}
+
+START_TEST(train_sgd_momentum)
+{
+    check_training(0, UNDER_VALGRIND() ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO);
+}
+END_TEST
+
+START_TEST(train_sgd_nesterov)
+{
+    check_training(1, KILN_BACKEND_INTERP);
+}
+END_TEST
+
+START_TEST(train_adamw_clipped)
+{
+    check_training(2, UNDER_VALGRIND() ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO);
+}
+END_TEST
+
+/* -- Suite ------------------------------------------------------------------- */
+
+static Suite *autograd_suite(void)
+{
+    Suite *s = suite_create("autograd");
+    TCase *tc = tcase_create("gradients");
+    tcase_add_checked_fixture(tc, test_scoped_setup, test_scoped_teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, finite_differences, 0, N_CASES);
+    tcase_add_loop_test(tc, traced_interp, 0, N_CASES);
+    tcase_add_loop_test(tc, traced_compiled, 0, N_CASES);
+    tcase_add_test(tc, accumulates);
+    tcase_add_test(tc, backward_with_seeds);
+    tcase_add_test(tc, no_grad_and_detach);
+    tcase_add_test(tc, refusals);
+    tcase_add_test(tc, traced_accumulates);
+    tcase_add_test(tc, train_sgd_momentum);
+    tcase_add_test(tc, train_sgd_nesterov);
+    tcase_add_test(tc, train_adamw_clipped);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KILN_TEST_MAIN(autograd_suite)
