@@ -462,13 +462,13 @@ typedef struct {
     bool clip;
 } mlp;
 
-static void mlp_init(mlp *m, int kind)
+static void mlp_init(mlp *m, int kind, kiln_device device)
 {
     kiln_tensor *params[4];
-    m->w1 = params[0] = kiln_keep(kiln_mul_scalar(kiln_randn(2, (int64_t[]){8, 16}, 11), 0.3));
-    m->b1 = params[1] = kiln_keep(kiln_zeros(KILN_F32, 1, (int64_t[]){16}));
-    m->w2 = params[2] = kiln_keep(kiln_mul_scalar(kiln_randn(2, (int64_t[]){16, 4}, 12), 0.3));
-    m->b2 = params[3] = kiln_keep(kiln_zeros(KILN_F32, 1, (int64_t[]){4}));
+    m->w1 = params[0] = kiln_keep(kiln_to_device(kiln_mul_scalar(kiln_randn(2, (int64_t[]){8, 16}, 11), 0.3), device));
+    m->b1 = params[1] = kiln_keep(kiln_to_device(kiln_zeros(KILN_F32, 1, (int64_t[]){16}), device));
+    m->w2 = params[2] = kiln_keep(kiln_to_device(kiln_mul_scalar(kiln_randn(2, (int64_t[]){16, 4}, 12), 0.3), device));
+    m->b2 = params[3] = kiln_keep(kiln_to_device(kiln_zeros(KILN_F32, 1, (int64_t[]){4}), device));
     for (int i = 0; i < 4; i++)
         kiln_requires_grad(params[i], true);
     m->clip = kind == 2;
@@ -518,18 +518,19 @@ static kiln_tensor *one_hot(int64_t n, int64_t classes, uint64_t seed)
     return kiln_cast(kiln_eq(kiln_unsqueeze(labels, 1), range), KILN_F32);
 }
 
-static void check_training(int kind, kiln_backend backend)
+static void check_training(int kind, kiln_backend backend, kiln_device device)
 {
     mlp eager, traced;
-    mlp_init(&eager, kind);
-    mlp_init(&traced, kind);
+    mlp_init(&eager, kind, device);
+    mlp_init(&traced, kind, device);
     kiln_jit_options o = kiln_jit_defaults();
     o.backend = backend;
     o.strict = true;
     kiln_fn *f = kiln_jit("mlp_step", mlp_step, 2, 1, &traced, &o);
     for (int step = 0; step < 20; step++) {
         kiln_scope_begin();
-        kiln_tensor *in[2] = {kiln_randn(2, (int64_t[]){16, 8}, 100 + (uint64_t)step), one_hot(16, 4, 200 + (uint64_t)step)};
+        kiln_tensor *in[2] = {kiln_to_device(kiln_randn(2, (int64_t[]){16, 8}, 100 + (uint64_t)step), device),
+                              kiln_to_device(one_hot(16, 4, 200 + (uint64_t)step), device)};
         kiln_tensor *want = NULL, *got = NULL;
         if (step == 10) { /* a schedule: a new rate, not a new trace */
             ck_assert_int_eq(kiln_optimizer_set_lr(eager.opt, 0.02), 0);
@@ -559,19 +560,73 @@ static void check_training(int kind, kiln_backend backend)
 
 START_TEST(train_sgd_momentum)
 {
-    check_training(0, UNDER_VALGRIND() ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO);
+    check_training(0, UNDER_VALGRIND() ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO, KILN_CPU);
 }
 END_TEST
 
 START_TEST(train_sgd_nesterov)
 {
-    check_training(1, KILN_BACKEND_INTERP);
+    check_training(1, KILN_BACKEND_INTERP, KILN_CPU);
 }
 END_TEST
 
 START_TEST(train_adamw_clipped)
 {
-    check_training(2, UNDER_VALGRIND() ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO);
+    check_training(2, UNDER_VALGRIND() ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO, KILN_CPU);
+}
+END_TEST
+
+/* -- On CUDA (a GPU, or the emulated driver: meson's autograd-emulated) -------- */
+
+/* The case's gradients computed on CUDA, eagerly and traced, against the CPU's. */
+/* The emulated driver: NVRTC compiles each new kernel, and the driver
+ * interprets it, slowly; there every fourth case runs. */
+static bool emulated_skips(int i)
+{
+    return getenv("FAKE_CUDA_KERNELS") && i % 4 != 0;
+}
+
+START_TEST(cuda_gradients)
+{
+    if (!kiln_cuda_available() || emulated_skips(_i))
+        return;
+    const grad_case *c = &cases[_i];
+    case_data d;
+    case_init(c, &d, 0xc0da + (uint64_t)_i);
+    kiln_tensor *want[3], *got[3] = {NULL, NULL, NULL}, *x[4];
+    eager_grads(c, &d, want);
+    for (int i = 0; i < c->n_in; i++) {
+        x[i] = kiln_to_device(kiln_from_data(KILN_F64, c->ndim[i], c->shape[i], d.data[i]), KILN_CUDA);
+        ck_assert_int_eq(kiln_requires_grad(x[i], true), 0);
+    }
+    x[c->n_in] = kiln_to_device(kiln_from_data(KILN_F64, (int)d.out_ndim, d.out_shape, d.weights), KILN_CUDA);
+    ck_assert_msg(kiln_backward(weighted_loss(c, x, x[c->n_in])) == 0, "%s: %s", c->name, kiln_last_error());
+    for (int i = 0; i < c->n_in; i++) {
+        kiln_tensor *g = kiln_grad(x[i]);
+        ck_assert_msg(g && kiln_device_of(g) == KILN_CUDA, "%s: %s", c->name, kiln_last_error());
+        assert_close(g, want[i], 1e-9, 1e-9, c->name);
+        kiln_zero_grad(x[i]);
+        kiln_requires_grad(x[i], false);
+    }
+    kiln_jit_options o = kiln_jit_defaults();
+    o.strict = true;
+    kiln_fn *f = kiln_jit(c->name, traced_grads_body, c->n_in + 1, c->n_in, (void *)c, &o);
+    ck_assert_msg(kiln_call(f, x, got) == 0, "%s: %s", c->name, kiln_last_error());
+    for (int i = 0; i < c->n_in; i++) {
+        assert_close(got[i], want[i], 1e-9, 1e-9, c->name);
+        kiln_release(got[i]);
+        kiln_release(want[i]);
+    }
+    kiln_fn_free(f);
+    case_free(c, &d);
+}
+END_TEST
+
+START_TEST(cuda_training)
+{
+    if (!kiln_cuda_available() || emulated_skips(2 * _i))
+        return;
+    check_training(_i, KILN_BACKEND_AUTO, KILN_CUDA);
 }
 END_TEST
 
@@ -594,6 +649,8 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, train_sgd_momentum);
     tcase_add_test(tc, train_sgd_nesterov);
     tcase_add_test(tc, train_adamw_clipped);
+    tcase_add_loop_test(tc, cuda_gradients, 0, N_CASES);
+    tcase_add_loop_test(tc, cuda_training, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
