@@ -576,6 +576,36 @@ START_TEST(train_adamw_clipped)
 }
 END_TEST
 
+/* The memory plan of a traced step holds no more than eager's peak of the
+ * same step (its values and the gradients it keeps). */
+START_TEST(traced_step_memory)
+{
+    mlp eager, traced;
+    mlp_init(&eager, 2, KILN_CPU);
+    mlp_init(&traced, 2, KILN_CPU);
+    kiln_tensor *in[2] = {kiln_randn(2, (int64_t[]){16, 8}, 5), one_hot(16, 4, 6)}, *loss = NULL;
+    int64_t base = kiln_live_bytes();
+    kiln_reset_peak_live_bytes();
+    kiln_scope_begin();
+    ck_assert_int_eq(mlp_step(in, &loss, &eager), 0);
+    kiln_scope_end();
+    int64_t eager_peak = kiln_peak_live_bytes() - base;
+    kiln_release(loss);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = KILN_BACKEND_INTERP;
+    kiln_fn *f = kiln_jit("mlp_step", mlp_step, 2, 1, &traced, &o);
+    ck_assert_int_eq(kiln_call(f, in, &loss), 0);
+    kiln_release(loss);
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_msg(s.peak_bytes > 0 && s.peak_bytes <= eager_peak, "traced step plans %lld bytes, eager's peak %lld",
+                  (long long)s.peak_bytes, (long long)eager_peak);
+    kiln_fn_free(f);
+    mlp_free(&eager);
+    mlp_free(&traced);
+}
+END_TEST
+
 /* -- On CUDA (a GPU, or the emulated driver: meson's autograd-emulated) -------- */
 
 /* The case's gradients computed on CUDA, eagerly and traced, against the CPU's. */
@@ -649,6 +679,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, train_sgd_momentum);
     tcase_add_test(tc, train_sgd_nesterov);
     tcase_add_test(tc, train_adamw_clipped);
+    tcase_add_test(tc, traced_step_memory);
     tcase_add_loop_test(tc, cuda_gradients, 0, N_CASES);
     tcase_add_loop_test(tc, cuda_training, 0, 3);
     suite_add_tcase(s, tc);
