@@ -3,6 +3,7 @@
  * in-place refusals, and optimizers' traced steps against eager ones. */
 #include <stdint.h>
 
+#include "progen.h"
 #include "test_common.h"
 
 /* -- Inputs ------------------------------------------------------------------ */
@@ -331,6 +332,86 @@ START_TEST(traced_compiled)
     if (UNDER_VALGRIND())
         return;
     check_traced(&cases[_i], KILN_BACKEND_AUTO, 1e-9);
+}
+END_TEST
+
+/* -- Random programs ------------------------------------------------------------- *
+ * progen's programs over f64 inputs (every op differentiable), the gradient
+ * of the sum of their outputs with respect to every input, traced against
+ * eager. Inputs no output depends on get zeros. */
+
+static int program_grads_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const progen_program *p = user;
+    int n_in = progen_n_inputs(p);
+    kiln_tensor *outs[PROGEN_MAX_OUTPUTS];
+    for (int i = 0; i < n_in; i++)
+        if (kiln_requires_grad(in[i], true) < 0)
+            return -1;
+    if (progen_run(p, in, outs) < 0)
+        return -1;
+    kiln_tensor *loss = kiln_sum(outs[0], KILN_ALL, false);
+    for (int k = 1; k < progen_n_outputs(p); k++)
+        loss = kiln_add(loss, kiln_sum(outs[k], KILN_ALL, false));
+    if (kiln_needs_grad(loss) && kiln_backward(loss) < 0)
+        return -1;
+    for (int i = 0; i < n_in; i++) {
+        out[i] = kiln_grad(in[i]);
+        if (!out[i])
+            out[i] = kiln_mul_scalar(kiln_detach(in[i]), 0); /* no path: zero (NaN stays NaN) */
+        if (!out[i])
+            return -1;
+    }
+    kiln_clear_error();
+    return 0;
+}
+
+static void check_program(uint64_t seed, kiln_backend backend, double tol)
+{
+    progen_options opt = {.max_ops = 20, .dtypes = PROGEN_DTYPE_BIT(KILN_F64), .max_numel = 256,
+                          .ops = PROGEN_ALL_OPS & ~PROGEN_MAKING_OPS};
+    progen_program *p = progen_new(seed, &opt);
+    ck_assert_ptr_nonnull(p);
+    int n_in = progen_n_inputs(p);
+    kiln_tensor *in[PROGEN_MAX_INPUTS], *plain[PROGEN_MAX_INPUTS], *want[PROGEN_MAX_INPUTS], *got[PROGEN_MAX_INPUTS];
+    for (int i = 0; i < n_in; i++) {
+        in[i] = progen_make_input(p, i, seed * 17 + (uint64_t)i);
+        plain[i] = kiln_detach(in[i]);
+    }
+    char *listing = progen_describe(p);
+    ck_assert_msg(program_grads_body(plain, want, p) == 0, "seed %llu eager: %s %s\n%s", (unsigned long long)seed,
+                  kiln_last_error(), progen_last_error(), listing);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = backend;
+    o.strict = true;
+    kiln_fn *f = kiln_jit("grads", program_grads_body, n_in, n_in, p, &o);
+    ck_assert_msg(kiln_call(f, in, got) == 0, "seed %llu traced: %s\n%s", (unsigned long long)seed,
+                  kiln_last_error(), listing);
+    for (int i = 0; i < n_in; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "seed %llu, input %d", (unsigned long long)seed, i);
+        assert_close(got[i], want[i], tol, tol, what);
+        kiln_release(got[i]);
+    }
+    free(listing);
+    kiln_fn_free(f);
+    progen_free(p);
+}
+
+START_TEST(random_programs)
+{
+    int count = UNDER_VALGRIND() ? 10 : 60;
+    for (int s = 1; s <= count; s++)
+        check_program((uint64_t)s, KILN_BACKEND_INTERP, 1e-9);
+}
+END_TEST
+
+START_TEST(random_programs_compiled)
+{
+    if (UNDER_VALGRIND())
+        return;
+    for (int s = 1; s <= 20; s++)
+        check_program((uint64_t)s, KILN_BACKEND_AUTO, 1e-6);
 }
 END_TEST
 
@@ -671,6 +752,8 @@ static Suite *autograd_suite(void)
     tcase_add_loop_test(tc, finite_differences, 0, N_CASES);
     tcase_add_loop_test(tc, traced_interp, 0, N_CASES);
     tcase_add_loop_test(tc, traced_compiled, 0, N_CASES);
+    tcase_add_test(tc, random_programs);
+    tcase_add_test(tc, random_programs_compiled);
     tcase_add_test(tc, accumulates);
     tcase_add_test(tc, backward_with_seeds);
     tcase_add_test(tc, no_grad_and_detach);
