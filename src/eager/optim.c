@@ -211,8 +211,10 @@ static int adamw_step(kiln_optimizer *o)
     int status = correct1 && correct2 ? 0 : -1;
     for (int i = 0; status == 0 && i < o->n; i++) {
         kiln_tensor *g = grad_peek(o->params[i]);
+        kiln_scope_begin(); /* one parameter's temporaries at a time */
         if (g)
             status = adamw_update(o, i, g, correct1, correct2);
+        kiln_scope_end();
     }
     return status;
 }
@@ -222,8 +224,10 @@ static int sgd_step(kiln_optimizer *o)
     int status = 0;
     for (int i = 0; status == 0 && i < o->n; i++) {
         kiln_tensor *g = grad_peek(o->params[i]);
+        kiln_scope_begin();
         if (g)
             status = sgd_update(o, i, g);
+        kiln_scope_end();
     }
     return status;
 }
