@@ -506,6 +506,103 @@ START_TEST(refusals)
 }
 END_TEST
 
+START_TEST(bad_arguments)
+{
+    kiln_tensor *x = leaf(1, (int64_t[]){3}, 9);
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_requires_grad(NULL, true), 0);
+    ck_assert_kiln_error("kiln_requires_grad", "t");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_grad(NULL));
+    ck_assert_kiln_error("kiln_grad");
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_zero_grad(NULL), 0);
+    ck_assert_kiln_error("kiln_zero_grad");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_detach(NULL));
+    ck_assert_kiln_error("kiln_detach");
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_backward_with(NULL, NULL, 1), 0);
+    ck_assert_kiln_error("kiln_backward", "outputs");
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_backward_with(&x, NULL, 0), 0);
+    ck_assert_kiln_error("kiln_backward", "at least one output");
+    kiln_clear_error();
+    ck_assert(!kiln_needs_grad(NULL));
+    kiln_tensor *ints = kiln_arange(0, 3, 1, KILN_I32), *params[2] = {x, ints};
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_sgd(NULL, 1, 0.1, 0, 0, false));
+    ck_assert_kiln_error("kiln_sgd", "params");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_sgd(params, 2, 0.1, 0, 0, false));
+    ck_assert_kiln_error("kiln_sgd", "params[1] [3] i32 is not a float leaf");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_sgd(params, 1, -0.1, 0, 0, false));
+    ck_assert_kiln_error("kiln_sgd", "lr -0.1");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_sgd(params, 1, 0.1, 0, 0, true));
+    ck_assert_kiln_error("kiln_sgd", "Nesterov");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_adamw(params, 1, 1e-3, 1, 0.999, 1e-8, 0));
+    ck_assert_kiln_error("kiln_adamw", "beta1 1");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_adamw(params, 0, 1e-3, 0.9, 0.999, 1e-8, 0));
+    ck_assert_kiln_error("kiln_adamw", "at least one parameter");
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_optimizer_step(NULL), 0);
+    ck_assert_kiln_error("kiln_optimizer_step", "o");
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_optimizer_zero_grad(NULL), 0);
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_optimizer_set_lr(NULL, 0.1), 0);
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_optimizer_state_count(NULL), 0);
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_optimizer_state(NULL, 0));
+    kiln_optimizer_free(NULL);
+    kiln_optimizer *o = kiln_adamw(params, 1, 1e-3, 0.9, 0.999, 1e-8, 0);
+    ck_assert_int_eq(kiln_optimizer_state_count(o), 4); /* exp_avg, exp_avg_sq, step, lr */
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_optimizer_state(o, 4));
+    ck_assert_kiln_error("kiln_optimizer_state", "state 4 is outside 0..3");
+    kiln_clear_error();
+    ck_assert_int_lt(kiln_optimizer_set_lr(o, NAN), 0);
+    ck_assert_kiln_error("kiln_optimizer_set_lr", "lr nan");
+    ck_assert_int_eq(kiln_optimizer_step(o), 0); /* no gradient yet: nothing moves */
+    ck_assert_double_eq(kiln_item(kiln_optimizer_state(o, 2)), 0);
+    ck_assert_int_eq(kiln_optimizer_set_lr(o, 0.5), 0);
+    ck_assert_double_eq(kiln_item(kiln_optimizer_state(o, 3)), 0.5);
+    kiln_optimizer_free(o);
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_clip_grad_norm(NULL, 1, 1));
+    ck_assert_kiln_error("kiln_clip_grad_norm");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_clip_grad_norm(&x, 1, -1));
+    ck_assert_kiln_error("kiln_clip_grad_norm", "max_norm");
+}
+END_TEST
+
+/* Clipping: the norm before, and every gradient scaled by max_norm over it. */
+START_TEST(clip_grad_norm)
+{
+    kiln_tensor *a = leaf(1, (int64_t[]){3}, 10), *b = leaf(2, (int64_t[]){2, 2}, 11), *params[2] = {a, b};
+    kiln_tensor *loss = kiln_add(kiln_sum(kiln_mul_scalar(a, 3), KILN_ALL, false),
+                                 kiln_sum(kiln_mul(b, b), KILN_ALL, false));
+    ck_assert_int_eq(kiln_backward(loss), 0);
+    double want = sqrt(27 + 4 * kiln_item(kiln_sum(kiln_mul(b, b), KILN_ALL, false)));
+    kiln_tensor *norm = kiln_clip_grad_norm(params, 2, 1.0);
+    ck_assert_msg(norm, "%s", kiln_last_error());
+    ck_assert_double_eq_tol(kiln_item(norm), want, 1e-9 * want);
+    kiln_tensor *ga = kiln_grad(a), *gb = kiln_grad(b);
+    double after = sqrt(kiln_item(kiln_add(kiln_sum(kiln_mul(ga, ga), KILN_ALL, false),
+                                           kiln_sum(kiln_mul(gb, gb), KILN_ALL, false))));
+    ck_assert_double_eq_tol(after, 1.0, 1e-5);
+    assert_close(gb, kiln_mul_scalar(b, 2 / (want + 1e-6)), 1e-12, 0, "b's gradient scaled");
+    ck_assert_double_eq_tol(kiln_item(kiln_clip_grad_norm(params, 2, 10.0)), 1.0, 1e-5); /* under: unchanged */
+    assert_close(kiln_grad(b), gb, 1e-12, 0, "under the bound");
+}
+END_TEST
+
 /* A traced loss's gradient accumulates over two backward calls in one body,
  * and a body that uses the same leaf twice sums both paths. */
 static int twice_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
@@ -759,6 +856,8 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, no_grad_and_detach);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, traced_accumulates);
+    tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, clip_grad_norm);
     tcase_add_test(tc, train_sgd_momentum);
     tcase_add_test(tc, train_sgd_nesterov);
     tcase_add_test(tc, train_adamw_clipped);
