@@ -632,6 +632,36 @@ START_TEST(traced_accumulates)
 }
 END_TEST
 
+/* A body that reads a value between its backward pass and its use of the
+ * gradients breaks the trace there: the gradients carry over. */
+static int break_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *w = user;
+    kiln_tensor *loss = kiln_sum(kiln_exp(kiln_mul(w, in[0])), KILN_ALL, false);
+    if (kiln_backward(loss) < 0)
+        return -1;
+    double scale = kiln_item(loss) > 0 ? 2 : 3; /* a graph break */
+    out[0] = kiln_mul_scalar(kiln_grad(w), scale);
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(traced_gradient_across_a_break)
+{
+    kiln_tensor *w = leaf(1, (int64_t[]){4}, 12), *x = kiln_randn(1, (int64_t[]){4}, 13), *got = NULL;
+    kiln_fn *f = kiln_jit("break", break_body, 1, 1, w, NULL);
+    kiln_tensor *want = kiln_mul_scalar(kiln_mul(x, kiln_exp(kiln_mul(w, x))), 2);
+    for (int call = 0; call < 2; call++) {
+        ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+        assert_close(got, want, 1e-6, 1e-6, "across a break");
+        kiln_release(got);
+    }
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_int_ge(s.graph_breaks, 1);
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* -- Training steps ---------------------------------------------------------- */
 
 typedef struct {
@@ -856,6 +886,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, no_grad_and_detach);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, traced_accumulates);
+    tcase_add_test(tc, traced_gradient_across_a_break);
     tcase_add_test(tc, bad_arguments);
     tcase_add_test(tc, clip_grad_norm);
     tcase_add_test(tc, train_sgd_momentum);
