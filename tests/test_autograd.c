@@ -561,17 +561,17 @@ START_TEST(bad_arguments)
     ck_assert_ptr_null(kiln_optimizer_state(NULL, 0));
     kiln_optimizer_free(NULL);
     kiln_optimizer *o = kiln_adamw(params, 1, 1e-3, 0.9, 0.999, 1e-8, 0);
-    ck_assert_int_eq(kiln_optimizer_state_count(o), 4); /* exp_avg, exp_avg_sq, step, lr */
+    ck_assert_int_eq(kiln_optimizer_state_count(o), 6); /* exp_avg, exp_avg_sq, step, beta powers, lr */
     kiln_clear_error();
-    ck_assert_ptr_null(kiln_optimizer_state(o, 4));
-    ck_assert_kiln_error("kiln_optimizer_state", "state 4 is outside 0..3");
+    ck_assert_ptr_null(kiln_optimizer_state(o, 6));
+    ck_assert_kiln_error("kiln_optimizer_state", "state 6 is outside 0..5");
     kiln_clear_error();
     ck_assert_int_lt(kiln_optimizer_set_lr(o, NAN), 0);
     ck_assert_kiln_error("kiln_optimizer_set_lr", "lr nan");
     ck_assert_int_eq(kiln_optimizer_step(o), 0); /* no gradient yet: nothing moves */
     ck_assert_double_eq(kiln_item(kiln_optimizer_state(o, 2)), 0);
     ck_assert_int_eq(kiln_optimizer_set_lr(o, 0.5), 0);
-    ck_assert_double_eq(kiln_item(kiln_optimizer_state(o, 3)), 0.5);
+    ck_assert_double_eq(kiln_item(kiln_optimizer_state(o, 5)), 0.5);
     kiln_optimizer_free(o);
     kiln_clear_error();
     ck_assert_ptr_null(kiln_clip_grad_norm(NULL, 1, 1));

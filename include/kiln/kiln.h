@@ -398,8 +398,8 @@ KILN_API int kiln_optimizer_zero_grad(kiln_optimizer *o);
 KILN_API int kiln_optimizer_set_lr(kiln_optimizer *o, double lr);
 /* The optimizer's state, for checkpoints (kiln_save_npy each, kiln_assign to
  * restore): count, and tensor i borrowed; per parameter in order its buffers
- * (SGD with momentum: the momentum; AdamW: exp_avg then exp_avg_sq), then the
- * step count (AdamW) and the learning rate. */
+ * (SGD with momentum: the momentum; AdamW: exp_avg then exp_avg_sq), then
+ * AdamW's step count, beta1 ** step and beta2 ** step, then the learning rate. */
 KILN_API int kiln_optimizer_state_count(const kiln_optimizer *o);
 KILN_API kiln_tensor *kiln_optimizer_state(const kiln_optimizer *o, int i);
 KILN_API void kiln_optimizer_free(kiln_optimizer *o);

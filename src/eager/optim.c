@@ -16,9 +16,13 @@ struct kiln_optimizer {
     kiln_tensor **params;  /* retained */
     int per_param;         /* buffers per parameter */
     int n_state;
-    kiln_tensor **state;   /* retained: the buffers of each parameter, then step (AdamW), then lr */
+    kiln_tensor **state;   /* retained: the buffers of each parameter, then AdamW's counters, then lr */
     kiln_tensor *lr;       /* the last of state */
     kiln_tensor *step;     /* AdamW's count of steps, in state */
+    /* AdamW's beta1 ** step and beta2 ** step, in state: kept by multiplying,
+     * as a traced step fuses these 0-d values into every element's work,
+     * where a power (an exp) would cost a libm call per element. */
+    kiln_tensor *power1, *power2;
     double momentum, weight_decay, beta1, beta2, eps;
     bool nesterov;
 };
@@ -86,7 +90,7 @@ static kiln_optimizer *optimizer_new(const char *fn, opt_kind kind, kiln_tensor 
                                      int per_param, double lr)
 {
     kiln_optimizer *o = calloc(1, sizeof *o);
-    int extra = kind == OPT_ADAMW ? 2 : 1;
+    int extra = kind == OPT_ADAMW ? 4 : 1;
     if (o) {
         o->kind = kind;
         o->params = calloc((size_t)n, sizeof *o->params);
@@ -103,8 +107,11 @@ static kiln_optimizer *optimizer_new(const char *fn, opt_kind kind, kiln_tensor 
     bool made = true;
     for (int i = 0; i < n * per_param; i++)
         made &= (o->state[o->n_state++] = zeros_like(params[i / per_param])) != NULL;
-    if (kind == OPT_ADAMW)
+    if (kind == OPT_ADAMW) {
         made &= (o->step = o->state[o->n_state++] = counter(params[0]->device, 0)) != NULL;
+        made &= (o->power1 = o->state[o->n_state++] = counter(params[0]->device, 1)) != NULL;
+        made &= (o->power2 = o->state[o->n_state++] = counter(params[0]->device, 1)) != NULL;
+    }
     made &= (o->lr = o->state[o->n_state++] = counter(params[0]->device, lr)) != NULL;
     kiln_scope_end();
     o->per_param = per_param;
@@ -191,10 +198,13 @@ static int adamw_update(kiln_optimizer *o, int i, kiln_tensor *g, kiln_tensor *c
     return kiln_assign(p, kiln_sub(decayed, step));
 }
 
-/* 1 - beta ** step, a 0-d tensor. */
-static kiln_tensor *correction(kiln_tensor *step, double beta)
+/* power *= beta (assigned), and 1 - the new power: a bias correction, 0-d. */
+static kiln_tensor *correction(kiln_tensor *power, double beta)
 {
-    return kiln_add_scalar(kiln_neg(kiln_exp(kiln_mul_scalar(step, log(beta)))), 1);
+    kiln_tensor *next = kiln_mul_scalar(power, beta);
+    if (!next || kiln_assign(power, next) < 0)
+        return NULL;
+    return kiln_add_scalar(kiln_neg(next), 1);
 }
 
 static int adamw_step(kiln_optimizer *o)
@@ -207,7 +217,7 @@ static int adamw_step(kiln_optimizer *o)
     kiln_tensor *step = kiln_add_scalar(o->step, 1);
     if (!step || kiln_assign(o->step, step) < 0)
         return -1;
-    kiln_tensor *correct1 = correction(step, o->beta1), *correct2 = correction(step, o->beta2);
+    kiln_tensor *correct1 = correction(o->power1, o->beta1), *correct2 = correction(o->power2, o->beta2);
     int status = correct1 && correct2 ? 0 : -1;
     for (int i = 0; status == 0 && i < o->n; i++) {
         kiln_tensor *g = grad_peek(o->params[i]);
