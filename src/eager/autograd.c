@@ -299,51 +299,51 @@ static bool list_push(node_list *l, grad_node *n)
 
 static _Atomic unsigned walks;
 
+/* A record being visited and the next of its operands to look at. */
+typedef struct {
+    grad_node *node;
+    int next;
+} frame;
+
+static bool frame_push(frame **stack, int *depth, int *cap, grad_node *n)
+{
+    if (*depth == *cap) {
+        int grown_cap = *cap ? 2 * *cap : 64;
+        frame *grown = realloc(*stack, (size_t)grown_cap * sizeof *grown);
+        if (!grown)
+            return false;
+        *stack = grown;
+        *cap = grown_cap;
+    }
+    (*stack)[(*depth)++] = (frame){n, 0};
+    return true;
+}
+
 /* Appends the records root depends on to order, each after those of its
- * operands (a depth-first post-order, kept on the heap: graphs are deep). */
+ * operands (a depth-first post-order, its stack on the heap: graphs are deep). */
 static int collect(grad_node *root, unsigned visit, node_list *order)
 {
     if (!root || root->visit == visit)
         return 0;
-    node_list stack = {0};
-    int *next = NULL, next_cap = 0, status = 0;
+    frame *stack = NULL;
+    int depth = 0, cap = 0;
     root->visit = visit;
-    if (!list_push(&stack, root))
-        status = -1;
-    while (status == 0 && stack.count > 0) {
-        if (next_cap < stack.cap) {
-            int *grown = realloc(next, (size_t)stack.cap * sizeof *grown);
-            if (!grown) {
-                status = -1;
-                break;
+    bool ok = frame_push(&stack, &depth, &cap, root);
+    while (ok && depth > 0) {
+        frame *top = &stack[depth - 1];
+        if (top->next < top->node->n_in) {
+            grad_node *c = top->node->in[top->next++].fn;
+            if (c && c->visit != visit) {
+                c->visit = visit;
+                ok = frame_push(&stack, &depth, &cap, c);
             }
-            memset(grown + next_cap, 0, (size_t)(stack.cap - next_cap) * sizeof *grown);
-            next = grown;
-            next_cap = stack.cap;
-        }
-        int top = stack.count - 1;
-        grad_node *n = stack.items[top];
-        grad_node *child = NULL;
-        while (next[top] < n->n_in && !child) {
-            grad_node *c = n->in[next[top]++].fn;
-            if (c && c->visit != visit)
-                child = c;
-        }
-        if (child) {
-            child->visit = visit;
-            if (!list_push(&stack, child))
-                status = -1;
-            else if (stack.count - 1 < next_cap)
-                next[stack.count - 1] = 0;
             continue;
         }
-        stack.count--;
-        if (!list_push(order, n))
-            status = -1;
+        depth--;
+        ok = list_push(order, top->node);
     }
-    free(stack.items);
-    free(next);
-    return status < 0 ? core_fail(CORE_NOMEM, "kiln_backward", "out of memory sorting the gradient record") : 0;
+    free(stack);
+    return ok ? 0 : core_fail(CORE_NOMEM, "kiln_backward", "out of memory sorting the gradient record");
 }
 
 /* g summed over the axes it was broadcast along and converted, to fit in. */
