@@ -1,6 +1,7 @@
 /* Gradients: every differentiable op against central finite differences in
  * f64, traced gradients against eager ones, accumulation, no_grad, detach,
  * in-place refusals, and optimizers' traced steps against eager ones. */
+#include <pthread.h>
 #include <stdint.h>
 
 #include "progen.h"
@@ -603,6 +604,46 @@ START_TEST(clip_grad_norm)
 }
 END_TEST
 
+/* A chain of n ops differentiated and freed on a thread with a small stack:
+ * neither the walk nor the release of the record recurses along the chain. */
+static void *deep_chain(void *arg)
+{
+    int n = *(int *)arg;
+    kiln_tensor *w = kiln_ones(KILN_F32, 1, (int64_t[]){4}), *x = w;
+    kiln_requires_grad(w, true);
+    for (int i = 0; i < n; i++) {
+        kiln_tensor *y = kiln_mul_scalar(x, 1.0);
+        if (x != w)
+            kiln_release(x);
+        x = y;
+    }
+    kiln_tensor *loss = kiln_sum(x, KILN_ALL, false);
+    kiln_release(x);
+    int status = kiln_backward(loss);
+    kiln_release(loss);
+    kiln_tensor *g = kiln_grad(w), *total = g ? kiln_sum(g, KILN_ALL, false) : NULL;
+    bool ok = status == 0 && total && kiln_item(total) == 4;
+    kiln_release(total);
+    kiln_release(g);
+    kiln_release(w);
+    return ok ? arg : NULL;
+}
+
+START_TEST(deep_chain_small_stack)
+{
+    int n = UNDER_VALGRIND() ? 5000 : 100000;
+    pthread_attr_t attr;
+    pthread_t thread;
+    void *result = NULL;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    ck_assert_int_eq(pthread_create(&thread, &attr, deep_chain, &n), 0);
+    ck_assert_int_eq(pthread_join(thread, &result), 0);
+    pthread_attr_destroy(&attr);
+    ck_assert_msg(result == &n, "a chain of %d ops: %s", n, kiln_last_error());
+}
+END_TEST
+
 /* A traced loss's gradient accumulates over two backward calls in one body,
  * and a body that uses the same leaf twice sums both paths. */
 static int twice_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
@@ -887,6 +928,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, traced_accumulates);
     tcase_add_test(tc, traced_gradient_across_a_break);
     tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, deep_chain_small_stack);
     tcase_add_test(tc, clip_grad_norm);
     tcase_add_test(tc, train_sgd_momentum);
     tcase_add_test(tc, train_sgd_nesterov);

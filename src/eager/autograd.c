@@ -63,10 +63,19 @@ static size_t node_size(int n_in)
     return sizeof(grad_node) + (size_t)n_in * sizeof(grad_input);
 }
 
-static void node_release(grad_node *n)
+/* Records whose last reference went while another was being freed: freed
+ * by the outermost release in a loop, not by recursion (a record's saved
+ * operands hold the records before it, and a chain may be 100,000 long). */
+static _Thread_local struct {
+    grad_node **items;
+    int count, cap;
+    bool draining;
+} dying;
+
+static void node_release(grad_node *n);
+
+static void node_free(grad_node *n)
 {
-    if (!n || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) != 1)
-        return;
     for (int i = 0; i < n->n_in; i++) {
         node_release(n->in[i].fn);
         kiln_release(n->in[i].leaf);
@@ -74,6 +83,40 @@ static void node_release(grad_node *n)
     }
     kiln_release(n->out);
     core_free(n, node_size(n->n_in));
+}
+
+static bool defer(grad_node *n)
+{
+    if (dying.count == dying.cap) {
+        int cap = dying.cap ? 2 * dying.cap : 64;
+        grad_node **grown = realloc(dying.items, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return false;
+        dying.items = grown;
+        dying.cap = cap;
+    }
+    dying.items[dying.count++] = n;
+    return true;
+}
+
+static void node_release(grad_node *n)
+{
+    if (!n || atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (dying.draining && defer(n))
+        return;
+    if (dying.draining) { /* out of memory to defer: recursion it is */
+        node_free(n);
+        return;
+    }
+    dying.draining = true;
+    node_free(n);
+    while (dying.count > 0)
+        node_free(dying.items[--dying.count]);
+    dying.draining = false;
+    free(dying.items);
+    dying.items = NULL;
+    dying.cap = 0;
 }
 
 void grad_forget(kiln_tensor *t)
