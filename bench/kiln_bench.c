@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "matmul.h"
 #include "report.h"
 #include "timing.h"
 #include "workloads.h"
@@ -51,8 +52,11 @@ enum { WARMUPS = 2, MAX_REPS = 1000, TINY_BATCH = 1000 };
 static const char usage[] =
     "usage: kiln-bench [--workload NAME] [--device cpu|cuda] [--threads N] [--quick]\n"
     "                  [--reps N] [--compiles N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
-    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny train_mlp matmul serve\n"
-    "                   (default: all but matmul; on cuda matmul too, not serve)\n"
+    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny resnet50 resnet50_b16 gpt\n"
+    "                   train_mlp matmul serve (default: all but matmul, and serve; on cuda matmul\n"
+    "                   too, not serve); on the CPU matmul is its own family: kiln's GEMM\n"
+    "                   (KILN_MATMUL=kiln) against OpenBLAS as found and with its best core type\n"
+    "                   forced, a table only (no JSON)\n"
     "  --device D       cpu (default), or cuda: inputs on the GPU, GPU sizes (exits 2 without one)\n"
     "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
     "  --quick          small sizes, for CI: finishes in seconds\n"
@@ -686,6 +690,18 @@ static int parse_args(int argc, char **argv, options *opt)
     return 0;
 }
 
+/* The CPU's matmul family (bench/matmul.c), kiln's column on kiln's GEMM. */
+static int matmul_family(const options *opt)
+{
+    char self[1024];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return 1;
+    self[len] = '\0';
+    setenv("KILN_MATMUL", "kiln", 1); /* before the first product decides the engine */
+    return matmul_family_run(self, opt->threads, opt->reps, opt->quick, stdout) < 0;
+}
+
 int main(int argc, char **argv)
 {
     options opt;
@@ -705,8 +721,12 @@ int main(int argc, char **argv)
     }
     if (opt.probe && !strncmp(opt.probe, "serve-", 6))
         return serve_child(opt.probe + 6, opt.quick);
+    if (opt.probe && !strncmp(opt.probe, "matmul-openblas-", 16))
+        return matmul_family_child(atoi(opt.probe + 16), opt.reps, opt.quick);
     if (opt.probe)
         return probe(opt.probe, workload_find(opt.probe_workload), opt.size);
+    if (device == KILN_CPU && opt.workload && !strcmp(opt.workload, "matmul"))
+        return matmul_family(&opt);
 
     bench_run run = {.threads = opt.threads, .quick = opt.quick, .peak_tflops = NAN};
     bench_describe_machine(&run);

@@ -2,7 +2,8 @@
 """Peer figures for kiln-bench: the standard workloads in PyTorch and numpy.
 
 Times each workload of kiln-bench (gelu, softmax, layernorm, mlp, attention,
-tiny, train_mlp; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
+tiny, train_mlp, and resnet50, resnet50_b16 and gpt, the models from
+bench/models.py, in torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
 function) and in numpy, with the same thread count for all, and writes the
 kiln-bench/1 JSON schema (docs/bench-json.md) so that `kiln-bench --compare`
 can put these runs beside kiln. Torch is optional: without it only numpy runs.
@@ -28,6 +29,9 @@ import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402 (bench/models.py, beside this file)
 
 WARMUPS = 2
 TINY_CALLS_PER_REP = 1000  # one tiny call is microseconds: too short to time alone
@@ -84,11 +88,36 @@ def train_mlp(ops, dims, x, labels, w1, b1, w2, b2):
     return -(log_p * labels).sum(-1).mean()
 
 
+# The models (torch only), from bench/models.py, on random weights of their own
+# (not kiln's: tests/test_models.c compares the two on one set of weights).
+# resnet dims: (batch, image, width, classes, blocks...); gpt dims: (vocab,
+# position table, d, heads, layers, sequence).
+
+def resnet50(ops, dims, x, *params):
+    return models.resnet(ops.torch, params, x, dims[4:], dims[2])
+
+
+def gpt(ops, dims, x, *params):
+    # The ids drawn from the first input's magnitudes: inputs are f32 normals here.
+    ids = (x.abs() * 1000).long() % dims[0]
+    return models.gpt(ops.torch, params, ids, dims[3])
+
+
+def resnet_inputs(d):
+    return [((d[0], 3, d[1], d[1]), 1.0, 0.0)] + models.resnet_param_specs(d[4:], d[2], d[3])
+
+
+def gpt_inputs(d):
+    return [((1, d[5]), 1.0, 0.0)] + models.gpt_param_specs(d[0], d[1], d[2], d[4])
+
+
 # Sizes as bench/workloads.c has them: quick, full (a CPU's), gpu. An input is
 # (shape from dims, scale, offset): values are offset + scale * N(0, 1).
 # gemm_flop: the FLOPs of the workload's matrix products, or None.
 # standard: run by default (matmul only on CUDA, as kiln-bench does).
-Workload = collections.namedtuple("Workload", "name fn quick full gpu size inputs gemm_flop standard")
+# torch_only: numpy does not run it.
+Workload = collections.namedtuple("Workload", "name fn quick full gpu size inputs gemm_flop standard torch_only",
+                                  defaults=[False])
 
 WORKLOADS = [
     Workload("gelu", gelu, (1 << 16,), (1 << 24,), (1 << 28,),
@@ -120,11 +149,20 @@ WORKLOADS = [
              lambda d: [((d[0], d[1]), 1.0, 0.0), ((d[0], d[1]), 0.0, 0.0),
                         ((d[1], d[2]), WEIGHT_SCALE, 0.0), ((d[2],), WEIGHT_SCALE, 0.0),
                         ((d[2], d[1]), WEIGHT_SCALE, 0.0), ((d[1],), WEIGHT_SCALE, 0.0)],
-             lambda d: 5 * 2 * d[0] * d[1] * d[2], True),
+             lambda d: 5 * 2 * d[0] * d[1] * d[2], True, True),
     Workload("matmul", matmul, (128,), (2048,), (8192,),
              lambda d: f"{d[0]}^3",
              lambda d: [((d[0], d[0]), 1.0, 0.0), ((d[0], d[0]), 1.0 / math.sqrt(d[0]), 0.0)],
              lambda d: 2 * d[0] ** 3, False),
+    Workload("resnet50", resnet50, (1, 32, 8, 10, 1, 1, 1, 1), (1, 224, 64, 1000, 3, 4, 6, 3),
+             (16, 224, 64, 1000, 3, 4, 6, 3), lambda d: f"{d[0]}x3x{d[1]}x{d[1]}",
+             resnet_inputs, lambda d: None, True, True),
+    Workload("resnet50_b16", resnet50, (2, 32, 8, 10, 1, 1, 1, 1), (16, 224, 64, 1000, 3, 4, 6, 3),
+             (16, 224, 64, 1000, 3, 4, 6, 3), lambda d: f"{d[0]}x3x{d[1]}x{d[1]}",
+             resnet_inputs, lambda d: None, True, True),
+    Workload("gpt", gpt, (256, 32, 64, 4, 2, 32), (50257, 1024, 768, 12, 12, 256), (50257, 1024, 768, 12, 12, 256),
+             lambda d: f"{d[4]} blocks, d {d[2]}, {d[3]} heads, seq {d[5]}",
+             gpt_inputs, lambda d: None, True, True),
 ]
 
 
@@ -148,6 +186,7 @@ class NumpyOps:
 
 class TorchOps:
     def __init__(self, torch):
+        self.torch = torch
         self.tanh, self.exp, self.sqrt, self.log = torch.tanh, torch.exp, torch.sqrt, torch.log
         self.swap_last = lambda x: x.transpose(-1, -2)
 
@@ -409,7 +448,7 @@ def print_table(runs, args):
     for name in names:
         row = [name, by_system[0][name]["size"]]
         for _, i, field, fmt in columns:
-            value = by_system[i][name][field]
+            value = by_system[i].get(name, {}).get(field)  # numpy runs no model
             row.append("-" if value is None else fmt.format(value))
         rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
@@ -445,13 +484,12 @@ def main():
         training = w.name.startswith("train_")
         if torch and training and cuda:
             runs[0]["workloads"].append(blank_result(w, dims, args.reps))
+        elif torch and training:
+            runs[0]["workloads"].append(bench_torch_train(torch, np, w, dims, args.reps))
         elif torch:
-            bench = bench_torch_train if training else bench_torch
-            runs[0]["workloads"].append(bench(torch, np, w, dims, args.reps) if training
-                                        else bench(torch, np, w, dims, args.reps, args.device))
-        if not cuda:  # numpy has no gradients: a training workload's entry stays blank
-            runs[-1]["workloads"].append(blank_result(w, dims, args.reps) if training
-                                         else bench_numpy(np, w, dims, args.reps))
+            runs[0]["workloads"].append(bench_torch(torch, np, w, dims, args.reps, args.device))
+        if not cuda and not w.torch_only:
+            runs[-1]["workloads"].append(bench_numpy(np, w, dims, args.reps))
         if args.json:  # after each workload, so that a run cut short keeps what it measured
             write_json(args.json, runs)
     print_table(runs, args)

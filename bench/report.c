@@ -29,8 +29,7 @@ void bench_describe_machine(bench_run *run)
 
 /* -- Table ----------------------------------------------------------------- */
 
-/* A number in a fixed width, or "-" when not measured. */
-static const char *num(char *buf, size_t size, double v, const char *fmt)
+const char *bench_number(char *buf, size_t size, double v, const char *fmt)
 {
     if (isnan(v))
         snprintf(buf, size, "-");
@@ -57,7 +56,7 @@ static const char *machine_text(const bench_run *run, char *buf, size_t size)
 /* A byte count in MB, or "-" when not measured. */
 static const char *megabytes(char *buf, size_t size, int64_t bytes)
 {
-    return num(buf, size, bytes < 0 ? NAN : (double)bytes / 1e6, "%.1fM");
+    return bench_number(buf, size, bytes < 0 ? NAN : (double)bytes / 1e6, "%.1fM");
 }
 
 /* The matrix products' rate in TFLOP/s: each workload's products' FLOPs over
@@ -82,10 +81,10 @@ static void print_products(const bench_run *run, FILE *out)
         char b[4][32];
         double tflop = r->gemm_gflop / 1e3, traced = tflop / (r->traced_ms * 1e-3);
         fprintf(out, "%-10s %10.4g %9s %9s %9s", r->name, r->gemm_gflop,
-                num(b[0], 32, tflop / (r->eager_ms * 1e-3), "%.3g"), num(b[1], 32, traced, "%.3g"),
-                num(b[2], 32, tflop / (r->gemms_ms * 1e-3), "%.3g"));
+                bench_number(b[0], 32, tflop / (r->eager_ms * 1e-3), "%.3g"), bench_number(b[1], 32, traced, "%.3g"),
+                bench_number(b[2], 32, tflop / (r->gemms_ms * 1e-3), "%.3g"));
         if (!isnan(run->peak_tflops))
-            fprintf(out, " %9s", num(b[3], 32, 100 * traced / run->peak_tflops, "%.0f%%"));
+            fprintf(out, " %9s", bench_number(b[3], 32, 100 * traced / run->peak_tflops, "%.0f%%"));
         fputc('\n', out);
     }
 }
@@ -104,12 +103,12 @@ void bench_print_table(const bench_run *run, FILE *out)
         const bench_result *r = &run->results[i];
         char b[11][32];
         fprintf(out, "%-10s %-18s %10s %10s %8s %9s %9s %9s %9s %7d %10s %10s %9.2g %9s %8s\n", r->name,
-                r->size, num(b[0], 32, r->eager_ms, "%.4g"), num(b[1], 32, r->traced_ms, "%.4g"),
-                num(b[2], 32, r->eager_ms / r->traced_ms, "%.2fx"), num(b[3], 32, r->first_call_ms, "%.3f"),
-                num(b[7], 32, r->compile_ms, "%.3f"), num(b[4], 32, r->disk_hit_ms, "%.3f"),
-                num(b[8], 32, r->disk_load_ms, "%.3f"), r->kernels, megabytes(b[9], 32, r->peak_eager_bytes),
-                megabytes(b[10], 32, r->peak_traced_bytes), r->max_abs_diff, num(b[5], 32, r->limit_ms, "%.3f"),
-                num(b[6], 32, 100 * r->limit_ms / r->traced_ms, "%.0f%%"));
+                r->size, bench_number(b[0], 32, r->eager_ms, "%.4g"), bench_number(b[1], 32, r->traced_ms, "%.4g"),
+                bench_number(b[2], 32, r->eager_ms / r->traced_ms, "%.2fx"), bench_number(b[3], 32, r->first_call_ms, "%.3f"),
+                bench_number(b[7], 32, r->compile_ms, "%.3f"), bench_number(b[4], 32, r->disk_hit_ms, "%.3f"),
+                bench_number(b[8], 32, r->disk_load_ms, "%.3f"), r->kernels, megabytes(b[9], 32, r->peak_eager_bytes),
+                megabytes(b[10], 32, r->peak_traced_bytes), r->max_abs_diff, bench_number(b[5], 32, r->limit_ms, "%.3f"),
+                bench_number(b[6], 32, 100 * r->limit_ms / r->traced_ms, "%.0f%%"));
     }
     print_products(run, out);
 }
@@ -325,8 +324,8 @@ static void print_peer_run(const bench_run *run, json_object *peer, FILE *out)
         double pe = w ? field(w, "eager_ms") : NAN, pt = w ? field(w, "traced_ms") : NAN;
         char b[4][32];
         fprintf(out, "%-10s %12.4g %12s %12s %14s %14s\n", r->name, r->traced_ms,
-                num(b[0], 32, pe, "%.4g"), num(b[1], 32, pt, "%.4g"),
-                num(b[2], 32, pe / r->traced_ms, "%.2fx"), num(b[3], 32, pt / r->traced_ms, "%.2fx"));
+                bench_number(b[0], 32, pe, "%.4g"), bench_number(b[1], 32, pt, "%.4g"),
+                bench_number(b[2], 32, pe / r->traced_ms, "%.2fx"), bench_number(b[3], 32, pt / r->traced_ms, "%.2fx"));
     }
 }
 

@@ -50,6 +50,8 @@ typedef struct {
 /* Fills in the CPU's name and core count; the device is the caller's. */
 void bench_describe_machine(bench_run *run);
 void bench_print_table(const bench_run *run, FILE *out);
+/* v in fmt into buf, or "-" when not measured (NAN); buf. */
+const char *bench_number(char *buf, size_t size, double v, const char *fmt);
 /* Reads peers' JSON and prints their figures beside kiln's; -1 on a bad file. */
 int bench_print_comparison(const bench_run *run, const char *path, FILE *out);
 int bench_write_json(const bench_run *run, const char *path);

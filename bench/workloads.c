@@ -1,5 +1,6 @@
 /* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention,
- * tiny; and matmul and train_mlp, which kiln-bench alone runs.
+ * tiny, resnet50 (batch 1 and 16) and gpt (bench/models.c); and matmul and
+ * train_mlp, which kiln-bench alone runs.
  *
  * GPU sizes: gelu 2^28 and softmax 16384x16384 (1 GiB each, far past the
  * H200's 60 MB L2), layer norm 16384x4096 (256 MiB), the mlp of a 4096-token
@@ -83,6 +84,20 @@ static int tiny_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
         x = kiln_add_scalar(kiln_mul_scalar(x, 1.0001), 0.5);
     out[0] = x;
     return x ? 0 : -1;
+}
+
+static int resnet_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const workload_state *s = user;
+    out[0] = resnet_forward(s->config, &s->model, in[0]);
+    return out[0] ? 0 : -1;
+}
+
+static int gpt_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const workload_state *s = user;
+    out[0] = gpt_forward(s->config, &s->model, in[0]);
+    return out[0] ? 0 : -1;
 }
 
 /* -- Data ------------------------------------------------------------------ */
@@ -226,6 +241,99 @@ static int matmul_setup(workload_size size, kiln_tensor **in, workload_state *s)
     return all_made(in, 2);
 }
 
+/* -- The models ------------------------------------------------------------ */
+
+/* Adds count products of m x k by k x n, merged with an equal one. */
+static void add_gemm(workload_state *s, int64_t count, int64_t m, int64_t k, int64_t n)
+{
+    for (int g = 0; g < s->n_gemms; g++)
+        if (s->gemms[g].m == m && s->gemms[g].k == k && s->gemms[g].n == n) {
+            s->gemms[g].count += count;
+            return;
+        }
+    if (s->n_gemms < WORKLOAD_MAX_GEMMS)
+        s->gemms[s->n_gemms++] = (workload_gemm){count, m, k, n};
+}
+
+/* A k x k convolution (padding k / 2) of in to out channels over a square
+ * image of *side: per image, out x (in k k) by (in k k) x (output pixels). */
+static void conv_gemm(workload_state *s, int64_t batch, int64_t in, int64_t out, int64_t k, int64_t stride,
+                      int64_t *side)
+{
+    *side = (*side + 2 * (k / 2) - k) / stride + 1;
+    add_gemm(s, batch, out, in * k * k, *side * *side);
+}
+
+/* ResNet's convolutions and classifier as products (bench/models.c's walk). */
+static void resnet_gemms(workload_state *s, const resnet_config *c, int64_t batch, int64_t image)
+{
+    int64_t side = image, in = c->width;
+    conv_gemm(s, batch, 3, c->width, 7, 2, &side);
+    side = (side + 2 - 3) / 2 + 1; /* the max pool */
+    for (int stage = 0; stage < 4; stage++)
+        for (int b = 0; b < c->blocks[stage]; b++) {
+            int64_t width = c->width << stage, stride = b == 0 && stage > 0 ? 2 : 1, inner = side, shortcut = side;
+            conv_gemm(s, batch, in, width, 1, 1, &inner);
+            conv_gemm(s, batch, width, width, 3, stride, &inner);
+            conv_gemm(s, batch, width, 4 * width, 1, 1, &inner);
+            if (stride != 1 || in != 4 * width)
+                conv_gemm(s, batch, in, 4 * width, 1, stride, &shortcut);
+            side = inner, in = 4 * width;
+        }
+    add_gemm(s, 1, batch, in, c->classes);
+}
+
+static const resnet_config RESNET50 = {{3, 4, 6, 3}, 64, 1000}, RESNET_QUICK = {{1, 1, 1, 1}, 8, 10};
+
+static int resnet_setup_batch(workload_size size, int64_t batch, kiln_tensor **in, workload_state *s)
+{
+    const resnet_config *c = size == WORKLOAD_QUICK ? &RESNET_QUICK : &RESNET50;
+    int64_t image = size == WORKLOAD_QUICK ? 32 : 224;
+    s->config = c;
+    if (resnet_make(c, 17, &s->model) < 0)
+        return -1;
+    in[0] = normal(4, (int64_t[]){batch, 3, image, image}, 18, 1);
+    resnet_gemms(s, c, batch, image);
+    snprintf(s->size, sizeof s->size, "%lldx3x%lldx%lld%s", (long long)batch, (long long)image, (long long)image,
+             size == WORKLOAD_QUICK ? ", 1 block a stage, width 8" : "");
+    return all_made(in, 1);
+}
+
+static int resnet_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    return resnet_setup_batch(size, size == WORKLOAD_GPU ? 16 : 1, in, s);
+}
+
+static int resnet16_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    return resnet_setup_batch(size, size == WORKLOAD_QUICK ? 2 : 16, in, s);
+}
+
+static const gpt_config GPT2 = {50257, 1024, 768, 12, 12}, GPT_QUICK = {256, 32, 64, 4, 2};
+
+static int gpt_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    const gpt_config *c = size == WORKLOAD_QUICK ? &GPT_QUICK : &GPT2;
+    int64_t t = size == WORKLOAD_QUICK ? 32 : 256, d = c->dim, dh = d / c->heads, l = c->layers;
+    s->config = c;
+    if (gpt_make(c, 19, &s->model) < 0)
+        return -1;
+    kiln_scope_begin();
+    kiln_tensor *u = kiln_mul_scalar(kiln_rand(2, (int64_t[]){1, t}, 20), (double)c->vocab);
+    in[0] = kiln_keep(kiln_cast(kiln_floor(u), KILN_I64));
+    kiln_scope_end();
+    add_gemm(s, l, t, d, 3 * d);        /* q, k and v */
+    add_gemm(s, l * c->heads, t, dh, t); /* q @ kᵀ */
+    add_gemm(s, l * c->heads, t, t, dh); /* weights @ v */
+    add_gemm(s, l, t, d, d);            /* the attention's projection */
+    add_gemm(s, l, t, d, 4 * d);
+    add_gemm(s, l, t, 4 * d, d);
+    add_gemm(s, 1, t, d, c->vocab);     /* the logits */
+    snprintf(s->size, sizeof s->size, "%lld blocks, d %lld, %lld heads, seq %lld", (long long)l, (long long)d,
+             (long long)c->heads, (long long)t);
+    return all_made(in, 1);
+}
+
 const workload workloads[] = {
     {"gelu", "tanh-form GELU", 1, gelu_body, gelu_setup},
     {"softmax", "row softmax", 1, softmax_body, softmax_setup},
@@ -233,8 +341,12 @@ const workload workloads[] = {
     {"mlp", "x@W1+b1 -> gelu -> @W2+b2", 1, mlp_body, mlp_setup},
     {"attention", "softmax(q@k^T/sqrt(d))@v", 3, attention_body, attention_setup},
     {"tiny", "ten x*1.0001+0.5 steps (dispatch overhead)", 1, tiny_body, tiny_setup},
+    {"resnet50", "torchvision's ResNet-50, inference, batch 1", 1, resnet_body, resnet_setup},
+    {"resnet50_b16", "torchvision's ResNet-50, inference, batch 16", 1, resnet_body, resnet16_setup},
+    {"gpt", "GPT-2 small's 12 blocks, inference, batch 1", 1, gpt_body, gpt_setup},
 };
 const int workload_count = (int)(sizeof workloads / sizeof *workloads);
+const int workload_kernels_count = 6;
 const workload workload_matmul = {"matmul", "f32 [n,n] @ [n,n]", 2, matmul_body, matmul_setup};
 const workload workload_train_mlp = {"train_mlp", "the mlp, cross-entropy, backward and AdamW", 2, train_mlp_body,
                                      train_mlp_setup};
@@ -269,6 +381,9 @@ int workload_to_device(const workload *w, kiln_tensor **in, workload_state *stat
             return -1;
     for (int i = 0; i < WORKLOAD_MAX_WEIGHTS; i++)
         if (move(&state->weights[i], d) < 0)
+            return -1;
+    for (int i = 0; i < state->model.n; i++)
+        if (move(&state->model.p[i], d) < 0)
             return -1;
     for (int i = 0; state->optimizer && i < WORKLOAD_MAX_WEIGHTS; i++)
         if (kiln_requires_grad(state->weights[i], true) < 0)
@@ -326,6 +441,7 @@ void workload_free(const workload *w, kiln_tensor **in, workload_state *state)
         kiln_release(in[i]);
     for (int i = 0; i < WORKLOAD_MAX_WEIGHTS; i++)
         kiln_release(state->weights[i]);
+    model_free(&state->model);
     kiln_optimizer_free(state->optimizer);
     state->optimizer = NULL;
 }

@@ -5,9 +5,11 @@
 
 #include <kiln/kiln.h>
 
+#include "models.h"
+
 enum { WORKLOAD_MAX_INPUTS = 3, WORKLOAD_MAX_WEIGHTS = 4 };
 
-enum { WORKLOAD_MAX_GEMMS = 5 };
+enum { WORKLOAD_MAX_GEMMS = 64 };
 
 /* A matrix product a workload cannot do without: count times m x k by k x n. */
 typedef struct {
@@ -20,6 +22,8 @@ typedef struct {
     double bytes;  /* the least bytes a run must read and write, 0 if not memory-bound */
     workload_gemm gemms[WORKLOAD_MAX_GEMMS];    /* its products, timed alone as its compute limit */
     int n_gemms;
+    model_params model;   /* a model's parameters (resnet50, gpt), captured */
+    const void *config;   /* its resnet_config or gpt_config */
     char size[64]; /* the size, for people */
     kiln_optimizer *optimizer; /* a training workload's, over the weights; else NULL */
 } workload_state;
@@ -42,6 +46,10 @@ typedef struct {
  * run every one of these. */
 extern const workload workloads[];
 extern const int workload_count;
+/* The first workload_kernels_count of them (gelu to tiny) are single
+ * kernels' worth of work; the models after them compile dozens, which the
+ * cache suite's processes need not. */
+extern const int workload_kernels_count;
 /* One f32 matrix product, [n,n] @ [n,n] (8192 at GPU size): not a standard
  * workload; kiln-bench times it on CUDA, and on a CPU when named. */
 extern const workload workload_matmul;

@@ -8,7 +8,7 @@
  * workloads. Exit 0 when every workload ran and matched; 1 otherwise, with
  * kiln's error on stderr.
  *
- *   cache_helper [--precompile TARGET] [WORKLOAD...]   (default: all)
+ *   cache_helper [--precompile TARGET] [WORKLOAD...]   (default: gelu to tiny)
  */
 #include <math.h>
 #include <stdio.h>
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
         first = 3;
     }
     bool ok = true;
-    for (int i = 0; i < workload_count && first == argc; i++)
+    for (int i = 0; i < workload_kernels_count && first == argc; i++)
         ok = run(&workloads[i], precompile) && ok;
     for (int i = first; i < argc; i++) {
         const workload *w = workload_find(argv[i]);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(PROGEN_OP_COUNT <= 64, "progen_options.ops is a 64-bit mask");
+_Static_assert(PROGEN_OP_COUNT < 128, "progen_options.ops is a 128-bit mask");
 
 enum {
     MAX_RANK = 6,       /* values stay well inside KILN_MAX_DIMS */
@@ -34,12 +34,15 @@ typedef struct {
     progen_op op;
     int a, b, c;                 /* operand values; -1 when unused (layer_norm: NULL) */
     int n_list, list[MAX_CONCAT];/* concat's operands */
-    int axis, axis2;             /* reductions, softmax, slice, concat, (un)squeeze, transpose */
+    int axis, axis2;             /* reductions, softmax, slice, concat, (un)squeeze, transpose;
+                                    axis2: tril or triu's diagonal */
+    int which;                   /* topk, sort: values (0) or indices (1); split: the piece */
+    int64_t k;                   /* topk's k, var's and std's correction, split's size, pad's mode */
     bool keepdim;
     int64_t start, stop, step;   /* slice */
     double x, y, z;              /* scalar operand, fill value, arange start/stop/step, eps */
     kiln_dtype dtype;            /* cast and creation */
-    int ndim;                    /* reshape and expand requests, creation shapes */
+    int ndim;                    /* reshape and expand requests, creation shapes, repeat and pad counts */
     int64_t shape[KILN_MAX_DIMS];
     int perm[KILN_MAX_DIMS];
     uint64_t seed;               /* rand, randn, from_data */
@@ -259,6 +262,20 @@ static const unsigned char weights[PROGEN_OP_COUNT] = {
     [PROGEN_FULL] = 1, [PROGEN_ZEROS] = 1, [PROGEN_ONES] = 1, [PROGEN_ARANGE] = 1,
     [PROGEN_RAND] = 1, [PROGEN_RANDN] = 1, [PROGEN_SCALAR] = 1, [PROGEN_FROM_DATA] = 1,
     [PROGEN_ASSIGN] = 3,
+    [PROGEN_FLOOR] = 1, [PROGEN_CEIL] = 1, [PROGEN_ROUND] = 1, [PROGEN_TRUNC] = 1, [PROGEN_LOG1P] = 1,
+    [PROGEN_EXPM1] = 1, [PROGEN_LOG2] = 1, [PROGEN_TAN] = 1, [PROGEN_ATAN] = 1, [PROGEN_SIGN] = 1,
+    [PROGEN_RECIPROCAL] = 1, [PROGEN_ISNAN] = 1, [PROGEN_ISINF] = 1, [PROGEN_LOGICAL_NOT] = 1,
+    [PROGEN_GELU_ERF] = 1, [PROGEN_SOFTPLUS] = 1, [PROGEN_REMAINDER] = 2, [PROGEN_FLOOR_DIVIDE] = 2,
+    [PROGEN_ATAN2] = 1, [PROGEN_LOGICAL_AND] = 1, [PROGEN_LOGICAL_OR] = 1, [PROGEN_LOGICAL_XOR] = 1,
+    [PROGEN_CLAMP] = 2, [PROGEN_PROD] = 1, [PROGEN_ARGMIN] = 1, [PROGEN_ANY] = 1, [PROGEN_ALL] = 1,
+    [PROGEN_VAR] = 1, [PROGEN_STD] = 1, [PROGEN_LOGSUMEXP] = 2, [PROGEN_CUMSUM] = 1, [PROGEN_TOPK] = 1,
+    [PROGEN_SORT] = 1, [PROGEN_GATHER] = 1, [PROGEN_INDEX_SELECT] = 1, [PROGEN_EMBEDDING] = 1,
+    [PROGEN_SCATTER_ADD] = 1, [PROGEN_MASKED_FILL] = 2, [PROGEN_STACK] = 1, [PROGEN_SPLIT] = 1,
+    [PROGEN_FLIP] = 1, [PROGEN_PAD] = 1, [PROGEN_TRIL] = 1, [PROGEN_TRIU] = 1, [PROGEN_REPEAT] = 1,
+    [PROGEN_EYE] = 1, [PROGEN_LINSPACE] = 1, [PROGEN_ZEROS_LIKE] = 1, [PROGEN_ONES_LIKE] = 1,
+    [PROGEN_FULL_LIKE] = 1, [PROGEN_BATCH_NORM] = 1, [PROGEN_GROUP_NORM] = 1, [PROGEN_RMS_NORM] = 1,
+    [PROGEN_LAYER_NORM_AXES] = 1, [PROGEN_CROSS_ENTROPY] = 1, [PROGEN_NLL_LOSS] = 1, [PROGEN_MSE_LOSS] = 1,
+    [PROGEN_DROPOUT] = 1,
 };
 
 static const double scalars[] = {0, 1, -1, 2, -2, 3, 0.5, -0.5, 1.5, 0.1, -0.0, 1e-3, 100, 7, -2.25};
@@ -327,9 +344,17 @@ static bool is_creation(progen_op op)
     return op >= PROGEN_FULL && op <= PROGEN_FROM_DATA;
 }
 
+/* Ops whose result may be a view of their operand (or the operand itself):
+ * a created tensor they read must not be assigned afterwards. */
 static bool is_view(progen_op op)
 {
-    return op >= PROGEN_RESHAPE && op <= PROGEN_UNSQUEEZE && op != PROGEN_CONCAT;
+    switch (op) {
+    case PROGEN_FLIP: case PROGEN_SPLIT: case PROGEN_REPEAT: case PROGEN_PAD: case PROGEN_SIGN:
+    case PROGEN_CUMSUM: case PROGEN_DROPOUT:
+        return true;
+    default:
+        return op >= PROGEN_RESHAPE && op <= PROGEN_UNSQUEEZE && op != PROGEN_CONCAT;
+    }
 }
 
 /* The instruction's result is its operand itself: kiln_contiguous of a
@@ -356,7 +381,7 @@ static void note_uses(gen *g, const instr *ins, vtype *t)
                 p->types[v].nonneg = t->nonneg;
     }
     int ops[MAX_CONCAT + 3], n = 0;
-    if (ins->op == PROGEN_CONCAT)
+    if (ins->op == PROGEN_CONCAT || ins->op == PROGEN_STACK)
         for (int i = 0; i < ins->n_list; i++)
             ops[n++] = ins->list[i];
     else
@@ -405,8 +430,14 @@ static bool binary_result(progen_op op, const vtype *a, const vtype *b, vtype *o
     case PROGEN_POW: /* integer powers only with exponents known not to be negative */
         return p != KILN_BOOL && (is_float(p) || nonneg(b));
     case PROGEN_DIV:
+    case PROGEN_ATAN2:
         out->dtype = float_of(p);
         return true;
+    case PROGEN_REMAINDER: /* the divisor's sign (0 for a divisor of 0) */
+        out->nonneg = nonneg(b);
+        return p != KILN_BOOL;
+    case PROGEN_FLOOR_DIVIDE:
+        return p != KILN_BOOL;
     case PROGEN_MAXIMUM:
         out->nonneg = nonneg(a) || nonneg(b);
         return true;
@@ -496,14 +527,30 @@ static bool gen_where(gen *g, instr *ins, vtype *out)
 
 static bool gen_unary(gen *g, instr *ins, vtype *out)
 {
-    bool keeps = ins->op == PROGEN_NEG || ins->op == PROGEN_ABS || ins->op == PROGEN_RELU;
-    ins->a = pick(g, keeps ? NUMBERS : 0, 0); /* neg, abs and relu refuse bool */
+    progen_op op = ins->op;
+    bool rounds = op == PROGEN_FLOOR || op == PROGEN_CEIL || op == PROGEN_ROUND || op == PROGEN_TRUNC;
+    bool keeps = op == PROGEN_NEG || op == PROGEN_ABS || op == PROGEN_RELU || rounds;
+    bool predicate = op == PROGEN_ISNAN || op == PROGEN_ISINF || op == PROGEN_LOGICAL_NOT;
+    ins->a = pick(g, keeps ? NUMBERS : 0, 0); /* these refuse bool */
     if (ins->a < 0)
         return false;
     const vtype *a = type_of(g, ins->a);
     *out = *a;
-    out->dtype = keeps ? a->dtype : float_of(a->dtype);
-    out->nonneg = ins->op == PROGEN_RELU;
+    out->dtype = keeps || op == PROGEN_SIGN ? a->dtype : predicate ? KILN_BOOL : float_of(a->dtype);
+    out->nonneg = op == PROGEN_RELU || ((rounds || op == PROGEN_SIGN) && nonneg(a));
+    return true;
+}
+
+/* clamp(a, lo, hi) is maximum_scalar then minimum_scalar: their promotion. */
+static bool gen_clamp(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    ins->x = PICK(&g->r, scalars);
+    ins->y = PICK(&g->r, scalars);
+    *out = *a;
+    out->dtype = scalar_result(scalar_result(a->dtype, ins->x), ins->y);
+    out->nonneg = ins->x >= 0 && ins->y >= 0;
     return true;
 }
 
@@ -520,50 +567,479 @@ static bool gen_cast(gen *g, instr *ins, vtype *out)
 
 /* -- Reductions ------------------------------------------------------------ */
 
-static bool gen_reduce(gen *g, instr *ins, vtype *out)
+/* A reduction's axis argument for an nd-d value: KILN_ALL, one axis, or
+ * (when sets) now and then KILN_AXES of two or more; the reduced axes in
+ * reduced. */
+static int random_axes(gen *g, int nd, bool sets, bool *reduced)
 {
-    ins->a = pick(g, 0, 0);
-    const vtype *a = type_of(g, ins->a);
-    int nd = a->ndim, resolved = -1;
+    for (int d = 0; d < nd; d++)
+        reduced[d] = false;
     if (nd == 0) {
         static const int zero_d_axes[] = {KILN_ALL, 0, -1}; /* 0 and -1 mean the only "axis" */
-        ins->axis = PICK(&g->r, zero_d_axes);
-    } else if (chance(&g->r, 1, 4)) {
-        ins->axis = KILN_ALL;
-    } else {
-        resolved = (int)below(&g->r, nd);
-        ins->axis = random_axis(g, nd, resolved);
+        return PICK(&g->r, zero_d_axes);
     }
+    if (chance(&g->r, 1, 4)) {
+        for (int d = 0; d < nd; d++)
+            reduced[d] = true;
+        return KILN_ALL;
+    }
+    if (!sets || nd < 2 || chance(&g->r, 2, 3)) {
+        int d = (int)below(&g->r, nd);
+        reduced[d] = true;
+        return random_axis(g, nd, d);
+    }
+    int bits = 0;
+    for (int d = 0; d < nd; d++)
+        if (chance(&g->r, 1, 2) || (d == nd - 1 && bits == 0)) {
+            reduced[d] = true;
+            bits |= 1 << (random_axis(g, nd, d) & 15);
+        }
+    return KILN_AXES_FLAG | bits;
+}
+
+static bool gen_reduce(gen *g, instr *ins, vtype *out)
+{
+    progen_op op = ins->op;
+    bool arg = op == PROGEN_ARGMAX || op == PROGEN_ARGMIN, statistic = op == PROGEN_VAR || op == PROGEN_STD;
+    ins->a = pick(g, statistic ? PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64) : 0, 0);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    int nd = a->ndim;
+    bool reduced[KILN_MAX_DIMS];
+    ins->axis = random_axes(g, nd, !arg, reduced);
     ins->keepdim = chance(&g->r, 1, 2);
-    int64_t rows = resolved < 0 ? numel(nd, a->shape) : a->shape[resolved];
-    bool extreme = ins->op == PROGEN_MAX || ins->op == PROGEN_MIN || ins->op == PROGEN_ARGMAX;
-    if (extreme && rows == 0)
-        return false; /* max, min and argmax refuse empty axes */
+    ins->k = between(&g->r, 0, 2); /* var's and std's correction */
+    int64_t rows = 1;
+    for (int d = 0; d < nd; d++)
+        rows *= reduced[d] ? a->shape[d] : 1;
+    if ((arg || op == PROGEN_MAX || op == PROGEN_MIN) && rows == 0)
+        return false; /* the extremes refuse empty axes */
     out->ndim = 0;
     for (int d = 0; d < nd; d++) {
-        bool reduced = resolved < 0 || d == resolved;
-        if (!reduced)
+        if (!reduced[d])
             out->shape[out->ndim++] = a->shape[d];
         else if (ins->keepdim)
             out->shape[out->ndim++] = 1;
     }
-    switch (ins->op) {
+    out->nonneg = false;
+    switch (op) {
     case PROGEN_SUM:
+    case PROGEN_PROD:
         out->dtype = is_float(a->dtype) ? a->dtype : KILN_I64;
         out->nonneg = a->dtype == KILN_BOOL;
         break;
     case PROGEN_MEAN:
+    case PROGEN_LOGSUMEXP:
+    case PROGEN_VAR:
+    case PROGEN_STD:
         out->dtype = float_of(a->dtype);
         break;
     case PROGEN_ARGMAX:
+    case PROGEN_ARGMIN:
         out->dtype = KILN_I64;
         out->nonneg = true;
+        break;
+    case PROGEN_ANY:
+    case PROGEN_ALL:
+        out->dtype = KILN_BOOL;
         break;
     default:
         out->dtype = a->dtype;
         out->nonneg = nonneg(a);
         break;
     }
+    return true;
+}
+
+/* -- Along an axis, by indices ---------------------------------------------- */
+
+/* An axis of a (an nd-d value), or 0 or -1 for a 0-d one; its extent. */
+static int64_t line_axis(gen *g, const vtype *a, int *axis)
+{
+    if (a->ndim == 0) {
+        *axis = chance(&g->r, 1, 2) ? 0 : -1;
+        return 1;
+    }
+    int d = (int)below(&g->r, a->ndim);
+    *axis = random_axis(g, a->ndim, d);
+    return a->shape[d];
+}
+
+static bool gen_cumsum(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    *out = *type_of(g, ins->a);
+    line_axis(g, out, &ins->axis);
+    out->nonneg = out->dtype == KILN_BOOL; /* integer sums may wrap */
+    out->dtype = is_float(out->dtype) ? out->dtype : KILN_I64;
+    return true;
+}
+
+/* topk or sort: its values (a's dtype) or its indices (i64). */
+static bool gen_ordered(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int64_t n = line_axis(g, a, &ins->axis);
+    ins->k = ins->op == PROGEN_SORT ? n : a->ndim == 0 ? 1 : between(&g->r, 0, n);
+    ins->keepdim = chance(&g->r, 1, 2); /* largest, descending */
+    ins->which = (int)below(&g->r, 2);
+    *out = *a;
+    if (a->ndim)
+        out->shape[ins->axis < 0 ? ins->axis + a->ndim : ins->axis] = ins->k;
+    out->dtype = ins->which ? KILN_I64 : a->dtype;
+    out->nonneg = ins->which || nonneg(a);
+    return true;
+}
+
+/* A value with exactly t's shape (t's own value v always is one). */
+static int same_shape_value(gen *g, const vtype *t, int v, unsigned dtypes)
+{
+    int n = 0;
+    for (int w = 0; w < n_values(g); w++) {
+        const vtype *u = type_of(g, w);
+        if ((!dtypes || (dtypes & PROGEN_DTYPE_BIT(u->dtype))) && u->ndim == t->ndim &&
+            !memcmp(u->shape, t->shape, (size_t)t->ndim * sizeof *t->shape))
+            g->cand[n++] = w;
+    }
+    return n ? choose(g, n) : v;
+}
+
+/* gather and scatter_add: indices from a value of a's shape; scatter_add's
+ * src one of a's shape and dtype. */
+static bool gen_gather_scatter(gen *g, instr *ins, vtype *out)
+{
+    bool scatter = ins->op == PROGEN_SCATTER_ADD;
+    ins->a = pick(g, scatter ? NUMBERS : 0, 0);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    ins->k = line_axis(g, a, &ins->axis);
+    ins->b = same_shape_value(g, a, ins->a, 0);
+    ins->c = scatter ? same_shape_value(g, a, ins->a, PROGEN_DTYPE_BIT(a->dtype)) : -1;
+    *out = *a;
+    out->nonneg = nonneg(a) && (!scatter || nonneg(type_of(g, ins->c)));
+    return true;
+}
+
+static bool gen_index_select(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    ins->k = line_axis(g, a, &ins->axis);
+    ins->b = pick(g, 0, 0);
+    int64_t n = numel(type_of(g, ins->b)->ndim, type_of(g, ins->b)->shape);
+    if (ins->k == 0 && n > 0)
+        return false; /* no index is in range */
+    *out = *a;
+    out->shape[ins->axis < 0 ? ins->axis + a->ndim : ins->axis] = n;
+    return true;
+}
+
+static bool gen_embedding(gen *g, instr *ins, vtype *out)
+{
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++)
+        if (type_of(g, v)->ndim == 2)
+            g->cand[n++] = v;
+    if (n == 0)
+        return false;
+    ins->a = choose(g, n);
+    ins->b = pick(g, 0, 0);
+    const vtype *w = type_of(g, ins->a), *ids = type_of(g, ins->b);
+    ins->k = w->shape[0];
+    if ((ins->k == 0 && numel(ids->ndim, ids->shape) > 0) || ids->ndim >= MAX_RANK)
+        return false;
+    *out = *ids;
+    out->shape[out->ndim++] = w->shape[1];
+    out->dtype = w->dtype;
+    out->nonneg = nonneg(w);
+    return true;
+}
+
+static bool gen_masked_fill(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    int n = 0;
+    vtype t;
+    for (int v = 0; v < n_values(g); v++) {
+        const vtype *m = type_of(g, v);
+        if (m->dtype == KILN_BOOL && broadcast(a, m, &t) && t.ndim == a->ndim &&
+            !memcmp(t.shape, a->shape, (size_t)a->ndim * sizeof *a->shape))
+            g->cand[n++] = v;
+    }
+    if (n == 0)
+        return false;
+    ins->b = choose(g, n);
+    ins->x = PICK(&g->r, fills);
+    *out = *a;
+    out->nonneg = nonneg(a) && !(ins->x < 0);
+    return true;
+}
+
+/* -- Norms and losses -------------------------------------------------------------- */
+
+/* A 1-d value of size n, or -1. */
+static int vector_of(gen *g, int64_t n)
+{
+    int count = 0;
+    for (int v = 0; v < n_values(g); v++)
+        if (type_of(g, v)->ndim == 1 && type_of(g, v)->shape[0] == n)
+            g->cand[count++] = v;
+    return count ? choose(g, count) : -1;
+}
+
+/* batch_norm and group_norm: x [N, C, ...]; b and c [C] values (mean and
+ * var, gamma and beta), or -1. Dtypes promote through each step. */
+static bool gen_channel_norm(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 2);
+    if (ins->a < 0)
+        return false;
+    const vtype *x = type_of(g, ins->a);
+    int64_t c = x->shape[1];
+    ins->b = vector_of(g, c);
+    ins->c = chance(&g->r, 1, 3) ? -1 : vector_of(g, c);
+    ins->x = PICK(&g->r, eps_values);
+    if (ins->op == PROGEN_BATCH_NORM && ins->b < 0)
+        return false;
+    if (ins->op == PROGEN_GROUP_NORM) {
+        int64_t divisors[8], n = 0;
+        for (int64_t k = 1; k <= c && n < 8; k++)
+            if (c % k == 0)
+                divisors[n++] = k;
+        if (n == 0)
+            return false; /* no channels: no groups */
+        ins->k = divisors[below(&g->r, n)];
+    }
+    *out = *x;
+    out->nonneg = false;
+    out->dtype = float_of(x->dtype);
+    if (ins->op == PROGEN_BATCH_NORM) /* (x - mean) * rsqrt(var + eps) [* gamma] [+ beta] */
+        out->dtype = higher(higher(out->dtype, type_of(g, ins->b)->dtype), float_of(type_of(g, ins->b)->dtype));
+    if (ins->c >= 0)
+        out->dtype = higher(out->dtype, type_of(g, ins->c)->dtype);
+    return true;
+}
+
+/* rms_norm (gamma broadcasting to x) and layer_norm over the last k axes
+ * (gamma and beta broadcasting to those axes). */
+static bool gen_row_norm(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *x = type_of(g, ins->a);
+    ins->k = between(&g->r, 1, x->ndim);
+    ins->x = PICK(&g->r, eps_values);
+    vtype last = {.ndim = ins->op == PROGEN_RMS_NORM ? x->ndim : (int)ins->k};
+    memcpy(last.shape, x->shape + x->ndim - last.ndim, (size_t)last.ndim * sizeof *last.shape);
+    *out = *x;
+    out->nonneg = false;
+    out->dtype = float_of(x->dtype);
+    int *affine[2] = {&ins->b, &ins->c};
+    for (int i = 0; i < (ins->op == PROGEN_RMS_NORM ? 1 : 2); i++) {
+        int n = 0;
+        vtype t;
+        for (int v = 0; v < n_values(g); v++) {
+            const vtype *u = type_of(g, v);
+            if (u->ndim <= last.ndim && broadcast(&last, u, &t) && !memcmp(t.shape, last.shape, sizeof t.shape))
+                g->cand[n++] = v;
+        }
+        if (n == 0 || chance(&g->r, 1, 3))
+            continue; /* NULL */
+        *affine[i] = choose(g, n);
+        const vtype *u = type_of(g, *affine[i]);
+        /* layer_norm_axes flattens its affine operands: never 0-d */
+        out->dtype = promote(out->dtype, false, u->dtype, u->ndim == 0 && ins->op == PROGEN_RMS_NORM);
+    }
+    return true;
+}
+
+/* cross_entropy and nll_loss of a [N, C] value (C >= 1) whose labels are a
+ * [N] value modulo C, or its own argmax; now and then class 0 is ignored. */
+static bool gen_class_loss(gen *g, instr *ins, vtype *out)
+{
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++)
+        if (type_of(g, v)->ndim == 2 && type_of(g, v)->shape[1] > 0)
+            g->cand[n++] = v;
+    if (n == 0)
+        return false;
+    ins->a = choose(g, n);
+    const vtype *x = type_of(g, ins->a);
+    ins->b = chance(&g->r, 1, 2) ? vector_of(g, x->shape[0]) : -1;
+    ins->k = x->shape[1];
+    ins->start = chance(&g->r, 1, 3) ? 0 : -100; /* ignore_index */
+    static const double smoothing[] = {0, 0, 0.1, 0.5};
+    ins->x = ins->op == PROGEN_CROSS_ENTROPY ? PICK(&g->r, smoothing) : 0;
+    out->dtype = float_of(x->dtype);
+    out->ndim = 0;
+    out->nonneg = false;
+    return true;
+}
+
+static bool gen_dropout(gen *g, instr *ins, vtype *out)
+{
+    static const double ps[] = {0.5, 0.1, 0.9, 0, 1};
+    ins->a = pick(g, PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64), 0);
+    if (ins->a < 0)
+        return false;
+    ins->x = PICK(&g->r, ps);
+    ins->keepdim = !chance(&g->r, 1, 4); /* training */
+    *out = *type_of(g, ins->a);
+    return true;
+}
+
+static bool gen_mse(gen *g, instr *ins, vtype *out)
+{
+    vtype t;
+    if (!gen_binary(g, ins, &t)) /* any two that broadcast (gen_binary's add rule: any dtypes) */
+        return false;
+    const vtype *a = type_of(g, ins->a), *b = type_of(g, ins->b);
+    out->dtype = float_of(promote(float_of(a->dtype), a->ndim == 0, b->dtype, b->ndim == 0));
+    out->ndim = 0;
+    out->nonneg = false;
+    return true;
+}
+
+/* -- Movement and creation of issue 19 ----------------------------------------- */
+
+static bool gen_stack(gen *g, instr *ins, vtype *out)
+{
+    int a = pick(g, 0, 0);
+    const vtype *ta = type_of(g, a);
+    if (ta->ndim >= MAX_RANK)
+        return false;
+    ins->n_list = (int)between(&g->r, 1, MAX_CONCAT);
+    *out = *ta;
+    for (int i = 0; i < ins->n_list; i++) {
+        ins->list[i] = i == 0 ? a : same_shape_value(g, ta, a, 0);
+        const vtype *t = type_of(g, ins->list[i]);
+        out->dtype = i == 0 ? t->dtype : higher(out->dtype, t->dtype);
+        out->nonneg = (i == 0 || out->nonneg) && nonneg(t);
+    }
+    int axis = (int)below(&g->r, ta->ndim + 1);
+    ins->axis = random_axis(g, ta->ndim + 1, axis);
+    out->ndim = ta->ndim + 1;
+    for (int d = 0, k = 0; d < out->ndim; d++)
+        out->shape[d] = d == axis ? ins->n_list : ta->shape[k++];
+    return true;
+}
+
+static bool gen_split(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    int axis = (int)below(&g->r, a->ndim);
+    int64_t n = a->shape[axis], least = (n + 7) / 8; /* at most 8 pieces */
+    ins->k = between(&g->r, least > 1 ? least : 1, n > 1 ? n : 1);
+    int64_t pieces = n ? (n + ins->k - 1) / ins->k : 1;
+    ins->which = (int)below(&g->r, pieces);
+    ins->axis = random_axis(g, a->ndim, axis);
+    *out = *a;
+    int64_t rest = n - ins->which * ins->k;
+    out->shape[axis] = rest < ins->k ? rest : ins->k;
+    return true;
+}
+
+static bool gen_flip(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    bool reduced[KILN_MAX_DIMS];
+    *out = *type_of(g, ins->a);
+    ins->axis = random_axes(g, out->ndim, true, reduced);
+    return true;
+}
+
+/* Constant pads (some cropping) or reflections of up to three axes. */
+static bool gen_pad(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 1);
+    if (ins->a < 0)
+        return false;
+    const vtype *a = type_of(g, ins->a);
+    ins->k = chance(&g->r, 1, 3); /* KILN_PAD_REFLECT */
+    int pairs = (int)between(&g->r, 1, a->ndim < 3 ? a->ndim : 3);
+    ins->ndim = 2 * pairs;
+    ins->x = PICK(&g->r, fills);
+    *out = *a;
+    for (int i = 0; i < pairs; i++) {
+        int d = a->ndim - 1 - i;
+        int64_t n = a->shape[d];
+        for (int side = 0; side < 2; side++) {
+            int64_t *pad = &ins->shape[2 * i + side];
+            if (ins->k)
+                *pad = n > 1 ? between(&g->r, 0, n - 1 < 3 ? n - 1 : 3) : 0;
+            else
+                *pad = between(&g->r, -n / 2, 3);
+        }
+        out->shape[d] = n + ins->shape[2 * i] + ins->shape[2 * i + 1];
+    }
+    out->nonneg = nonneg(a) && (ins->k || !(ins->x < 0));
+    return true;
+}
+
+static bool gen_triangle(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 2);
+    if (ins->a < 0)
+        return false;
+    ins->axis2 = (int)between(&g->r, -3, 3);
+    *out = *type_of(g, ins->a);
+    return true;
+}
+
+static bool gen_repeat(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    const vtype *a = type_of(g, ins->a);
+    static const int64_t counts[] = {1, 1, 2, 2, 3, 0};
+    int lead = a->ndim < MAX_RANK && chance(&g->r, 1, 3) ? 1 : 0, grown = 0;
+    ins->ndim = a->ndim + lead;
+    *out = *a;
+    out->ndim = ins->ndim;
+    for (int i = 0; i < ins->ndim; i++) {
+        ins->shape[i] = PICK(&g->r, counts);
+        grown += i >= lead && ins->shape[i] != 1;
+        out->shape[i] = (i < lead ? 1 : a->shape[i - lead]) * ins->shape[i];
+    }
+    return ins->ndim + grown <= KILN_MAX_DIMS;
+}
+
+static bool gen_like(gen *g, instr *ins, vtype *out)
+{
+    ins->a = pick(g, 0, 0);
+    *out = *type_of(g, ins->a);
+    ins->x = ins->op == PROGEN_ZEROS_LIKE ? 0 : ins->op == PROGEN_ONES_LIKE ? 1 : PICK(&g->r, fills);
+    out->nonneg = !(ins->x < 0);
+    return true;
+}
+
+static bool gen_eye_linspace(gen *g, instr *ins, vtype *out)
+{
+    ins->dtype = random_dtype(g);
+    if (ins->op == PROGEN_EYE) {
+        ins->ndim = 2;
+        ins->shape[0] = between(&g->r, 0, 4);
+        ins->shape[1] = between(&g->r, 0, 4);
+    } else {
+        static const double ends[] = {-2, 0, 1, 3.5, -0.25, 7};
+        ins->x = PICK(&g->r, ends);
+        ins->y = PICK(&g->r, ends);
+        ins->ndim = 1;
+        ins->shape[0] = between(&g->r, 0, 6);
+    }
+    out->dtype = ins->dtype;
+    out->ndim = ins->ndim;
+    memcpy(out->shape, ins->shape, sizeof out->shape);
+    out->nonneg = ins->op == PROGEN_EYE || (ins->x >= 0 && ins->y >= 0);
     return true;
 }
 
@@ -758,11 +1234,29 @@ static bool matmul_result(const gen *g, const vtype *a, const vtype *b, vtype *o
     return fits(g, out);
 }
 
+/* a * 0.5 as a new value, now and then when the program has room and a is
+ * floating: a left operand that a product's plan scales while packing it
+ * (a prologue), which chance alone rarely makes. */
+static int scaled_operand(gen *g, int a)
+{
+    const vtype *t = type_of(g, a);
+    bool floating = t->dtype == KILN_F32 || t->dtype == KILN_F64;
+    if (!floating || !(g->o.ops & PROGEN_OP_BIT(PROGEN_MUL_SCALAR)) || g->p->n_instrs + 2 > g->target ||
+        below(&g->r, 3) != 0)
+        return a;
+    instr s = blank(PROGEN_MUL_SCALAR);
+    s.a = a;
+    s.x = 0.5;
+    append(g, &s, t);
+    return n_values(g) - 1;
+}
+
 static bool gen_matmul(gen *g, instr *ins, vtype *out)
 {
     int a = pick(g, 0, 1), n = 0;
     if (a < 0)
         return false;
+    a = scaled_operand(g, a);
     const vtype *ta = type_of(g, a);
     for (int v = 0; v < n_values(g); v++)
         if (matmul_result(g, ta, type_of(g, v), out))
@@ -835,7 +1329,10 @@ static bool gen_layer_norm(gen *g, instr *ins, vtype *out)
 
 static bool gen_float_composite(gen *g, instr *ins, vtype *out)
 {
+    static const double betas[] = {1, 2, 0.5}, thresholds[] = {20, 1, 0};
     ins->a = pick(g, 0, 0);
+    ins->x = PICK(&g->r, betas); /* softplus's */
+    ins->y = PICK(&g->r, thresholds);
     *out = *type_of(g, ins->a);
     out->dtype = float_of(out->dtype);
     out->nonneg = false;
@@ -943,7 +1440,37 @@ static bool generate(gen *g, instr *ins, vtype *out)
     case PROGEN_ADD: case PROGEN_SUB: case PROGEN_MUL: case PROGEN_DIV: case PROGEN_POW:
     case PROGEN_MAXIMUM: case PROGEN_MINIMUM:
     case PROGEN_EQ: case PROGEN_NE: case PROGEN_LT: case PROGEN_LE: case PROGEN_GT: case PROGEN_GE:
+    case PROGEN_REMAINDER: case PROGEN_FLOOR_DIVIDE: case PROGEN_ATAN2: case PROGEN_LOGICAL_AND:
+    case PROGEN_LOGICAL_OR: case PROGEN_LOGICAL_XOR:
         return gen_binary(g, ins, out);
+    case PROGEN_FLOOR: case PROGEN_CEIL: case PROGEN_ROUND: case PROGEN_TRUNC: case PROGEN_LOG1P:
+    case PROGEN_EXPM1: case PROGEN_LOG2: case PROGEN_TAN: case PROGEN_ATAN: case PROGEN_SIGN:
+    case PROGEN_RECIPROCAL: case PROGEN_ISNAN: case PROGEN_ISINF: case PROGEN_LOGICAL_NOT:
+        return gen_unary(g, ins, out);
+    case PROGEN_GELU_ERF: case PROGEN_SOFTPLUS: return gen_float_composite(g, ins, out);
+    case PROGEN_CLAMP: return gen_clamp(g, ins, out);
+    case PROGEN_PROD: case PROGEN_ARGMIN: case PROGEN_ANY: case PROGEN_ALL: case PROGEN_VAR: case PROGEN_STD:
+    case PROGEN_LOGSUMEXP:
+        return gen_reduce(g, ins, out);
+    case PROGEN_CUMSUM: return gen_cumsum(g, ins, out);
+    case PROGEN_TOPK: case PROGEN_SORT: return gen_ordered(g, ins, out);
+    case PROGEN_GATHER: case PROGEN_SCATTER_ADD: return gen_gather_scatter(g, ins, out);
+    case PROGEN_INDEX_SELECT: return gen_index_select(g, ins, out);
+    case PROGEN_EMBEDDING: return gen_embedding(g, ins, out);
+    case PROGEN_MASKED_FILL: return gen_masked_fill(g, ins, out);
+    case PROGEN_STACK: return gen_stack(g, ins, out);
+    case PROGEN_SPLIT: return gen_split(g, ins, out);
+    case PROGEN_FLIP: return gen_flip(g, ins, out);
+    case PROGEN_PAD: return gen_pad(g, ins, out);
+    case PROGEN_TRIL: case PROGEN_TRIU: return gen_triangle(g, ins, out);
+    case PROGEN_REPEAT: return gen_repeat(g, ins, out);
+    case PROGEN_ZEROS_LIKE: case PROGEN_ONES_LIKE: case PROGEN_FULL_LIKE: return gen_like(g, ins, out);
+    case PROGEN_EYE: case PROGEN_LINSPACE: return gen_eye_linspace(g, ins, out);
+    case PROGEN_BATCH_NORM: case PROGEN_GROUP_NORM: return gen_channel_norm(g, ins, out);
+    case PROGEN_RMS_NORM: case PROGEN_LAYER_NORM_AXES: return gen_row_norm(g, ins, out);
+    case PROGEN_CROSS_ENTROPY: case PROGEN_NLL_LOSS: return gen_class_loss(g, ins, out);
+    case PROGEN_MSE_LOSS: return gen_mse(g, ins, out);
+    case PROGEN_DROPOUT: return gen_dropout(g, ins, out);
     case PROGEN_ADD_SCALAR: case PROGEN_SUB_SCALAR: case PROGEN_MUL_SCALAR: case PROGEN_DIV_SCALAR:
     case PROGEN_POW_SCALAR: case PROGEN_MAXIMUM_SCALAR: case PROGEN_MINIMUM_SCALAR:
         return gen_scalar(g, ins, out);
@@ -973,19 +1500,23 @@ static bool generate(gen *g, instr *ins, vtype *out)
     }
 }
 
+static unsigned weight_of(const gen *g, int op)
+{
+    if (!(g->o.ops & PROGEN_OP_BIT(op)))
+        return 0;
+    return op == PROGEN_MATMUL ? g->o.matmul_weight : weights[op];
+}
+
 static progen_op random_op(gen *g)
 {
     unsigned total = 0;
     for (int op = 0; op < PROGEN_OP_COUNT; op++)
-        if (g->o.ops & PROGEN_OP_BIT(op))
-            total += weights[op];
+        total += weight_of(g, op);
     int64_t x = below(&g->r, total);
     for (int op = 0; op < PROGEN_OP_COUNT; op++) {
-        if (!(g->o.ops & PROGEN_OP_BIT(op)))
-            continue;
-        if (x < weights[op])
+        if (x < weight_of(g, op))
             return (progen_op)op;
-        x -= weights[op];
+        x -= weight_of(g, op);
     }
     return PROGEN_ADD; /* not reached */
 }
@@ -1048,7 +1579,8 @@ static progen_options with_defaults(const progen_options *opt)
     o.max_rank = o.max_rank ? o.max_rank : 4;
     o.max_dim = o.max_dim ? o.max_dim : 7;
     o.max_numel = o.max_numel ? o.max_numel : 4096;
-    o.ops = o.ops ? o.ops : ~UINT64_C(0);
+    o.ops = o.ops ? o.ops : ~(progen_mask)0;
+    o.matmul_weight = o.matmul_weight ? o.matmul_weight : weights[PROGEN_MATMUL];
     return o;
 }
 
@@ -1063,7 +1595,7 @@ static void free_gen(gen *g)
 progen_program *progen_new(uint64_t seed, const progen_options *opt)
 {
     progen_options o = with_defaults(opt);
-    o.ops &= PROGEN_OP_COUNT == 64 ? ~UINT64_C(0) : (UINT64_C(1) << PROGEN_OP_COUNT) - 1;
+    o.ops &= PROGEN_OP_BIT(PROGEN_OP_COUNT) - 1;
     o.dtypes &= 0x1fu;
     if (o.min_ops < 1 || o.max_ops < o.min_ops || o.max_inputs < 1 ||
         o.max_inputs > PROGEN_MAX_INPUTS || !o.dtypes || !o.ops || o.max_rank < 0 ||
@@ -1131,7 +1663,7 @@ int progen_n_outputs(const progen_program *p)
 bool progen_draws_random(const progen_program *p)
 {
     for (int i = 0; i < p->n_instrs; i++)
-        if (p->instrs[i].op == PROGEN_RAND || p->instrs[i].op == PROGEN_RANDN)
+        if (p->instrs[i].op == PROGEN_RAND || p->instrs[i].op == PROGEN_RANDN || p->instrs[i].op == PROGEN_DROPOUT)
             return true;
     return false;
 }
@@ -1163,7 +1695,7 @@ kiln_spec progen_input_spec(const progen_program *p, int i)
 static int operands_of(const instr *ins, int *ops)
 {
     int n = 0;
-    if (ins->op == PROGEN_CONCAT) {
+    if (ins->op == PROGEN_CONCAT || ins->op == PROGEN_STACK) {
         for (int i = 0; i < ins->n_list; i++)
             ops[n++] = ins->list[i];
         return n;
@@ -1177,7 +1709,7 @@ static int operands_of(const instr *ins, int *ops)
 
 static int *operand_slot(instr *ins, int k)
 {
-    if (ins->op == PROGEN_CONCAT)
+    if (ins->op == PROGEN_CONCAT || ins->op == PROGEN_STACK)
         return &ins->list[k];
     int *abc[3] = {&ins->a, &ins->b, &ins->c};
     for (int i = 0; i < 3; i++)
@@ -1380,10 +1912,37 @@ static void sb_int64(strbuf *sb, int64_t v)
 
 static void sb_axis(strbuf *sb, int axis)
 {
-    if (axis == KILN_ALL)
+    if (axis == KILN_ALL) {
         sb_printf(sb, "KILN_ALL");
-    else
+    } else if (axis > 0 && (axis & KILN_AXES_FLAG)) {
+        sb_printf(sb, "KILN_AXES(");
+        for (int bit = 0, first = 1; bit < 16; bit++)
+            if (axis >> bit & 1) {
+                sb_printf(sb, "%s%d", first ? "" : ", ", bit < 8 ? bit : bit - 16);
+                first = 0;
+            }
+        sb_printf(sb, ")");
+    } else {
         sb_printf(sb, "%d", axis);
+    }
+}
+
+/* The indices an indexing instruction reads: value v (flattened for
+ * index_select) as i64, modulo the axis's extent. */
+static void sb_indices(strbuf *sb, const instr *ins, int v)
+{
+    sb_printf(sb, "kiln_remainder(kiln_cast(");
+    sb_printf(sb, ins->op == PROGEN_INDEX_SELECT ? "kiln_reshape(v%d, 1, (int64_t[]){-1})" : "v%d", v);
+    sb_printf(sb, ", KILN_I64), kiln_full(KILN_I64, 0, NULL, %lld))", (long long)ins->k);
+}
+
+/* "2, (int64_t[]){2, 1}": count and values of ins->shape. */
+static void sb_counts(strbuf *sb, const instr *ins)
+{
+    sb_printf(sb, "%d, (int64_t[]){", ins->ndim);
+    for (int d = 0; d < ins->ndim; d++)
+        sb_printf(sb, "%s%lld", d ? ", " : "", (long long)ins->shape[d]);
+    sb_printf(sb, "}");
 }
 
 /* "2, (int64_t[]){2, -1}" or "0, NULL" */
@@ -1433,8 +1992,145 @@ static void sb_call(strbuf *sb, const progen_program *p, const instr *ins)
         sb_printf(sb, "%s(v%d, %s)", name, ins->a, dtype_enum(ins->dtype));
         break;
     case PROGEN_SUM: case PROGEN_MEAN: case PROGEN_MAX: case PROGEN_MIN: case PROGEN_ARGMAX:
+    case PROGEN_PROD: case PROGEN_ARGMIN: case PROGEN_ANY: case PROGEN_ALL: case PROGEN_LOGSUMEXP:
         sb_printf(sb, "%s(v%d, ", name, ins->a);
         sb_axis(sb, ins->axis);
+        sb_printf(sb, ", %s)", ins->keepdim ? "true" : "false");
+        break;
+    case PROGEN_VAR: case PROGEN_STD:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_axis(sb, ins->axis);
+        sb_printf(sb, ", %lld, %s)", (long long)ins->k, ins->keepdim ? "true" : "false");
+        break;
+    case PROGEN_REMAINDER: case PROGEN_FLOOR_DIVIDE: case PROGEN_ATAN2: case PROGEN_LOGICAL_AND:
+    case PROGEN_LOGICAL_OR: case PROGEN_LOGICAL_XOR:
+        sb_printf(sb, "%s(v%d, v%d)", name, ins->a, ins->b);
+        break;
+    case PROGEN_CLAMP: case PROGEN_SOFTPLUS:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ", ");
+        sb_double(sb, ins->y);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_CUMSUM: case PROGEN_FLIP:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_axis(sb, ins->axis);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_TOPK: case PROGEN_SORT:
+        if (ins->op == PROGEN_TOPK)
+            sb_printf(sb, "(kiln_topk(v%d, %lld, %d, %s, &values, &indices), %s)", ins->a, (long long)ins->k,
+                      ins->axis, ins->keepdim ? "true" : "false", ins->which ? "indices" : "values");
+        else
+            sb_printf(sb, "(kiln_sort(v%d, %d, %s, &values, &indices), %s)", ins->a, ins->axis,
+                      ins->keepdim ? "true" : "false", ins->which ? "indices" : "values");
+        break;
+    case PROGEN_GATHER: case PROGEN_INDEX_SELECT:
+        sb_printf(sb, "%s(v%d, %d, ", name, ins->a, ins->axis);
+        sb_indices(sb, ins, ins->b);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_SCATTER_ADD:
+        sb_printf(sb, "%s(v%d, %d, ", name, ins->a, ins->axis);
+        sb_indices(sb, ins, ins->b);
+        sb_printf(sb, ", v%d)", ins->c);
+        break;
+    case PROGEN_EMBEDDING:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_indices(sb, ins, ins->b);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_MASKED_FILL:
+        sb_printf(sb, "%s(v%d, v%d, ", name, ins->a, ins->b);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_STACK:
+        sb_printf(sb, "%s((kiln_tensor *[]){", name);
+        for (int i = 0; i < ins->n_list; i++)
+            sb_printf(sb, "%sv%d", i ? ", " : "", ins->list[i]);
+        sb_printf(sb, "}, %d, %d)", ins->n_list, ins->axis);
+        break;
+    case PROGEN_SPLIT:
+        sb_printf(sb, "(%s(v%d, %lld, %d, pieces, 8), pieces[%d])", name, ins->a, (long long)ins->k, ins->axis,
+                  ins->which);
+        break;
+    case PROGEN_PAD:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_counts(sb, ins);
+        sb_printf(sb, ", %s, ", ins->k ? "KILN_PAD_REFLECT" : "KILN_PAD_CONSTANT");
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_TRIL: case PROGEN_TRIU:
+        sb_printf(sb, "%s(v%d, %d)", name, ins->a, ins->axis2);
+        break;
+    case PROGEN_REPEAT:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_counts(sb, ins);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_EYE:
+        sb_printf(sb, "%s(%s, %lld, %lld)", name, dtype_enum(ins->dtype), (long long)ins->shape[0],
+                  (long long)ins->shape[1]);
+        break;
+    case PROGEN_LINSPACE:
+        sb_printf(sb, "%s(", name);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ", ");
+        sb_double(sb, ins->y);
+        sb_printf(sb, ", %lld, %s)", (long long)ins->shape[0], dtype_enum(ins->dtype));
+        break;
+    case PROGEN_FULL_LIKE:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_BATCH_NORM:
+        sb_printf(sb, "%s(v%d, v%d, v%d, ", name, ins->a, ins->b, ins->b);
+        sb_printf(sb, ins->c >= 0 ? "v%d, v%d, " : "NULL, NULL, ", ins->c, ins->c);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_GROUP_NORM:
+        sb_printf(sb, "%s(v%d, %lld, ", name, ins->a, (long long)ins->k);
+        sb_printf(sb, ins->c >= 0 ? "v%d, v%d, " : "NULL, NULL, ", ins->c, ins->c);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_RMS_NORM:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_printf(sb, ins->b >= 0 ? "v%d, " : "NULL, ", ins->b);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_LAYER_NORM_AXES:
+        sb_printf(sb, "%s(v%d, %lld, ", name, ins->a, (long long)ins->k);
+        sb_printf(sb, ins->b >= 0 ? "v%d, " : "NULL, ", ins->b);
+        sb_printf(sb, ins->c >= 0 ? "v%d, " : "NULL, ", ins->c);
+        sb_double(sb, ins->x);
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_CROSS_ENTROPY: case PROGEN_NLL_LOSS:
+        sb_printf(sb, "%s(v%d, ", ins->op == PROGEN_NLL_LOSS ? name : "kiln_cross_entropy_ex", ins->a);
+        if (ins->b >= 0)
+            sb_indices(sb, ins, ins->b);
+        else
+            sb_printf(sb, "kiln_argmax(v%d, -1, false)", ins->a);
+        sb_printf(sb, ", %lld", (long long)ins->start);
+        if (ins->op == PROGEN_CROSS_ENTROPY) {
+            sb_printf(sb, ", ");
+            sb_double(sb, ins->x);
+        }
+        sb_printf(sb, ")");
+        break;
+    case PROGEN_MSE_LOSS:
+        sb_printf(sb, "%s(v%d, v%d)", name, ins->a, ins->b);
+        break;
+    case PROGEN_DROPOUT:
+        sb_printf(sb, "%s(v%d, ", name, ins->a);
+        sb_double(sb, ins->x);
         sb_printf(sb, ", %s)", ins->keepdim ? "true" : "false");
         break;
     case PROGEN_RESHAPE: case PROGEN_EXPAND:
@@ -1605,6 +2301,95 @@ static int check_value(const progen_program *p, int v, const kiln_tensor *t)
     return -1;
 }
 
+/* An indexing instruction's indices: value b (flattened for index_select)
+ * as i64 modulo the axis's extent ins->k. */
+static kiln_tensor *indices(const instr *ins, kiln_tensor *b)
+{
+    if (ins->op == PROGEN_INDEX_SELECT)
+        b = kiln_reshape(b, 1, (int64_t[]){-1});
+    return kiln_remainder(kiln_cast(b, KILN_I64), kiln_full(KILN_I64, 0, NULL, (double)ins->k));
+}
+
+/* The calls of issue 19's ops. */
+static kiln_tensor *call_more(const instr *ins, kiln_tensor *const *v, kiln_tensor *a, kiln_tensor *b,
+                              kiln_tensor *c)
+{
+    kiln_tensor *values, *idx, *list[MAX_CONCAT], *pieces[8];
+    switch (ins->op) {
+    case PROGEN_FLOOR: return kiln_floor(a);
+    case PROGEN_CEIL: return kiln_ceil(a);
+    case PROGEN_ROUND: return kiln_round(a);
+    case PROGEN_TRUNC: return kiln_trunc(a);
+    case PROGEN_LOG1P: return kiln_log1p(a);
+    case PROGEN_EXPM1: return kiln_expm1(a);
+    case PROGEN_LOG2: return kiln_log2(a);
+    case PROGEN_TAN: return kiln_tan(a);
+    case PROGEN_ATAN: return kiln_atan(a);
+    case PROGEN_SIGN: return kiln_sign(a);
+    case PROGEN_RECIPROCAL: return kiln_reciprocal(a);
+    case PROGEN_ISNAN: return kiln_isnan(a);
+    case PROGEN_ISINF: return kiln_isinf(a);
+    case PROGEN_LOGICAL_NOT: return kiln_logical_not(a);
+    case PROGEN_GELU_ERF: return kiln_gelu_erf(a);
+    case PROGEN_SOFTPLUS: return kiln_softplus(a, ins->x, ins->y);
+    case PROGEN_REMAINDER: return kiln_remainder(a, b);
+    case PROGEN_FLOOR_DIVIDE: return kiln_floor_divide(a, b);
+    case PROGEN_ATAN2: return kiln_atan2(a, b);
+    case PROGEN_LOGICAL_AND: return kiln_logical_and(a, b);
+    case PROGEN_LOGICAL_OR: return kiln_logical_or(a, b);
+    case PROGEN_LOGICAL_XOR: return kiln_logical_xor(a, b);
+    case PROGEN_CLAMP: return kiln_clamp(a, ins->x, ins->y);
+    case PROGEN_PROD: return kiln_prod(a, ins->axis, ins->keepdim);
+    case PROGEN_ARGMIN: return kiln_argmin(a, ins->axis, ins->keepdim);
+    case PROGEN_ANY: return kiln_any(a, ins->axis, ins->keepdim);
+    case PROGEN_ALL: return kiln_all(a, ins->axis, ins->keepdim);
+    case PROGEN_VAR: return kiln_var(a, ins->axis, ins->k, ins->keepdim);
+    case PROGEN_STD: return kiln_std(a, ins->axis, ins->k, ins->keepdim);
+    case PROGEN_LOGSUMEXP: return kiln_logsumexp(a, ins->axis, ins->keepdim);
+    case PROGEN_CUMSUM: return kiln_cumsum(a, ins->axis);
+    case PROGEN_TOPK:
+    case PROGEN_SORT: {
+        int status = ins->op == PROGEN_TOPK ? kiln_topk(a, ins->k, ins->axis, ins->keepdim, &values, &idx)
+                                            : kiln_sort(a, ins->axis, ins->keepdim, &values, &idx);
+        return status < 0 ? NULL : ins->which ? idx : values;
+    }
+    case PROGEN_GATHER: return kiln_gather(a, ins->axis, indices(ins, b));
+    case PROGEN_INDEX_SELECT: return kiln_index_select(a, ins->axis, indices(ins, b));
+    case PROGEN_EMBEDDING: return kiln_embedding(a, indices(ins, b));
+    case PROGEN_SCATTER_ADD: return kiln_scatter_add(a, ins->axis, indices(ins, b), c);
+    case PROGEN_MASKED_FILL: return kiln_masked_fill(a, b, ins->x);
+    case PROGEN_STACK:
+        for (int i = 0; i < ins->n_list; i++)
+            list[i] = v[ins->list[i]];
+        return kiln_stack(list, ins->n_list, ins->axis);
+    case PROGEN_SPLIT:
+        return kiln_split(a, ins->k, ins->axis, pieces, 8) > ins->which ? pieces[ins->which] : NULL;
+    case PROGEN_FLIP: return kiln_flip(a, ins->axis);
+    case PROGEN_PAD: return kiln_pad(a, ins->ndim, ins->shape, (kiln_pad_mode)ins->k, ins->x);
+    case PROGEN_TRIL: return kiln_tril(a, ins->axis2);
+    case PROGEN_TRIU: return kiln_triu(a, ins->axis2);
+    case PROGEN_REPEAT: return kiln_repeat(a, ins->ndim, ins->shape);
+    case PROGEN_EYE: return kiln_eye(ins->dtype, ins->shape[0], ins->shape[1]);
+    case PROGEN_LINSPACE: return kiln_linspace(ins->x, ins->y, ins->shape[0], ins->dtype);
+    case PROGEN_ZEROS_LIKE: return kiln_zeros_like(a);
+    case PROGEN_ONES_LIKE: return kiln_ones_like(a);
+    case PROGEN_FULL_LIKE: return kiln_full_like(a, ins->x);
+    case PROGEN_BATCH_NORM: return kiln_batch_norm(a, b, b, c, c, ins->x);
+    case PROGEN_GROUP_NORM: return kiln_group_norm(a, ins->k, c, c, ins->x);
+    case PROGEN_RMS_NORM: return kiln_rms_norm(a, b, ins->x);
+    case PROGEN_LAYER_NORM_AXES: return kiln_layer_norm_axes(a, (int)ins->k, b, c, ins->x);
+    case PROGEN_CROSS_ENTROPY:
+    case PROGEN_NLL_LOSS: {
+        kiln_tensor *labels = b ? indices(ins, b) : kiln_argmax(a, -1, false);
+        return ins->op == PROGEN_NLL_LOSS ? kiln_nll_loss(a, labels, ins->start)
+                                          : kiln_cross_entropy_ex(a, labels, ins->start, ins->x);
+    }
+    case PROGEN_MSE_LOSS: return kiln_mse_loss(a, b);
+    case PROGEN_DROPOUT: return kiln_dropout(a, ins->x, ins->keepdim);
+    default: return NULL;
+    }
+}
+
 static kiln_tensor *call(const instr *ins, kiln_tensor *const *v)
 {
     kiln_tensor *a = ins->a >= 0 ? v[ins->a] : NULL, *b = ins->b >= 0 ? v[ins->b] : NULL;
@@ -1678,7 +2463,7 @@ static kiln_tensor *call(const instr *ins, kiln_tensor *const *v)
     case PROGEN_SCALAR: return kiln_scalar(ins->x);
     case PROGEN_FROM_DATA: return random_tensor(ins->dtype, ins->ndim, ins->shape, ins->seed, ins->nonneg);
     case PROGEN_ASSIGN: return kiln_assign(a, b) == 0 ? kiln_contiguous(a) : NULL;
-    default: return NULL;
+    default: return call_more(ins, v, a, b, c);
     }
 }
 
@@ -1692,6 +2477,11 @@ int progen_run(const progen_program *p, kiln_tensor *const *in, kiln_tensor **ou
     if (!v)
         return fail_value(p, 0, "out of memory");
     int status = 0;
+    for (int i = 0; i < p->n_instrs; i++) /* eager and traced runs draw the same masks */
+        if (p->instrs[i].op == PROGEN_DROPOUT) {
+            kiln_manual_seed(p->seed);
+            break;
+        }
     for (int i = 0; i < p->n_inputs && status == 0; i++)
         status = check_value(p, i, v[i] = in[i]);
     kiln_scope_begin();

@@ -14,8 +14,10 @@
  * generator tracks each value's dtype and shape (and whether an integer value
  * is known not to be negative) and only emits calls that kiln.h defines, so
  * that a failing call or a result of the wrong dtype or shape is a finding.
- * Every instruction is one public kiln call, and progen_run makes exactly
- * those calls, so it runs the same on eager tensors and on tracers.
+ * Every instruction is one public kiln call (the indexing ops' indices are
+ * another value taken modulo the axis's extent, with kiln_remainder, so
+ * that they are in range), and progen_run makes exactly those calls, so it
+ * runs the same on eager tensors and on tracers.
  *
  * Tensors the program creates (kiln_full, kiln_rand, ...) are eager even in a
  * traced body, so a marked function captures them. kiln_assign writes only to
@@ -54,7 +56,23 @@
     _(GELU, gelu) _(SILU, silu)                                                        \
     _(FULL, full) _(ZEROS, zeros) _(ONES, ones) _(ARANGE, arange) _(RAND, rand)        \
     _(RANDN, randn) _(SCALAR, scalar) _(FROM_DATA, from_data)                        \
-    _(ASSIGN, assign)
+    _(ASSIGN, assign)                                                                  \
+    _(FLOOR, floor) _(CEIL, ceil) _(ROUND, round) _(TRUNC, trunc) _(LOG1P, log1p)      \
+    _(EXPM1, expm1) _(LOG2, log2) _(TAN, tan) _(ATAN, atan) _(SIGN, sign)              \
+    _(RECIPROCAL, reciprocal) _(ISNAN, isnan) _(ISINF, isinf)                          \
+    _(LOGICAL_NOT, logical_not) _(GELU_ERF, gelu_erf) _(SOFTPLUS, softplus)            \
+    _(REMAINDER, remainder) _(FLOOR_DIVIDE, floor_divide) _(ATAN2, atan2)              \
+    _(LOGICAL_AND, logical_and) _(LOGICAL_OR, logical_or) _(LOGICAL_XOR, logical_xor)  \
+    _(CLAMP, clamp) _(PROD, prod) _(ARGMIN, argmin) _(ANY, any) _(ALL, all)            \
+    _(VAR, var) _(STD, std) _(LOGSUMEXP, logsumexp) _(CUMSUM, cumsum) _(TOPK, topk)    \
+    _(SORT, sort) _(GATHER, gather) _(INDEX_SELECT, index_select)                      \
+    _(EMBEDDING, embedding) _(SCATTER_ADD, scatter_add) _(MASKED_FILL, masked_fill)    \
+    _(STACK, stack) _(SPLIT, split) _(FLIP, flip) _(PAD, pad) _(TRIL, tril)            \
+    _(TRIU, triu) _(REPEAT, repeat) _(EYE, eye) _(LINSPACE, linspace)                  \
+    _(ZEROS_LIKE, zeros_like) _(ONES_LIKE, ones_like) _(FULL_LIKE, full_like)          \
+    _(BATCH_NORM, batch_norm) _(GROUP_NORM, group_norm) _(RMS_NORM, rms_norm)          \
+    _(LAYER_NORM_AXES, layer_norm_axes) _(CROSS_ENTROPY, cross_entropy)                \
+    _(NLL_LOSS, nll_loss) _(MSE_LOSS, mse_loss) _(DROPOUT, dropout)
 
 typedef enum {
 #define PROGEN_ENUM(N, n) PROGEN_##N,
@@ -63,13 +81,16 @@ typedef enum {
     PROGEN_OP_COUNT
 } progen_op;
 
-#define PROGEN_OP_BIT(op) (UINT64_C(1) << (op))
+/* A set of ops, a bit each (a GCC and Clang extension: more than 64 ops). */
+__extension__ typedef unsigned __int128 progen_mask;
+#define PROGEN_OP_BIT(op) ((progen_mask)1 << (op))
 /* The ops that make tensors (on the CPU) rather than take them: programs
  * over another device's inputs leave them out. */
 #define PROGEN_MAKING_OPS                                                                                     \
     (PROGEN_OP_BIT(PROGEN_FULL) | PROGEN_OP_BIT(PROGEN_ZEROS) | PROGEN_OP_BIT(PROGEN_ONES) |                  \
      PROGEN_OP_BIT(PROGEN_ARANGE) | PROGEN_OP_BIT(PROGEN_RAND) | PROGEN_OP_BIT(PROGEN_RANDN) |                \
-     PROGEN_OP_BIT(PROGEN_SCALAR) | PROGEN_OP_BIT(PROGEN_FROM_DATA) | PROGEN_OP_BIT(PROGEN_ASSIGN))
+     PROGEN_OP_BIT(PROGEN_SCALAR) | PROGEN_OP_BIT(PROGEN_FROM_DATA) | PROGEN_OP_BIT(PROGEN_ASSIGN) |              \
+     PROGEN_OP_BIT(PROGEN_EYE) | PROGEN_OP_BIT(PROGEN_LINSPACE))
 #define PROGEN_ALL_OPS (PROGEN_OP_BIT(PROGEN_OP_COUNT) - 1)
 #define PROGEN_DTYPE_BIT(dt) (1u << (dt))
 
@@ -86,7 +107,9 @@ typedef struct {
     int max_rank;          /* inputs have rank 0..max_rank, at most 4 [4]; values grow to 6 */
     int64_t max_dim;       /* inputs' sizes are 1..max_dim [7] */
     int64_t max_numel;     /* elements in any one value [4096] */
-    uint64_t ops;          /* PROGEN_OP_BIT()s of the ops to use [all] */
+    progen_mask ops;       /* PROGEN_OP_BIT()s of the ops to use [all] */
+    unsigned matmul_weight; /* how often a matmul is tried, against 1 to 3 for each other op [4]: products
+                               with elementwise ops before and after them */
 } progen_options;
 
 typedef struct progen_program progen_program;
@@ -99,7 +122,8 @@ void progen_free(progen_program *p);
 int progen_n_inputs(const progen_program *p);
 int progen_n_outputs(const progen_program *p);
 /* Whether p draws random values: traced, each call draws new ones, and
- * only the first call's equal eager's (whose seeds are fixed). */
+ * only the first call's equal eager's (whose seeds are fixed; a program
+ * with dropout sets the global generator to its seed when it starts). */
 bool progen_draws_random(const progen_program *p);
 int progen_n_instrs(const progen_program *p);
 /* The op of instruction i (helpers the generator inserted included). */

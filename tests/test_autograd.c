@@ -102,6 +102,29 @@ G(g_log_softmax, kiln_log_softmax(x[0], 0))
 G(g_layer_norm, kiln_layer_norm(x[0], x[1], x[2], 1e-5))
 G(g_gelu, kiln_gelu(x[0]))
 G(g_silu, kiln_silu(x[0]))
+/* Index tensors of the indexing cases (repeats included: their gradients add). */
+static kiln_tensor *index_2d(void)
+{
+    return kiln_from_data(KILN_I64, 2, (int64_t[]){3, 2}, (int64_t[]){0, 2, 1, 1, 3, 0});
+}
+
+static kiln_tensor *index_1d(void)
+{
+    return kiln_from_data(KILN_I64, 1, (int64_t[]){3}, (int64_t[]){2, 0, 2});
+}
+
+G(g_floor, kiln_add(x[0], kiln_floor(kiln_mul_scalar(x[0], 3))))
+G(g_log1p, kiln_log1p(x[0]))
+G(g_expm1, kiln_expm1(x[0]))
+G(g_log2, kiln_log2(x[0]))
+G(g_tan, kiln_tan(kiln_mul_scalar(x[0], 0.5)))
+G(g_atan, kiln_atan(x[0]))
+G(g_remainder, kiln_remainder(x[0], x[1]))
+G(g_atan2, kiln_atan2(x[0], x[1]))
+G(g_cumsum, kiln_cumsum(x[0], -1))
+G(g_gather, kiln_gather(x[0], 1, index_2d()))
+G(g_index_select, kiln_index_select(x[0], 0, index_1d()))
+G(g_scatter_add, kiln_scatter_add(x[0], 1, index_2d(), x[1]))
 G(g_twice, kiln_mul(kiln_sin(x[0]), kiln_mul(x[0], x[0])))
 G(g_chain, kiln_sum(kiln_tanh(kiln_add(kiln_matmul(x[0], x[1]), x[2])), 0, false))
 
@@ -163,6 +186,18 @@ static const grad_case cases[] = {
     {"layer_norm", g_layer_norm, 3, {2, 1, 1}, {{3, 6}, {6}, {6}}, ANY},
     {"gelu", g_gelu, 1, {2}, {{3, 4}}, ANY},
     {"silu", g_silu, 1, {2}, {{3, 4}}, ANY},
+    {"floor", g_floor, 1, {2}, {{3, 4}}, ANY},
+    {"log1p", g_log1p, 1, {2}, {{3, 4}}, POSITIVE},
+    {"expm1", g_expm1, 1, {2}, {{3, 4}}, ANY},
+    {"log2", g_log2, 1, {2}, {{3, 4}}, POSITIVE},
+    {"tan", g_tan, 1, {2}, {{3, 4}}, ANY},
+    {"atan", g_atan, 1, {2}, {{3, 4}}, ANY},
+    {"remainder", g_remainder, 2, {2, 1}, {{3, 4}, {4}}, POSITIVE},
+    {"atan2", g_atan2, 2, {2, 2}, {{3, 4}, {3, 1}}, AWAY},
+    {"cumsum", g_cumsum, 1, {2}, {{3, 5}}, ANY},
+    {"gather", g_gather, 1, {2}, {{3, 4}}, ANY},
+    {"index_select", g_index_select, 1, {2}, {{3, 4}}, ANY},
+    {"scatter_add", g_scatter_add, 2, {2, 2}, {{3, 4}, {3, 3}}, ANY},
     {"same tensor twice", g_twice, 1, {2}, {{3, 4}}, ANY},
     {"chain", g_chain, 3, {2, 2, 1}, {{3, 4}, {4, 5}, {5}}, ANY},
 };

@@ -191,6 +191,7 @@ static ir_graph *every_op_graph(void)
     emit(g, OP_CONST, KILN_F64, SCALAR, 0, NULL, &(ir_params){.value = 2.5, .scalar = 1});
     emit(g, OP_RAND, KILN_F32, SHAPE(2, 3), 0, NULL, &(ir_params){.index = INT64_MIN}); /* a seed: any bits */
     emit(g, OP_RANDN, KILN_F32, SHAPE(4), 0, NULL, &(ir_params){.index = 7});
+    emit(g, OP_UNIFORM, KILN_F32, SHAPE(3), 0, NULL, &(ir_params){.index = 8}); /* words into the call's draw */
     /* 0-d arithmetic on constants, for the folding pass to find */
     ir_ref two = constant(g, KILN_F64, 2);
     binary(g, OP_MUL, two, constant(g, KILN_F64, 3));
@@ -221,6 +222,12 @@ static ir_graph *every_op_graph(void)
     move(g, OP_SLICE, x, SHAPE(2, 3), &(ir_params){.axis = 1, .start = 2, .step = -1});
     ir_ref joined = emit(g, OP_CONCAT, KILN_F32, SHAPE(6, 3), OPS(x, y, x), &(ir_params){.axis = 0});
     ir_ref product = emit(g, OP_MATMUL, KILN_F32, SHAPE(2, 2), OPS(x, w), NULL);
+    emit(g, OP_CUMSUM, KILN_F32, SHAPE(2, 3), OPS(x), &(ir_params){.axis = 1});
+    emit(g, OP_TOPK, KILN_I64, SHAPE(2, 2), OPS(x), &(ir_params){.axis = 1, .index = 2, .keepdim = 1});
+    ir_ref where_idx = move(g, OP_EXPAND, idx, SHAPE(2, 3), NULL);
+    emit(g, OP_GATHER, KILN_F32, SHAPE(2, 3), OPS(x, where_idx), &(ir_params){.axis = 0});
+    emit(g, OP_INDEX_SELECT, KILN_F32, SHAPE(2, 3), OPS(x, idx), &(ir_params){.axis = 1});
+    emit(g, OP_SCATTER_ADD, KILN_F32, SHAPE(2, 3), OPS(x, where_idx, y), &(ir_params){.axis = 0});
 
     add_output(g, product);
     add_output(g, joined);
@@ -355,6 +362,7 @@ START_TEST(test_every_op_round_trips_through_text)
     ck_assert_ptr_nonnull(strstr(text, "= const 2.5 scalar : f64[]"));
     ck_assert_ptr_nonnull(strstr(text, " axis=all keepdim=0 "));
     ck_assert_ptr_nonnull(strstr(text, " start=2 step=-1 "));
+    ck_assert_ptr_nonnull(strstr(text, " axis=1 k=2 largest=1 "));
     ck_assert_ptr_nonnull(strstr(text, "output %"));
     ck_assert_int_eq(count_substr(text, "writeback "), 2);
     free(text);
@@ -851,6 +859,40 @@ static void build_movement_dtype(ir_graph *g, bool defect)
     emit(g, OP_RESHAPE, defect ? KILN_F64 : KILN_F32, SHAPE(6), OPS(x), NULL);
 }
 
+static void build_topk_k(ir_graph *g, bool defect)
+{
+    ir_ref x = input(g, 0, KILN_F32, SHAPE(2, 5));
+    emit(g, OP_TOPK, KILN_I64, SHAPE(2, 3), OPS(x), &(ir_params){.axis = 1, .index = defect ? 2 : 3});
+}
+
+static void build_cumsum_axis(ir_graph *g, bool defect)
+{
+    ir_ref x = input(g, 0, KILN_I32, SHAPE(2, 5));
+    emit(g, OP_CUMSUM, KILN_I64, SHAPE(2, 5), OPS(x), &(ir_params){.axis = defect ? 2 : 1});
+}
+
+static void build_gather_index_dtype(ir_graph *g, bool defect)
+{
+    ir_ref x = input(g, 0, KILN_F32, SHAPE(2, 5));
+    ir_ref i = input(g, 1, defect ? KILN_F32 : KILN_I32, SHAPE(2, 3));
+    emit(g, OP_GATHER, KILN_F32, SHAPE(2, 3), OPS(x, i), &(ir_params){.axis = 1});
+}
+
+static void build_index_select_shape(ir_graph *g, bool defect)
+{
+    ir_ref x = input(g, 0, KILN_F32, SHAPE(2, 5));
+    ir_ref i = input(g, 1, KILN_I64, SHAPE(4));
+    emit(g, OP_INDEX_SELECT, KILN_F32, SHAPE(2, defect ? 5 : 4), OPS(x, i), &(ir_params){.axis = 1});
+}
+
+static void build_scatter_src_dtype(ir_graph *g, bool defect)
+{
+    ir_ref x = input(g, 0, KILN_F32, SHAPE(2, 5));
+    ir_ref i = input(g, 1, KILN_I64, SHAPE(2, 5));
+    ir_ref s = input(g, 2, defect ? KILN_F64 : KILN_F32, SHAPE(2, 5));
+    emit(g, OP_SCATTER_ADD, KILN_F32, SHAPE(2, 5), OPS(x, i, s), &(ir_params){.axis = 0});
+}
+
 static void build_output(ir_graph *g, bool defect)
 {
     ir_ref x = input(g, 0, KILN_F32, SHAPE(4));
@@ -887,6 +929,11 @@ static const struct {
     {"slice whose stride overflows", build_slice_stride_overflow},
     {"movement changing the dtype", build_movement_dtype},
     {"an output naming no node", build_output},
+    {"topk whose k is not its axis's size", build_topk_k},
+    {"cumsum along an axis out of range", build_cumsum_axis},
+    {"gather by float indices", build_gather_index_dtype},
+    {"index_select of the wrong length", build_index_select_shape},
+    {"scatter_add of another dtype", build_scatter_src_dtype},
 };
 
 START_TEST(test_verifier_rejects_each_defect_alone)

@@ -610,37 +610,44 @@ END_TEST
 
 /* -- Vectorized code ------------------------------------------------------- */
 
-static char *read_dumped(const char *dir, const char *suffix)
+/* The text of the next file of dir (open as d) ending in suffix, or NULL
+ * when there is none; the caller frees it. */
+static char *next_dumped(DIR *d, const char *dir, const char *suffix)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char *text = NULL;
-    while (d && (e = readdir(d)) && !text) {
+    for (struct dirent *e; d && (e = readdir(d));) {
         size_t n = strlen(e->d_name), k = strlen(suffix);
         if (n < k || strcmp(e->d_name + n - k, suffix))
             continue;
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         FILE *in = fopen(path, "r");
-        text = calloc(1, 1 << 22);
+        char *text = calloc(1, 1 << 22);
         if (in) {
             size_t got = fread(text, 1, (1 << 22) - 1, in);
             text[got] = '\0';
             fclose(in);
         }
+        return text;
     }
+    return NULL;
+}
+
+static char *read_dumped(const char *dir, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    char *text = next_dumped(d, dir, suffix);
     if (d)
         closedir(d);
     return text;
 }
 
 /* Compiles body for the LLVM backend with KILN_DUMP=kernels,llvm into dir. */
-static kiln_fn *jit_dumping(const char *dir, const char *name, kiln_body body, int n_in, void *user)
+static kiln_fn *jit_dumping(const char *dir, const char *name, kiln_body body, int n_in, int n_out, void *user)
 {
     setenv("KILN_DUMP", "kernels,llvm", 1);
     setenv("KILN_DUMP_DIR", dir, 1);
     kiln_jit_options o = llvm();
-    kiln_fn *f = kiln_jit(name, body, n_in, 1, user, &o);
+    kiln_fn *f = kiln_jit(name, body, n_in, n_out, user, &o);
     unsetenv("KILN_DUMP");
     unsetenv("KILN_DUMP_DIR");
     return f;
@@ -663,7 +670,7 @@ static char *precompiled_kernel(const char *name, kiln_body body, int n_in, void
 {
     char dir[] = "/tmp/kiln-llvm-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
-    kiln_fn *f = jit_dumping(dir, name, body, n_in, user);
+    kiln_fn *f = jit_dumping(dir, name, body, n_in, 1, user);
     ck_assert_msg(kiln_fn_precompile(f, specs, "host") == 0, "%s", kiln_last_error());
     kiln_fn_free(f);
     return take_dumped(dir, "kernel-0.txt");
@@ -678,7 +685,7 @@ static char *dumped_by(const char *name, const char *suffix)
     kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
     workload_state state = {0};
     ck_assert_int_eq(w->setup(WORKLOAD_QUICK, in, &state), 0);
-    kiln_fn *f = jit_dumping(dir, name, w->body, w->n_in, &state);
+    kiln_fn *f = jit_dumping(dir, name, w->body, w->n_in, 1, &state);
     ck_assert_int_eq(kiln_call(f, in, &out), 0);
     kiln_release(out);
     kiln_fn_free(f);
@@ -705,7 +712,7 @@ START_TEST(test_softmax_computes_exp_once)
 }
 END_TEST
 
-/* -- Products in blocks ---------------------------------------------------- */
+/* -- Products with their epilogue ------------------------------------------ */
 
 typedef struct {
     const char *name;
@@ -713,17 +720,16 @@ typedef struct {
     int64_t a_shape[3], b_shape[3];
     bool a_transposed; /* a is made [.., k, m] and transposed */
     bool late_input;   /* the epilogue also reads a mean computed after the product */
-    int in_blocks;     /* products_in_blocks expected with 64 KiB blocks */
 } product_case;
 
 static const product_case PRODUCT_CASES[] = {
-    {"matrix", 2, 2, {600, 20}, {20, 130}, false, false, 1},
-    {"rows not a block multiple", 2, 2, {555, 7}, {7, 301}, false, false, 1},
-    {"batch folded into rows", 3, 2, {3, 200, 20}, {20, 130}, false, false, 1},
-    {"batch of products", 3, 3, {3, 200, 20}, {3, 20, 130}, false, false, 1},
-    {"transposed a", 2, 2, {600, 20}, {20, 130}, true, false, 1},
-    {"epilogue reads a later value", 2, 2, {600, 20}, {20, 130}, false, true, 0},
-    {"inner dimension too long for blocks", 2, 2, {600, 40}, {40, 130}, false, false, 0},
+    {"matrix", 2, 2, {600, 20}, {20, 130}, false, false},
+    {"rows not a tile multiple", 2, 2, {555, 7}, {7, 301}, false, false},
+    {"batch folded into rows", 3, 2, {3, 200, 20}, {20, 130}, false, false},
+    {"batch of products", 3, 3, {3, 200, 20}, {3, 20, 130}, false, false},
+    {"transposed a", 2, 2, {600, 20}, {20, 130}, true, false},
+    {"epilogue reads a later value", 2, 2, {600, 20}, {20, 130}, false, true},
+    {"long inner dimension", 2, 2, {60, 700}, {700, 130}, false, false},
 };
 
 static int linear_gelu(kiln_tensor *const *in, kiln_tensor **out, void *user)
@@ -737,51 +743,47 @@ static int linear_gelu(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
-/* With 64 KiB blocks (KILN_PRODUCT_BLOCK_BYTES), products of 256 KiB or
- * more whose blocks have at least four times their inner dimension in rows
- * run their bias-and-gelu kernel block by block, and give what eager gives;
- * with the default blocks (8 MiB) none of these small ones does. */
-START_TEST(test_products_in_blocks_match_eager)
+/* Each product is computed inside its bias-and-gelu kernel (one kernel, two
+ * with the mean), never in blocks, and gives what eager gives. */
+START_TEST(test_products_fused_match_eager)
 {
     const product_case *c = &PRODUCT_CASES[_i];
-    for (int small_blocks = 1; small_blocks >= 0; small_blocks--) {
-        int64_t a_shape[3];
-        memcpy(a_shape, c->a_shape, sizeof a_shape);
-        if (c->a_transposed) {
-            a_shape[c->a_ndim - 1] = c->a_shape[c->a_ndim - 2];
-            a_shape[c->a_ndim - 2] = c->a_shape[c->a_ndim - 1];
-        }
-        int64_t n = c->b_shape[c->b_ndim - 1];
-        kiln_tensor *in[3] = {kiln_randn(c->a_ndim, a_shape, 1), kiln_mul_scalar(kiln_randn(c->b_ndim, c->b_shape, 2), 0.3),
-                              kiln_randn(1, &n, 3)};
-        kiln_tensor *want = NULL, *got = NULL;
-        ck_assert_int_eq(linear_gelu(in, &want, (void *)c), 0);
-        if (small_blocks)
-            setenv("KILN_PRODUCT_BLOCK_BYTES", "65536", 1);
-        kiln_jit_options o = llvm();
-        kiln_fn *f = kiln_jit(c->name, linear_gelu, 3, 1, (void *)c, &o);
-        ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", c->name, kiln_last_error());
-        unsetenv("KILN_PRODUCT_BLOCK_BYTES");
-        kiln_fn_stats_t s;
-        ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
-        ck_assert_msg(s.products_in_blocks == (small_blocks ? c->in_blocks : 0), "%s: %d products in blocks",
-                      c->name, s.products_in_blocks);
-        assert_close(got, want, 2e-6, 2e-6, c->name);
-        kiln_fn_free(f);
+    int64_t a_shape[3];
+    memcpy(a_shape, c->a_shape, sizeof a_shape);
+    if (c->a_transposed) {
+        a_shape[c->a_ndim - 1] = c->a_shape[c->a_ndim - 2];
+        a_shape[c->a_ndim - 2] = c->a_shape[c->a_ndim - 1];
     }
+    int64_t n = c->b_shape[c->b_ndim - 1];
+    kiln_tensor *in[3] = {kiln_randn(c->a_ndim, a_shape, 1), kiln_mul_scalar(kiln_randn(c->b_ndim, c->b_shape, 2), 0.3),
+                          kiln_randn(1, &n, 3)};
+    kiln_tensor *want = NULL, *got = NULL;
+    ck_assert_int_eq(linear_gelu(in, &want, (void *)c), 0);
+    setenv("KILN_PRODUCT_BLOCK_BYTES", "65536", 1);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit(c->name, linear_gelu, 3, 1, (void *)c, &o);
+    ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", c->name, kiln_last_error());
+    unsetenv("KILN_PRODUCT_BLOCK_BYTES");
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_msg(s.products_in_blocks == 0 && s.kernels == 1 + c->late_input, "%s: %d products in blocks, %d kernels",
+                  c->name, s.products_in_blocks, s.kernels);
+    assert_close(got, want, 2e-5, 2e-5, c->name);
+    kiln_fn_free(f);
 }
 END_TEST
 
-/* A product of 32 MiB in blocks: its epilogue rewrites lines the GEMM has
- * just left in cache, so it does not stream, though it writes 32 MiB.
- * Compiled only, never run. */
-START_TEST(test_epilogues_in_blocks_do_not_stream)
+/* A product of 32 MiB with its epilogue: the tiles are stored as the
+ * product makes them, in cache, so its kernel does not stream, though it
+ * writes 32 MiB. Compiled only, never run. */
+START_TEST(test_fused_epilogues_do_not_stream)
 {
-    static const product_case c = {"large", 2, 2, {8192, 16}, {16, 1024}, false, false, 1};
-    kiln_spec specs[3] = {{.dtype = KILN_F32, .ndim = 2, .shape = {8192, 16}, .device = KILN_CPU}, {.dtype = KILN_F32, .ndim = 2, .shape = {16, 1024}, .device = KILN_CPU},
+    static const product_case c = {"large", 2, 2, {8192, 16}, {16, 1024}, false, false};
+    kiln_spec specs[3] = {{.dtype = KILN_F32, .ndim = 2, .shape = {8192, 16}, .device = KILN_CPU},
+                          {.dtype = KILN_F32, .ndim = 2, .shape = {16, 1024}, .device = KILN_CPU},
                           {.dtype = KILN_F32, .ndim = 1, .shape = {1024}, .device = KILN_CPU}};
     char *kernel = precompiled_kernel("large_linear_gelu", linear_gelu, 3, (void *)&c, specs);
-    ck_assert_msg(strstr(kernel, "in_place") && !strstr(kernel, "stream_stores"), "%s", kernel);
+    ck_assert_msg(strstr(kernel, "inside the kernel") && !strstr(kernel, "stream_stores"), "%s", kernel);
     free(kernel);
 }
 END_TEST
@@ -817,7 +819,7 @@ START_TEST(test_large_outputs_stream)
     for (int i = 0; i < 2; i++) {
         char dir[] = "/tmp/kiln-llvm-XXXXXX";
         ck_assert_ptr_nonnull(mkdtemp(dir));
-        kiln_fn *f = jit_dumping(dir, "half_plus_one", half_plus_one, 1, NULL);
+        kiln_fn *f = jit_dumping(dir, "half_plus_one", half_plus_one, 1, 1, NULL);
         check_half_plus_one(f, sizes[i]);
         kiln_fn_free(f);
         char *kernel = read_dumped(dir, "kernel-0.txt"), *after = take_dumped(dir, "kernel-0.llvm-after.ll");
@@ -850,6 +852,67 @@ START_TEST(test_staged_stores_do_not_stream)
 }
 END_TEST
 
+/* -- Random programs around products ---------------------------------------- */
+
+/* How many files in dir ending in suffix mention needle. */
+static int dumps_mentioning(const char *dir, const char *suffix, const char *needle)
+{
+    DIR *d = opendir(dir);
+    int found = 0;
+    for (char *text; (text = next_dumped(d, dir, suffix)); free(text))
+        found += strstr(text, needle) != NULL;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* Random float programs in which matmul is tried ten times as often as by
+ * default: products with elementwise ops before and after them, which the
+ * plan computes inside the product's kernel (epilogues) and while it packs
+ * its left operand (prologues). Compiled, they match eager within 1e-4; and
+ * the programs fuse some of each. */
+START_TEST(test_random_products_compiled_match_eager)
+{
+    int count = (int)(getenv("KILN_PROGEN_COUNT") ? atoi(getenv("KILN_PROGEN_COUNT")) : 120);
+    /* The ops before floor: elementwise ops, reductions and movement enough
+     * around products; the later ones would dilute them. */
+    progen_options opt = {.dtypes = PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64), .matmul_weight = 40,
+                          .max_rank = 3, .max_dim = 16, .ops = PROGEN_OP_BIT(PROGEN_FLOOR) - 1};
+    int epilogues = 0, prologues = 0;
+    for (int s = 1; s <= count; s++) {
+        kiln_scope_begin();
+        progen_program *p = progen_new(7000 + (uint64_t)s, &opt);
+        int n_in = progen_n_inputs(p), n_out = progen_n_outputs(p);
+        kiln_tensor *in[16], *want[8] = {NULL}, *got[8] = {NULL};
+        for (int i = 0; i < n_in; i++)
+            in[i] = progen_make_input(p, i, (uint64_t)s * 37 + (uint64_t)i);
+        ck_assert_int_eq(progen_run(p, in, want), 0);
+        char dir[] = "/tmp/kiln-products-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        kiln_fn *f = jit_dumping(dir, "random", progen_body, n_in, n_out, p);
+        int status = kiln_call(f, in, got);
+        char *listing = status == 0 ? NULL : progen_describe(p);
+        ck_assert_msg(status == 0, "seed %d: %s\n%s", s, kiln_last_error(), listing ? listing : "");
+        for (int i = 0; i < n_out; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "products seed %d out[%d]", s, i);
+            assert_close(got[i], want[i], 1e-4, 1e-4, what);
+        }
+        epilogues += dumps_mentioning(dir, ".txt", "inside the kernel");
+        prologues += dumps_mentioning(dir, ".txt", "prologue of the product's left operand");
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        kiln_fn_free(f);
+        progen_free(p);
+        kiln_scope_end();
+    }
+    printf("llvm: %d random programs fused %d products with their epilogue, %d with a prologue\n", count, epilogues,
+           prologues);
+    ck_assert_msg(epilogues > 0 && prologues > 0, "%d epilogues and %d prologues fused", epilogues, prologues);
+}
+END_TEST
+
 static Suite *llvm_suite(void)
 {
     Suite *s = suite_create("llvm");
@@ -862,8 +925,8 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
     tcase_add_test(ops, test_large_outputs_stream);
     tcase_add_test(ops, test_staged_stores_do_not_stream);
-    tcase_add_test(ops, test_epilogues_in_blocks_do_not_stream);
-    tcase_add_loop_test(ops, test_products_in_blocks_match_eager, 0,
+    tcase_add_test(ops, test_fused_epilogues_do_not_stream);
+    tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
     suite_add_tcase(s, ops);
     TCase *wl = tcase_create("workloads");
@@ -884,6 +947,7 @@ static Suite *llvm_suite(void)
     tcase_add_checked_fixture(random, test_scoped_setup, test_scoped_teardown);
     tcase_set_timeout(random, 600);
     tcase_add_test(random, test_random_programs_compiled_match_eager);
+    tcase_add_test(random, test_random_products_compiled_match_eager);
     tcase_add_test(random, test_references_compiled_match_pytorch);
     tcase_add_test(random, test_compiles_from_several_threads);
     suite_add_tcase(s, random);

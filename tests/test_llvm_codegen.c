@@ -1,10 +1,13 @@
 /* Kernels of the kernel IR built by hand and compiled by src/codegen_llvm:
  * a streaming kernel's non-temporal stores, and its fallback when the
- * outputs are not aligned for them. */
+ * outputs are not aligned for them; and the GEMM compiled for named CPUs of
+ * other vector widths than the host's, run here. */
 #include "test_common.h"
 
+#include <float.h>
 #include <stdint.h>
 
+#include "codegen_llvm/gemm.h"
 #include "codegen_llvm/llvm.h"
 
 /* out = in * 3 over rows x cols f32, both contiguous. */
@@ -114,6 +117,96 @@ START_TEST(test_other_kernels_store_normally)
 }
 END_TEST
 
+/* -- Products for named CPUs ------------------------------------------------ */
+
+typedef struct {
+    const char *target;
+    int nr_f32;  /* the register tile's columns of f32 it must get: its vector width twice; 0: the host's */
+    bool runs;   /* whether this CPU runs its code */
+} gemm_target;
+
+static gemm_target gemm_targets(int i)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    gemm_target t[3] = {{"host", 0, true},
+                        {"cpu:x86-64", 8, true},
+                        {"cpu:haswell", 16, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")}};
+    return t[i];
+#else
+    gemm_target t[3] = {{"host", 0, true}, {"host", 0, true}, {"host", 0, true}};
+    return t[i];
+#endif
+}
+
+/* C = A @ B of m x k by k x n through g against a naive f64 loop, within
+ * k u sum |a b| per element. */
+static void check_gemm(const gemm_code *g, kiln_dtype dt, int64_t m, int64_t n, int64_t k, const char *what)
+{
+    size_t size = dt == KILN_F64 ? 8 : 4;
+    double *x = malloc((size_t)(m * k) * sizeof(double)), *y = malloc((size_t)(k * n) * sizeof(double));
+    char *a = malloc((size_t)(m * k) * size), *b = malloc((size_t)(k * n) * size), *c = malloc((size_t)(m * n) * size);
+    for (int64_t i = 0; i < m * k; i++)
+        x[i] = dt == KILN_F64 ? sin((double)i) : (double)(float)sin((double)i);
+    for (int64_t i = 0; i < k * n; i++)
+        y[i] = dt == KILN_F64 ? cos((double)i * 0.7) : (double)(float)cos((double)i * 0.7);
+    for (int64_t i = 0; i < m * k; i++)
+        dt == KILN_F64 ? (void)(((double *)a)[i] = x[i]) : (void)(((float *)a)[i] = (float)x[i]);
+    for (int64_t i = 0; i < k * n; i++)
+        dt == KILN_F64 ? (void)(((double *)b)[i] = y[i]) : (void)(((float *)b)[i] = (float)y[i]);
+    kg_matmul_args args = {.batch = 1, .m = m, .n = n, .k = k, .a_row = k, .a_col = 1, .b_row = n, .b_col = 1};
+    char err[256] = "";
+    ck_assert_msg(gemm_run(g, &args, a, b, c, NULL, NULL, err, sizeof err) == 0, "%s: %s", what, err);
+    double u = dt == KILN_F64 ? 0x1p-53 : 0x1p-24;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double sum = 0, magnitude = 0;
+            for (int64_t q = 0; q < k; q++) {
+                sum += x[i * k + q] * y[q * n + j];
+                magnitude += fabs(x[i * k + q] * y[q * n + j]);
+            }
+            double got = dt == KILN_F64 ? ((double *)c)[i * n + j] : ((float *)c)[i * n + j];
+            ck_assert_msg(fabs(got - sum) <= (double)k * u * magnitude + DBL_MIN, "%s: (%lld, %lld) is %.17g, not %.17g",
+                          what, (long long)i, (long long)j, got, sum);
+        }
+    free(x);
+    free(y);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* The plain product compiled for a named CPU takes that CPU's vector width
+ * (the x86-64 baseline's 128 bits, Haswell's 256, the host's own) and, where
+ * this CPU runs it, multiplies as exactly as the bound says, across tile
+ * edges and blocks of k. */
+START_TEST(test_products_for_named_cpus_run_here)
+{
+    gemm_target t = gemm_targets(_i / 2);
+    kiln_dtype dt = _i % 2 ? KILN_F64 : KILN_F32;
+    char err[512] = "", what[96];
+    const llvm_target *target = llvm_target_get(t.target, err, sizeof err);
+    ck_assert_msg(target != NULL, "%s: %s", t.target, err);
+    llvm_options opt = {.opt_level = 3};
+    void *object = NULL;
+    size_t size = 0;
+    ck_assert_msg(llvm_compile_gemm(dt, "named", target, &opt, &object, &size, err, sizeof err) == 0, "%s: %s",
+                  t.target, err);
+    gemm_code g;
+    llvm_code *code = t.runs ? gemm_load(object, size, "named", false, &g, err, sizeof err) : NULL;
+    ck_assert_msg(code || !t.runs, "%s: %s", t.target, err);
+    free(object);
+    if (!code)
+        return;
+    if (t.nr_f32)
+        ck_assert_int_eq(g.nr, dt == KILN_F64 ? t.nr_f32 / 2 : t.nr_f32);
+    snprintf(what, sizeof what, "%s %s (%d x %d tiles)", t.target, dt == KILN_F64 ? "f64" : "f32", g.mr, g.nr);
+    check_gemm(&g, dt, 37, 45, 70, what);
+    check_gemm(&g, dt, 1, 3, 1100, what);
+    llvm_code_free(code);
+}
+END_TEST
+
 static Suite *llvm_codegen_suite(void)
 {
     Suite *s = suite_create("llvm_codegen");
@@ -123,6 +216,10 @@ static Suite *llvm_codegen_suite(void)
     tcase_add_test(tc, test_streaming_kernel_runs_on_unaligned_outputs);
     tcase_add_test(tc, test_other_kernels_store_normally);
     suite_add_tcase(s, tc);
+    TCase *named = tcase_create("named");
+    tcase_set_timeout(named, 120);
+    tcase_add_loop_test(named, test_products_for_named_cpus_run_here, 0, 6);
+    suite_add_tcase(s, named);
     return s;
 }
 

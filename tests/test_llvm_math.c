@@ -1,6 +1,6 @@
 /* The transcendental functions of src/codegen_llvm/math.c, JIT-compiled in a
  * loop: each f32 approximation measured in ulps against libm over a dense
- * sweep of the float range and its thresholds, the f64 and sin/cos libm
+ * sweep of the float range and its thresholds, the f64 and sin/cos/tan libm
  * calls checked, and the f32 loops shown to vectorize. */
 #include "test_common.h"
 
@@ -47,6 +47,13 @@ static const char *op_name(ir_op op)
     case OP_ERF: return "erf";
     case OP_SIN: return "sin";
     case OP_COS: return "cos";
+    case OP_LOG1P: return "log1p";
+    case OP_EXPM1: return "expm1";
+    case OP_LOG2: return "log2";
+    case OP_ATAN: return "atan";
+    case OP_TAN: return "tan";
+    case OP_FLOOR: return "floor";
+    case OP_ROUND: return "round";
     default: return "?";
     }
 }
@@ -396,6 +403,55 @@ START_TEST(f32_erf)
 }
 END_TEST
 
+START_TEST(f32_log1p)
+{
+    /* Tiny |x| where 1 + x rounds to 1, the pole at -1, the reduction's
+     * steps, large x where 1 + x is x. */
+    const float c[] = {0x1p-24f, -0x1p-25f, -1.0f, -0.999f, 0.41421354f, -0.29289323f, 1e-3f, 0x1p24f, 1e30f,
+                       -0.5f};
+    sweep(OP_LOG1P, log1p, "log1p", MATH_F32_MAX_ULP_LOG1P, c, COUNT(c));
+}
+END_TEST
+
+START_TEST(f32_expm1)
+{
+    /* Tiny |x|, where exp(x) - 1 cancels, overflow, and saturation at -1. */
+    const float c[] = {0x1p-24f, -0x1p-24f, 1e-3f, -1e-3f, 0.35f, -0.35f, 88.7228394f, -17.32868f, -88.0f, 1.0f};
+    sweep(OP_EXPM1, expm1, "expm1", MATH_F32_MAX_ULP_EXPM1, c, COUNT(c));
+}
+END_TEST
+
+START_TEST(f32_log2)
+{
+    /* Near 1, powers of two (exact), the mantissa split, subnormals. */
+    const float c[] = {1.0f, 2.0f, 0.5f, 0.707106769f, 1.41421354f, 0x1p-126f, 0x1p-149f, FLT_MAX, 8.0f, 3.0f};
+    sweep(OP_LOG2, log2, "log2", MATH_F32_MAX_ULP_LOG2, c, COUNT(c));
+}
+END_TEST
+
+START_TEST(f32_atan)
+{
+    /* The reduction's thresholds tan(pi/8) and tan(3pi/8), tiny and huge |x|. */
+    const float c[] = {0.41421356f, -0.41421356f, 2.41421356f, -2.41421356f, 1.0f, 0x1p-20f, 1e10f, 0.1f, 5.0f,
+                       -1.0f};
+    sweep(OP_ATAN, atan, "atan", MATH_F32_MAX_ULP_ATAN, c, COUNT(c));
+}
+END_TEST
+
+/* Powers of two have exact base-2 logs. */
+START_TEST(f32_log2_exact_on_powers)
+{
+    kernel k = kernel_new(OP_LOG2, false);
+    float in[277], out[277];
+    for (int e = -149; e <= 127; e++)
+        in[e + 149] = ldexpf(1.0f, e);
+    k.fn(in, out, 277);
+    kernel_free(&k);
+    for (int e = -149; e <= 127; e++)
+        ck_assert_msg(out[e + 149] == (float)e, "log2(2^%d) = %a", e, out[e + 149]);
+}
+END_TEST
+
 /* -- libm calls --------------------------------------------------------- */
 
 /* About four hundred values across [-20, 20], and the specials. */
@@ -423,6 +479,7 @@ START_TEST(f64_libm)
         double (*fn)(double);
     } cases[] = {
         {OP_EXP, exp}, {OP_LOG, log}, {OP_TANH, tanh}, {OP_ERF, erf}, {OP_SIN, sin}, {OP_COS, cos},
+        {OP_LOG1P, log1p}, {OP_EXPM1, expm1}, {OP_LOG2, log2}, {OP_TAN, tan}, {OP_ATAN, atan},
     };
     double x[512], y[512];
     int n = libm_inputs(x);
@@ -480,14 +537,16 @@ START_TEST(f32_sin_cos)
     const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, 0x1p-149f};
     for (int i = 0; i < COUNT(specials); i++)
         x[n++] = specials[i];
-    for (int c = 0; c < 2; c++) {
-        kernel k = kernel_new(c ? OP_COS : OP_SIN, false);
+    static const ir_op ops[] = {OP_SIN, OP_COS, OP_TAN};
+    float (*const fns[])(float) = {sinf, cosf, tanf};
+    for (int c = 0; c < COUNT(ops); c++) {
+        kernel k = kernel_new(ops[c], false);
         k.fn(x, y, n);
         kernel_free(&k);
         for (int i = 0; i < n; i++) {
-            float want = c ? cosf(x[i]) : sinf(x[i]);
+            float want = fns[c](x[i]);
             ck_assert_msg((isnan(y[i]) && isnan(want)) || to_bits(y[i]) == to_bits(want),
-                          "%s(%a) = %a, libm says %a", c ? "cos" : "sin", x[i], y[i], want);
+                          "%s(%a) = %a, libm says %a", op_name(ops[c]), x[i], y[i], want);
         }
     }
 }
@@ -524,7 +583,8 @@ static int widest_float_vector(const char *ir)
 
 START_TEST(f32_vectorizes)
 {
-    static const ir_op ops[] = {OP_EXP, OP_LOG, OP_TANH, OP_SIGMOID, OP_ERF};
+    static const ir_op ops[] = {OP_EXP, OP_LOG, OP_TANH, OP_SIGMOID, OP_ERF, OP_LOG1P, OP_EXPM1, OP_LOG2, OP_ATAN,
+                                OP_FLOOR, OP_ROUND};
     LLVMInitializeNativeTarget();
     for (int i = 0; i < COUNT(ops); i++) {
         LLVMContextRef ctx = LLVMContextCreate();
@@ -560,6 +620,11 @@ static Suite *llvm_math_suite(void)
     tcase_add_test(tc, f32_tanh_bounded_and_odd);
     tcase_add_test(tc, f32_sigmoid);
     tcase_add_test(tc, f32_erf);
+    tcase_add_test(tc, f32_log1p);
+    tcase_add_test(tc, f32_expm1);
+    tcase_add_test(tc, f32_log2);
+    tcase_add_test(tc, f32_log2_exact_on_powers);
+    tcase_add_test(tc, f32_atan);
     tcase_add_test(tc, f32_vectorizes);
     tcase_add_test(tc, f32_sin_cos);
     suite_add_tcase(s, tc);

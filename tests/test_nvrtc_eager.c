@@ -47,8 +47,8 @@ static kg_kernel ew(ir_op op, int n_in, const kiln_dtype *in, kiln_dtype compute
 static kg_kernel reduction(ir_op op, kiln_dtype in)
 {
     kiln_dtype compute = ir_dtype_is_float(in) ? in : KILN_I64;
-    kiln_dtype acc = op == OP_ARGMAX ? KILN_I64
-                   : op == OP_SUM ? (compute == KILN_I64 ? KILN_I64 : KILN_F64)
+    kiln_dtype acc = op == OP_ARGMAX || op == OP_ARGMIN ? KILN_I64
+                   : op == OP_SUM || op == OP_PROD ? (compute == KILN_I64 ? KILN_I64 : KILN_F64)
                    : op == OP_MEAN ? KILN_F64 /* an integer mean's sum must not wrap */
                    : compute;
     return (kg_kernel){KG_REDUCE, op, 1, {in}, compute, acc,
@@ -408,7 +408,7 @@ START_TEST(test_bad_requests_are_refused)
     /* Reductions. */
     kg_kernel r = reduction(OP_SUM, KILN_F32);
     r.op = OP_ADD;
-    check_refused(r, NAME_MAX_LEN, "add(f32)", "not sum, mean, max, min or argmax");
+    check_refused(r, NAME_MAX_LEN, "add(f32)", "not sum, mean, max, min, argmax, prod or argmin");
     r = reduction(OP_MAX, KILN_I32);
     r.compute = r.acc = KILN_I32;
     check_refused(r, NAME_MAX_LEN, "max(i32) in i32", "f32, f64 or i64");

@@ -1,7 +1,7 @@
 /* Values of every op in kiln.h against references computed here, from plain C
  * arrays with libm in double precision, on contiguous, transposed, sliced and
  * broadcast operands of every dtype each op accepts. */
-#include "test_common.h"
+#include "opcheck.h"
 
 #include <float.h>
 #include <stdbool.h>
@@ -126,16 +126,6 @@ static int64_t raw_int(kiln_dtype dt, const void *p, int64_t i)
     return v;
 }
 
-static void put(kiln_dtype dt, void *p, int64_t i, double x)
-{
-    switch (dt) {
-    case KILN_F32: ((float *)p)[i] = (float)x; break;
-    case KILN_F64: ((double *)p)[i] = x; break;
-    case KILN_I32: ((int32_t *)p)[i] = (int32_t)x; break;
-    case KILN_I64: ((int64_t *)p)[i] = (int64_t)x; break;
-    case KILN_BOOL: ((uint8_t *)p)[i] = x != 0; break;
-    }
-}
 
 /* -- Shapes and indices ------------------------------------------------------ */
 
@@ -335,67 +325,17 @@ static double draw(kiln_dtype dt, domain dom, uint64_t *s)
     }
 }
 
-/* How an operand sits in memory. Every layout shows the same logical values. */
-typedef enum { CONTIG, TRANSPOSED, STEP2, REVERSED, BROADCAST, N_LAYOUTS } layout;
+/* How an operand sits in memory (opcheck.h's layouts). Every layout shows
+ * the same logical values; BROADCAST needs v constant along axis 0. */
+typedef oc_layout layout;
+#define CONTIG OC_CONTIG
+#define BROADCAST OC_BROADCAST
+#define N_LAYOUTS OC_LAYOUTS
+#define LAYOUT_NAMES oc_layout_names
 
-static const char *const LAYOUT_NAMES[] = {"contiguous", "transposed", "step-2 slice",
-                                           "step -2 slice", "broadcast"};
-
-/* What unused slots of a base tensor hold, so that reading one shows. */
-#define SENTINEL 99.0
-
-/* A tensor of logical shape (ndim, shape) holding v, laid out as lay: the values
- * go into a base tensor (transposed, or with gaps, or a single row) and lay's
- * view of it is returned. BROADCAST needs v constant along axis 0. */
-static kiln_tensor *make_view(kiln_dtype dt, layout lay, int ndim, const int64_t *shape,
-                              const double *v)
+static kiln_tensor *make_view(kiln_dtype dt, layout lay, int ndim, const int64_t *shape, const double *v)
 {
-    int last = ndim - 1;
-    int64_t base_shape[KILN_MAX_DIMS];
-    if (ndim == 0)
-        lay = CONTIG;
-    if (ndim > 0)
-        memcpy(base_shape, shape, sizeof *shape * (size_t)ndim);
-    switch (lay) {
-    case TRANSPOSED:
-        base_shape[0] = shape[last];
-        base_shape[last] = shape[0];
-        break;
-    case STEP2: base_shape[last] = 2 * shape[last] + 1; break;
-    case REVERSED: base_shape[0] = 2 * shape[0]; break;
-    case BROADCAST: base_shape[0] = 1; break;
-    default: break;
-    }
-    int64_t base_n = numel_of(ndim, base_shape), n = numel_of(ndim, shape);
-    void *buf = malloc((size_t)(base_n ? base_n : 1) * kiln_dtype_size(dt));
-    for (int64_t j = 0; j < base_n; j++)
-        put(dt, buf, j, SENTINEL);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t idx[KILN_MAX_DIMS];
-        unravel(i, ndim, shape, idx);
-        switch (lay) {
-        case TRANSPOSED: {
-            int64_t first = idx[0];
-            idx[0] = idx[last];
-            idx[last] = first;
-            break;
-        }
-        case STEP2: idx[last] = 1 + 2 * idx[last]; break;
-        case REVERSED: idx[0] = 2 * shape[0] - 1 - 2 * idx[0]; break;
-        case BROADCAST: idx[0] = 0; break;
-        default: break;
-        }
-        put(dt, buf, ravel(ndim, base_shape, idx), v[i]);
-    }
-    kiln_tensor *base = kiln_from_data(dt, ndim, base_shape, buf);
-    free(buf);
-    switch (lay) {
-    case TRANSPOSED: return kiln_transpose(base, 0, -1);
-    case STEP2: return kiln_slice(base, -1, 1, base_shape[last], 2);
-    case REVERSED: return kiln_slice(base, 0, -1, -base_shape[0] - 1, -2);
-    case BROADCAST: return kiln_expand(base, ndim, shape);
-    default: return base;
-    }
+    return oc_tensor(dt, lay, ndim, shape, v);
 }
 
 /* A contiguous tensor of dtype dt holding v. */
@@ -414,15 +354,7 @@ static kiln_tensor *iota(kiln_dtype dt, int ndim, const int64_t *shape)
 }
 
 /* An op input: the tensor in some layout, and its logical values for the reference. */
-typedef struct {
-    kiln_tensor *t;
-    kiln_dtype dt;
-    int ndim;
-    int64_t shape[KILN_MAX_DIMS];
-    int64_t numel;
-    double v[MAX_ELEMS]; /* row-major */
-    char desc[128];      /* "i32 transposed [4,1,3]", for failure messages */
-} operand;
+typedef oc_operand operand;
 
 /* Fills op with values drawn from dom (the same for the same seed) and builds its
  * tensor in layout lay. The tensor belongs to the current scope. */

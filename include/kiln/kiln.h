@@ -136,6 +136,28 @@ KILN_API kiln_tensor *kiln_rand(int ndim, const int64_t *shape, uint64_t seed);
 KILN_API kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed);
 /* A 0-d f32 tensor. */
 KILN_API kiln_tensor *kiln_scalar(double value);
+/* The global generator that kiln_dropout draws from: Philox4x32-10, counter
+ * based, a seed and an offset in 32-bit words that each draw advances (by
+ * its element count rounded up to 4). The same seed and offset give the
+ * same values on the CPU and on CUDA, eagerly and traced; a traced call
+ * draws what the body run eagerly from the same state would. (PyTorch's own
+ * Philox layout differs: the masks are not torch's.) manual_seed sets the
+ * seed and offset 0; set_rng_state rounds the offset up to a whole block. */
+KILN_API void kiln_manual_seed(uint64_t seed);
+KILN_API void kiln_rng_state(uint64_t *seed, uint64_t *offset);
+KILN_API void kiln_set_rng_state(uint64_t seed, uint64_t offset);
+/* steps values from start to end, both included (torch.linspace: the first
+ * half counted from start, the rest from end); one step gives start. */
+KILN_API kiln_tensor *kiln_linspace(double start, double end, int64_t steps, kiln_dtype dt);
+/* [n, m] with ones on the diagonal, zeros elsewhere. */
+KILN_API kiln_tensor *kiln_eye(kiln_dtype dt, int64_t n, int64_t m);
+/* New tensors of a's dtype, shape and device: zeros, ones, value (converted
+ * as kiln_cast converts), unspecified. Inside a marked body they are
+ * constants of the trace (empty_like's zeros), not captured tensors. */
+KILN_API kiln_tensor *kiln_zeros_like(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_ones_like(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_full_like(kiln_tensor *a, double value);
+KILN_API kiln_tensor *kiln_empty_like(kiln_tensor *a);
 /* Number of dimensions, or -1 for NULL. */
 KILN_API int kiln_ndim(const kiln_tensor *t);
 /* The shape (kiln_ndim entries), borrowed from t; NULL for NULL. */
@@ -249,6 +271,26 @@ KILN_API kiln_tensor *kiln_div_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_pow_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_maximum_scalar(kiln_tensor *a, double b);
 KILN_API kiln_tensor *kiln_minimum_scalar(kiln_tensor *a, double b);
+/* Python's %, as PyTorch's remainder: the result takes b's sign. Floats:
+ * fmod(a, b) moved into b's sign; integers refuse bool. */
+KILN_API kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);
+/* Python's //, as PyTorch 1.13's floor_divide (floats: a / b for b = 0).
+ * Where kiln differs: an integer divisor of 0 gives 0 from both (numpy's
+ * answer; PyTorch raises), and INT_MIN // -1 wraps to INT_MIN (PyTorch
+ * crashes), eagerly, traced and on CUDA alike. */
+KILN_API kiln_tensor *kiln_floor_divide(kiln_tensor *a, kiln_tensor *b);
+/* The angle of the point (b, a) in (-pi, pi]; integers give f32. */
+KILN_API kiln_tensor *kiln_atan2(kiln_tensor *a, kiln_tensor *b);
+/* minimum(maximum(a, lo), hi), promoting as the *_scalar forms do (so an
+ * integer tensor with a fractional or infinite bound gives f32, as in
+ * PyTorch); lo > hi gives hi, a NaN bound gives NaN. */
+KILN_API kiln_tensor *kiln_clamp(kiln_tensor *a, double lo, double hi);
+/* Logical ops on the truth of any dtype (nonzero, NaN included, is true),
+ * broadcast, giving bool. */
+KILN_API kiln_tensor *kiln_logical_and(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_logical_or(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_logical_xor(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_logical_not(kiln_tensor *a);
 
 /* Comparisons of the promoted operands, giving KILN_BOOL. */
 KILN_API kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);
@@ -277,12 +319,34 @@ KILN_API kiln_tensor *kiln_relu(kiln_tensor *a);    /* a < 0 ? +0 : a, so -0 and
 KILN_API kiln_tensor *kiln_sin(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_cos(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_erf(kiln_tensor *a);
+/* floor, ceil, round (halves to even, as PyTorch's) and trunc keep the dtype,
+ * integers unchanged, and refuse bool. */
+KILN_API kiln_tensor *kiln_floor(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_ceil(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_round(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_trunc(kiln_tensor *a);
+/* Floating point as exp is (integers and bools give f32); SLEEF's 1-ulp
+ * functions eagerly; compiled f32 code has log1p, expm1, log2 and atan
+ * within 3 ulp (vectorized) and libm's tan. */
+KILN_API kiln_tensor *kiln_log1p(kiln_tensor *a);   /* log(1 + a), exact for tiny a */
+KILN_API kiln_tensor *kiln_expm1(kiln_tensor *a);   /* exp(a) - 1, exact for tiny a */
+KILN_API kiln_tensor *kiln_log2(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_tan(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_atan(kiln_tensor *a);
+/* -1, 0 or 1 in a's dtype (0 for NaN and -0); a bool stays itself. */
+KILN_API kiln_tensor *kiln_sign(kiln_tensor *a);
+/* 1 / a: integers and bools give f32. */
+KILN_API kiln_tensor *kiln_reciprocal(kiln_tensor *a);
+/* True where a is NaN, or infinite; never for integers and bools. */
+KILN_API kiln_tensor *kiln_isnan(kiln_tensor *a);
+KILN_API kiln_tensor *kiln_isinf(kiln_tensor *a);
 /* a converted to dt: floats to integers truncate toward zero and saturate,
  * NaN gives 0; anything nonzero becomes true. */
 KILN_API kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt);
 
 /* -- Reductions ------------------------------------------------------------ */
-/* Over one axis, or every axis with KILN_ALL; keepdim keeps reduced axes as 1.
+/* Over one axis, every axis with KILN_ALL, or several with KILN_AXES (below);
+ * keepdim keeps reduced axes as 1.
  * sum of integers or bools gives i64 (wrapping); mean of them gives f32,
  * summed in f64 so that nothing wraps; f32 sums accumulate in f64 (compiled
  * code keeps a sum of exponentials over a row of at most 4096 in f32 partial
@@ -294,6 +358,40 @@ KILN_API kiln_tensor *kiln_max(kiln_tensor *a, int axis, bool keepdim);
 KILN_API kiln_tensor *kiln_min(kiln_tensor *a, int axis, bool keepdim);
 /* Index (i64) of the first maximum; a NaN counts as the maximum. */
 KILN_API kiln_tensor *kiln_argmax(kiln_tensor *a, int axis, bool keepdim);
+/* Index (i64) of the first minimum; a NaN counts as the minimum (PyTorch's). */
+KILN_API kiln_tensor *kiln_argmin(kiln_tensor *a, int axis, bool keepdim);
+/* Product; as sum for dtypes (integers and bools give i64, wrapping), f32
+ * accumulated in f64; 1 over an empty axis. */
+KILN_API kiln_tensor *kiln_prod(kiln_tensor *a, int axis, bool keepdim);
+/* Whether any (all) elements are nonzero (NaN counts), giving bool; false
+ * (true) over an empty axis. */
+KILN_API kiln_tensor *kiln_any(kiln_tensor *a, int axis, bool keepdim);
+KILN_API kiln_tensor *kiln_all(kiln_tensor *a, int axis, bool keepdim);
+/* The variance of floats: squared deviations from the mean summed and
+ * divided by max(0, n - correction) (1: Bessel's, PyTorch's default; 0: the
+ * population's), so a single element with correction 1 gives NaN. Integers
+ * are refused, as in PyTorch. std is its square root. */
+KILN_API kiln_tensor *kiln_var(kiln_tensor *a, int axis, int64_t correction, bool keepdim);
+KILN_API kiln_tensor *kiln_std(kiln_tensor *a, int axis, int64_t correction, bool keepdim);
+/* Both at once, as torch.var_mean: writes new references to *var and *mean
+ * (batch statistics for training: axis KILN_AXES(0, 2, 3) of NCHW). 0, or
+ * negative with both NULL. */
+KILN_API int kiln_var_mean(kiln_tensor *a, int axis, int64_t correction, bool keepdim, kiln_tensor **var,
+                           kiln_tensor **mean);
+/* log(sum(exp(a))) computed stably (a row of -inf gives -inf); integers give
+ * f32, an empty axis -inf. */
+KILN_API kiln_tensor *kiln_logsumexp(kiln_tensor *a, int axis, bool keepdim);
+
+/* Several axes at once, for every reduction but argmax and argmin:
+ * kiln_sum(x, KILN_AXES(0, 2, 3), true). One to eight axes, each in [-8, 7]
+ * (another is an error naming the function). They are moved last and merged,
+ * so a traced reduction over trailing axes fuses like one over the last. */
+#define KILN_AXES_FLAG 0x40000000
+#define KILN_AXES(...) (KILN_AXES_FLAG | KILN_AXES_BITS_(__VA_ARGS__, 99, 99, 99, 99, 99, 99, 99, 99))
+#define KILN_AXES_BITS_(a, b, c, d, e, f, g, h, ...)                                                \
+    (KILN_AXIS_BIT_(a) | KILN_AXIS_BIT_(b) | KILN_AXIS_BIT_(c) | KILN_AXIS_BIT_(d) | KILN_AXIS_BIT_(e) | \
+     KILN_AXIS_BIT_(f) | KILN_AXIS_BIT_(g) | KILN_AXIS_BIT_(h))
+#define KILN_AXIS_BIT_(a) ((a) == 99 ? 0 : (a) < -8 || (a) > 7 ? 1 << 16 : 1 << ((a) & 15))
 
 /* -- Movement: views where possible, no copy ------------------------------- */
 
@@ -315,12 +413,81 @@ KILN_API kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis);
 KILN_API kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis);
 /* Inserts a size-1 axis at position axis (-1 appends). A view. */
 KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis);
+/* The n tensors (equal shapes) joined along a new axis at position axis. */
+KILN_API kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int axis);
+/* Views of a along axis in pieces of size (the last may be smaller; an empty
+ * axis is one empty piece), new references into out[0..max_out): the
+ * number of pieces, or negative (more than max_out is an error). */
+KILN_API int kiln_split(kiln_tensor *a, int64_t size, int axis, kiln_tensor **out, int max_out);
+/* Views of a along axis in n pieces of the given sizes (summing to its
+ * extent) into out[0..n): n, or negative. */
+KILN_API int kiln_split_sizes(kiln_tensor *a, int n, const int64_t *sizes, int axis, kiln_tensor **out);
+/* a reversed along axis, or several (KILN_AXES); a view, where PyTorch's
+ * flip copies. */
+KILN_API kiln_tensor *kiln_flip(kiln_tensor *a, int axis);
+typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT } kiln_pad_mode;
+/* torch.nn.functional.pad: n pads in (before, after) pairs from the last
+ * axis backwards. CONSTANT fills with value (a negative pad crops);
+ * REFLECT mirrors a about its edges, each pad 0 or in [1, extent). */
+KILN_API kiln_tensor *kiln_pad(kiln_tensor *a, int n, const int64_t *pads, kiln_pad_mode mode, double value);
+/* a's elements on and below (tril) or above (triu) diagonal of its last two
+ * axes (0 the main one, positive above it), zeros elsewhere. */
+KILN_API kiln_tensor *kiln_tril(kiln_tensor *a, int64_t diagonal);
+KILN_API kiln_tensor *kiln_triu(kiln_tensor *a, int64_t diagonal);
+/* a tiled reps[i] times along each axis; n >= a's rank, leading counts add
+ * axes (torch.Tensor.repeat). A copy, but a view where every count is 1. */
+KILN_API kiln_tensor *kiln_repeat(kiln_tensor *a, int n, const int64_t *reps);
+
+/* -- Along an axis, and by indices ------------------------------------------ */
+
+/* Running sums along axis: integers and bools give i64 (wrapping), f32
+ * accumulates in f64. A 0-d tensor takes axis 0 or -1. */
+KILN_API kiln_tensor *kiln_cumsum(kiln_tensor *a, int axis);
+/* The k largest (largest) or smallest elements along axis, in order, into
+ * new references *values and *indices (i64). NaN counts above every number;
+ * ties come lowest index first (PyTorch leaves their order open). 0, or
+ * negative with both NULL (k outside [0, extent] included). */
+KILN_API int kiln_topk(kiln_tensor *a, int64_t k, int axis, bool largest, kiln_tensor **values,
+                       kiln_tensor **indices);
+/* Every element along axis in order (ascending, or descending), stable:
+ * equal elements keep their order; NaN last ascending, first descending. */
+KILN_API int kiln_sort(kiln_tensor *a, int axis, bool descending, kiln_tensor **values, kiln_tensor **indices);
+/* Indices are i32 or i64 on a's device; a negative index counts from the end
+ * of its axis. An index out of range is an error naming it and the axis,
+ * eagerly and when a traced call runs (indexing is never fused, so the check
+ * always runs): never a read out of bounds. */
+/* torch.gather: out[i][j] = a[index[i][j]][j] for axis 0; index has a's rank
+ * and sizes no larger than a's off the axis; the result has index's shape. */
+KILN_API kiln_tensor *kiln_gather(kiln_tensor *a, int axis, kiln_tensor *index);
+/* a's slices at the positions of index (0-d or 1-d) along axis. */
+KILN_API kiln_tensor *kiln_index_select(kiln_tensor *a, int axis, kiln_tensor *index);
+/* Rows of weight [vocabulary, dimension] for ids of any shape: [..., dimension]. */
+KILN_API kiln_tensor *kiln_embedding(kiln_tensor *weight, kiln_tensor *ids);
+/* A copy of a with src added at index along axis (torch.scatter_add, out of
+ * place: the gradient of gather): index has the rank of a and src, fits in
+ * src, and in a off the axis; src has a's dtype (not bool). Repeated indices
+ * add up (in any order on CUDA). */
+KILN_API kiln_tensor *kiln_scatter_add(kiln_tensor *a, int axis, kiln_tensor *index, kiln_tensor *src);
+/* a with value (converted to a's dtype as kiln_cast converts) where mask
+ * (bool, broadcasting to a's shape) is true. */
+KILN_API kiln_tensor *kiln_masked_fill(kiln_tensor *a, kiln_tensor *mask, double value);
 
 /* -- Linear algebra -------------------------------------------------------- */
 
 /* numpy.matmul: 1-d operands are promoted and the added axis removed after;
- * batch axes broadcast. OpenBLAS for floats, exact loops for integers. */
+ * batch axes broadcast. Floats on the CPU run on kiln_matmul_engine()'s
+ * GEMM, integers in exact loops (wrapping), CUDA tensors on kiln's kernels. */
 KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
+/* The engine of f32 and f64 CPU products: "kiln" (kiln's own GEMM, compiled
+ * by the LLVM backend for this CPU, any strides, whole batches at once) or
+ * "openblas". Decided once per process: KILN_MATMUL=kiln or =openblas says;
+ * otherwise "kiln" where this build has the LLVM backend and OpenBLAS's
+ * kernels for the core it picked (openblas_get_corename) use narrower
+ * vectors than this CPU has (AVX-512 CPUs it runs with its Prescott or
+ * Haswell kernels), else "openblas". A product whose GEMM kiln cannot make
+ * (KILN_CACHE=require without it) runs on OpenBLAS. Traced products fused
+ * with their epilogue always run on kiln's GEMM. */
+KILN_API const char *kiln_matmul_engine(void);
 
 /* -- Composites, built from the ops above ---------------------------------- */
 /* Integer and bool operands are converted to f32 first (PyTorch's x.float()),
@@ -338,6 +505,74 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_t
 KILN_API kiln_tensor *kiln_gelu(kiln_tensor *a);
 /* x * sigmoid(x) */
 KILN_API kiln_tensor *kiln_silu(kiln_tensor *a);
+/* Normalizes over the last k axes (torch's layer_norm with normalized_shape
+ * of x's last k sizes); gamma and beta (or NULL) broadcast to those axes. */
+KILN_API kiln_tensor *kiln_layer_norm_axes(kiln_tensor *x, int k, kiln_tensor *gamma, kiln_tensor *beta,
+                                           double eps);
+/* Inference batch norm over axis 1 of x [N, C, ...] with running statistics
+ * mean and var [C]: (x - mean) / sqrt(var + eps) * gamma + beta, gamma and
+ * beta [C] or NULL. (Training statistics: kiln_var_mean over KILN_AXES(0, 2, 3).) */
+KILN_API kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *mean, kiln_tensor *var, kiln_tensor *gamma,
+                                      kiln_tensor *beta, double eps);
+/* Normalizes x [N, C, ...] over each of groups equal groups of its channels
+ * (and the axes after them), then gamma and beta [C] (or NULL) per channel. */
+KILN_API kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *gamma, kiln_tensor *beta,
+                                      double eps);
+/* x / sqrt(mean(x^2) + eps) over the last axis, times gamma (or NULL). */
+KILN_API kiln_tensor *kiln_rms_norm(kiln_tensor *x, kiln_tensor *gamma, double eps);
+/* The mean over the batch of -log softmax(logits)[label]: logits [N, C] (or
+ * [C] with a 0-d label), labels [N] of i64 (or i32), classes in [0, C).
+ * kiln_cross_entropy_ex adds PyTorch's ignore_index (rows with that label
+ * count for nothing; the mean is over the others, NaN if none) and
+ * label_smoothing in [0, 1]; kiln_cross_entropy is ignore_index -100 and no
+ * smoothing. A label out of range is an error naming it eagerly; traced (or
+ * on CUDA) it fails the call as an index out of range of the gather that
+ * picks it (a negative label shown moved down by C). */
+KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *labels);
+KILN_API kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *labels, int64_t ignore_index,
+                                            double label_smoothing);
+/* The mean over the batch of -log_probs[label] (log_probs [N, C] as
+ * cross_entropy's logits), rows labeled ignore_index left out. */
+KILN_API kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *labels, int64_t ignore_index);
+/* mean((a - b)^2) over every element of the broadcast; integers give f32. */
+KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b);
+/* Training (and p > 0): x times a mask of the global generator's that keeps
+ * each element with probability 1 - p, scaled by 1 / (1 - p) (a dropped NaN
+ * or infinity gives NaN, as in PyTorch). Traced, each call draws a new
+ * mask. Otherwise x itself (a new reference). Floats only; p in [0, 1]. */
+KILN_API kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training);
+/* Convolution and pooling over NCHW x [N, C, H, W] (or unbatched [C, H, W]),
+ * as torch.nn.functional's. Zeros in the params mean the defaults: stride
+ * 1, padding 0, dilation 1, groups 1. */
+typedef struct {
+    int64_t stride[2], padding[2], dilation[2], groups;
+} kiln_conv2d_params;
+/* Cross-correlation of x with w [O, C / groups, KH, KW] plus bias [O] (or
+ * NULL); p NULL: the defaults. Floats only (x and w may differ: they
+ * promote, where PyTorch wants one dtype). Groups of one channel each
+ * (depthwise) sum the taps elementwise; others are one batched product per
+ * group over the windows' columns (a buffer of C KH KW OH OW per image). */
+KILN_API kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *bias, const kiln_conv2d_params *p);
+/* kernel >= 1, stride (zeros: the kernel's), padding at most half the
+ * kernel; ceil_mode rounds the output size up (a last window starting in
+ * the right padding dropped); count_include_pad counts the padding in an
+ * average's divisor (never ceil mode's overhang past it). */
+typedef struct {
+    int64_t kernel[2], stride[2], padding[2];
+    bool ceil_mode, count_include_pad;
+} kiln_pool2d_params;
+/* Window maxima (NaN wins); numbers of any dtype, not bool. */
+KILN_API kiln_tensor *kiln_max_pool2d(kiln_tensor *x, const kiln_pool2d_params *p);
+/* Window means; integers become f32 first (PyTorch divides integers). */
+KILN_API kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, const kiln_pool2d_params *p);
+/* Means over out_h x out_w windows, window i of an axis of n spanning
+ * [floor(i n / out), ceil((i + 1) n / out)); 1x1 is global pooling. */
+KILN_API kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+/* 0.5 x (1 + erf(x / sqrt 2)): PyTorch's exact GELU. */
+KILN_API kiln_tensor *kiln_gelu_erf(kiln_tensor *a);
+/* log(1 + exp(beta x)) / beta, and x itself where beta x > threshold
+ * (PyTorch's defaults are beta 1, threshold 20). */
+KILN_API kiln_tensor *kiln_softplus(kiln_tensor *a, double beta, double threshold);
 
 /* -- In place -------------------------------------------------------------- */
 

@@ -1,9 +1,12 @@
 /* The LLVM backend's table: targets, support, compiling, loading, and
- * launching a kernel's rows across kiln's thread pool. */
+ * launching a kernel's rows across kiln's thread pool; a kernel with a
+ * product, and the eager matmul's generic kernel, run as products
+ * (codegen_llvm/gemm.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen_llvm/gemm.h"
 #include "codegen_llvm/internal.h"
 #include "core/core.h"
 
@@ -19,6 +22,9 @@ struct kx_code {
     llvm_kernel_fn fn;
     int64_t work;  /* elements a pool task takes at least */
     ir_poly cols;  /* the kernel's row length */
+    bool product;  /* runs as a product with k's epilogue on its tiles */
+    gemm_code gemm;
+    int n_buffers;
 };
 
 static bool accepts(const char *name)
@@ -38,12 +44,33 @@ static const char *toolchain(char *err, size_t err_size)
     return llvm_toolchain();
 }
 
+/* Why the prologue pro of a product of dt cannot compute its left operand
+ * while it is packed, or NULL. */
+static const char *prologue_misfit(const kx_kernel *pro, const kx_kernel *k)
+{
+    if (pro->n_reductions || pro->n_row_stores || pro->n_stores != 1 || pro->product >= 0)
+        return "the left operand's kernel is not one elementwise store";
+    if (pro->rows != k->rows || pro->views[pro->stores[0].view].dtype != k->buffer_dtypes[k->product])
+        return "the left operand's kernel is not over the product's rows, of its dtype";
+    return NULL;
+}
+
+/* Why the product of kernel k cannot be computed inside it, or NULL. */
+static const char *misfit(const kx_kernel *k)
+{
+    const char *misfits = kx_product_misfit(k);
+    kiln_dtype dt = k->buffer_dtypes[k->product];
+    if (!misfits && ((dt != KILN_F32 && dt != KILN_F64) || k->views[kx_product_view(k)].dtype != dt))
+        return "the product is not f32 or f64";
+    return misfits || !k->prologue ? misfits : prologue_misfit(k->prologue, k);
+}
+
 static bool supports(const kx_kernel *k, char *why, size_t why_size)
 {
-    if (k->product < 0)
-        return true;
-    snprintf(why, why_size, "a product computed inside its epilogue's kernel is not in the LLVM backend");
-    return false;
+    const char *misfits = k->product >= 0 ? misfit(k) : NULL;
+    if (misfits)
+        snprintf(why, why_size, "cannot fuse the epilogue into the product: %s", misfits);
+    return !misfits;
 }
 
 static int compile(const kx_kernel *k, const char *symbol, const kx_target *t, const kx_compile_options *o,
@@ -70,7 +97,11 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
         snprintf(err, err_size, "out of memory");
         return NULL;
     }
-    if (!(c->code = llvm_load(object, size, symbol, &c->fn, err, err_size))) {
+    c->product = k->product >= 0;
+    c->n_buffers = k->n_buffers;
+    c->code = c->product ? gemm_load(object, size, symbol, k->prologue != NULL, &c->gemm, err, err_size)
+                         : llvm_load(object, size, symbol, &c->fn, err, err_size);
+    if (!c->code) {
         free(c);
         return NULL;
     }
@@ -92,10 +123,13 @@ static void run_rows(void *ctx, int64_t begin, int64_t end)
     c->code->fn(c->buffers, c->first_row + begin, c->first_row + end, c->symbols);
 }
 
+/* A kernel with a product runs whole: its operands follow its buffers. */
 static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
                   int64_t begin, int64_t end, char *err, size_t err_size)
 {
-    (void)product, (void)err, (void)err_size;
+    if (code->product)
+        return gemm_run(&code->gemm, product, buffers[code->n_buffers], buffers[code->n_buffers + 1], NULL, buffers,
+                        symbols, err, err_size);
     rows_call call = {code, buffers, symbols, begin};
     int64_t cols = ir_poly_eval(&code->cols, symbols);
     core_parallel_for(end - begin, cols > 0 ? code->work / cols : code->work, run_rows, &call);
@@ -108,6 +142,67 @@ static void unload(kx_code *code)
         return;
     llvm_code_free(code->code);
     free(code);
+}
+
+/* -- The eager matmul's generic kernel ------------------------------------------ */
+
+typedef struct {
+    llvm_code *code;
+    gemm_code gemm;
+} loaded_product;
+
+static const char *generic_misfit(const kg_kernel *k)
+{
+    if (k->kind != KG_MATMUL)
+        return "the LLVM backend makes only the matmul's generic kernel";
+    if (k->compute != KILN_F32 && k->compute != KILN_F64)
+        return "the LLVM backend's generic matmul is f32 or f64";
+    return NULL;
+}
+
+static int compile_generic(const kg_kernel *k, const char *symbol, const kx_target *t, kx_dump_fn dump,
+                           void *dump_ctx, void **object, size_t *size, char *err, size_t err_size)
+{
+    const char *misfits = generic_misfit(k);
+    if (misfits) {
+        snprintf(err, err_size, "%s", misfits);
+        return -1;
+    }
+    char *before = NULL, *after = NULL;
+    llvm_options lo = {3, false, dump ? &before : NULL, dump ? &after : NULL};
+    int status = llvm_compile_gemm(k->compute, symbol, llvm_target_from(t), &lo, object, size, err, err_size);
+    if (before)
+        dump(dump_ctx, "llvm-before", before);
+    if (after)
+        dump(dump_ctx, "llvm-after", after);
+    free(before);
+    free(after);
+    return status;
+}
+
+/* The loaded code stays for the process, as every generic kernel does. */
+static int load_generic(const kg_kernel *k, const void *object, size_t size, const char *symbol, kg_code *code,
+                        char *err, size_t err_size)
+{
+    const char *misfits = generic_misfit(k);
+    loaded_product *p = misfits ? NULL : calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, err_size, "%s", misfits ? misfits : "out of memory");
+        return -1;
+    }
+    if (!(p->code = gemm_load(object, size, symbol, false, &p->gemm, err, err_size))) {
+        free(p);
+        return -1;
+    }
+    *code = (kg_code){.module = p, .threads = core_threads(), .tile_m = p->gemm.mr, .tile_n = p->gemm.nr};
+    return 0;
+}
+
+static int host_matmul(const kg_code *code, const kg_matmul_args *args, void *out, const void *a, const void *b,
+                       char *err, size_t err_size)
+{
+    const loaded_product *p = code->module;
+    return gemm_run(&p->gemm, args, a, b, out, NULL, NULL, err, err_size);
 }
 
 const kx_backend llvm_backend = {
@@ -126,4 +221,7 @@ const kx_backend llvm_backend = {
     .load = load,
     .launch = launch,
     .unload = unload,
+    .compile_generic = compile_generic,
+    .load_generic = load_generic,
+    .host_matmul = host_matmul,
 };

@@ -28,6 +28,7 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
 
+#include "codegen_llvm/gemm.h"
 #include "codegen_llvm/internal.h"
 #include "codegen_llvm/math.h"
 #include "core/core.h"
@@ -48,6 +49,8 @@ typedef struct {
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
     char missing[128];       /* an op this backend lacks, met while building */
+    const kx_view *product;  /* an epilogue's view of its product, read from tile[tile_index] */
+    LLVMValueRef tile, tile_index;
 } gen;
 
 /* -- Types and constants --------------------------------------------------- */
@@ -164,7 +167,7 @@ static LLVMValueRef float_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
         LLVMValueRef neg = LLVMBuildFCmp(b, LLVMRealOLT, a[0], constant(g, dt, 0), "");
         return LLVMBuildSelect(b, neg, constant(g, dt, 0), a[0], "");
     }
-    default: return math_emit(g->module, b, op, a[0]);
+    default: return a[1] ? math_emit_binary(g->module, b, op, a[0], a[1]) : math_emit(g->module, b, op, a[0]);
     }
 }
 
@@ -245,7 +248,7 @@ static LLVMValueRef int_op(gen *g, ir_op op, kiln_dtype dt, LLVMValueRef *a)
         LLVMValueRef pos = LLVMBuildICmp(b, LLVMIntSGT, a[0], constant(g, dt, 0), "");
         return LLVMBuildSelect(b, pos, a[0], constant(g, dt, 0), "");
     }
-    default: return NULL;
+    default: return math_emit_int(g->module, b, op, a);
     }
 }
 
@@ -289,6 +292,9 @@ static LLVMValueRef expr(gen *g, int e);
 
 static LLVMValueRef load(gen *g, const kx_view *v)
 {
+    if (v == g->product)
+        return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->tile,
+                                                                            &g->tile_index, 1, ""), "");
     LLVMValueRef index = g->view_base[v - g->k->views];
     if (v->inner_stride)
         index = LLVMBuildAdd(g->b, index, LLVMBuildMul(g->b, g->i, size_value(g, v->inner_stride), ""), "");
@@ -490,7 +496,10 @@ static void emit_row(gen *g, LLVMValueRef row)
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
         LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, rs->dtype), g->buffers[rs->buffer], &row, 1, "");
-        LLVMBuildStore(g->b, convert(g, g->rows[rs->row], rs->from, rs->dtype), at);
+        if (rs->expr >= 0) /* its loads are constant along the row: they ignore g->i */
+            clear_memo(g);
+        LLVMValueRef value = rs->expr >= 0 ? expr(g, rs->expr) : g->rows[rs->row];
+        LLVMBuildStore(g->b, convert(g, value, rs->from, rs->dtype), at);
     }
 }
 
@@ -592,42 +601,55 @@ static void emit_entry(gen *g, LLVMValueRef body, LLVMValueRef streaming_body, c
     call_body(g, body, args);
 }
 
+/* Sets g up to build functions of k into module; false (why in err) when
+ * out of memory. */
+static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValueRef *buffers, char *err,
+                     size_t err_size)
+{
+    LLVMContextRef ctx = LLVMGetModuleContext(module);
+    *g = (gen){.ctx = ctx, .module = module, .b = LLVMCreateBuilderInContext(ctx), .k = k,
+               .i64 = LLVMInt64TypeInContext(ctx), .buffers = buffers};
+    g->view_base = calloc((size_t)k->n_views + 1, sizeof *g->view_base);
+    g->rows = calloc((size_t)k->n_reductions + 1, sizeof *g->rows);
+    g->memo = calloc((size_t)k->n_exprs + 1, sizeof *g->memo);
+    g->sizes = calloc((size_t)k->sizes.n + 1, sizeof *g->sizes);
+    bool ok = g->view_base && g->rows && g->memo && g->sizes;
+    if (!ok)
+        snprintf(err, err_size, "out of memory generating a kernel");
+    return ok;
+}
+
+/* Ends g: 0, or -1 with the op the backend lacks in err. */
+static int gen_close(gen *g, char *err, size_t err_size)
+{
+    if (g->missing[0])
+        snprintf(err, err_size, "%s", g->missing);
+    free(g->view_base);
+    free(g->rows);
+    free(g->memo);
+    free(g->sizes);
+    LLVMDisposeBuilder(g->b);
+    return g->missing[0] ? -1 : 0;
+}
+
 int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, bool stream_stores, char *err,
                    size_t err_size)
 {
     KILN_ASSERT(k->n_buffers <= KX_MAX_BUFFERS && k->product < 0);
-    LLVMContextRef ctx = LLVMGetModuleContext(module);
-    gen g = {.ctx = ctx, .module = module, .b = LLVMCreateBuilderInContext(ctx), .k = k,
-             .i64 = LLVMInt64TypeInContext(ctx)};
+    gen g;
     LLVMValueRef buffers[KX_MAX_BUFFERS];
-    g.buffers = buffers;
-    g.view_base = calloc((size_t)k->n_views + 1, sizeof *g.view_base);
-    g.rows = calloc((size_t)k->n_reductions + 1, sizeof *g.rows);
-    g.memo = calloc((size_t)k->n_exprs + 1, sizeof *g.memo);
-    g.sizes = calloc((size_t)k->sizes.n + 1, sizeof *g.sizes);
-    int status = -1;
-    if (g.view_base && g.rows && g.memo && g.sizes) {
-        char body_name[128], streaming_name[160];
-        snprintf(body_name, sizeof body_name, "%s.body", name);
-        snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
-        LLVMValueRef body = emit_body(&g, body_name, false);
-        if (stream_stores) { /* only unaligned outputs take it, which kiln never allocates: not worth optimising */
-            add_attribute(&g, body, LLVMAttributeFunctionIndex, "noinline", 0);
-            add_attribute(&g, body, LLVMAttributeFunctionIndex, "optnone", 0);
-        }
-        emit_entry(&g, body, stream_stores ? emit_body(&g, streaming_name, true) : NULL, name);
-        status = g.missing[0] ? -1 : 0;
-        if (g.missing[0])
-            snprintf(err, err_size, "%s", g.missing);
-    } else {
-        snprintf(err, err_size, "out of memory generating a kernel");
+    if (!gen_open(&g, module, k, buffers, err, err_size))
+        return gen_close(&g, err, err_size), -1;
+    char body_name[128], streaming_name[160];
+    snprintf(body_name, sizeof body_name, "%s.body", name);
+    snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
+    LLVMValueRef body = emit_body(&g, body_name, false);
+    if (stream_stores) { /* only unaligned outputs take it, which kiln never allocates: not worth optimising */
+        add_attribute(&g, body, LLVMAttributeFunctionIndex, "noinline", 0);
+        add_attribute(&g, body, LLVMAttributeFunctionIndex, "optnone", 0);
     }
-    free(g.view_base);
-    free(g.rows);
-    free(g.memo);
-    free(g.sizes);
-    LLVMDisposeBuilder(g.b);
-    return status;
+    emit_entry(&g, body, stream_stores ? emit_body(&g, streaming_name, true) : NULL, name);
+    return gen_close(&g, err, err_size);
 }
 
 static bool is_stream_store(LLVMValueRef in, unsigned tbaa)
@@ -650,4 +672,200 @@ void codegen_stream_stores(LLVMModuleRef module)
                 if (is_stream_store(in, tbaa) &&
                     LLVMGetAlignment(in) >= LLVMStoreSizeOfType(layout, LLVMTypeOf(LLVMGetOperand(in, 0))))
                     LLVMSetMetadata(in, nontemporal, mark);
+}
+
+/* -- A product's epilogue and prologue ----------------------------------------- */
+
+/* Starts the internal function name(ptr, i64, i64, i64, i64, buffers...,
+ * symbols) of the kernel's buffers (noalias): the builder in its entry,
+ * after the kernel's sizes. */
+static void tile_function(gen *g, const char *name)
+{
+    const kx_kernel *k = g->k;
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), params[6 + KX_MAX_BUFFERS] = {ptr};
+    for (int i = 1; i < 5; i++)
+        params[i] = g->i64;
+    for (int i = 0; i <= k->n_buffers; i++)
+        params[5 + i] = ptr;
+    LLVMTypeRef type = LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 6 + (unsigned)k->n_buffers, 0);
+    g->fn = LLVMAddFunction(g->module, name, type);
+    LLVMSetLinkage(g->fn, LLVMInternalLinkage);
+    for (int i = 0; i < k->n_buffers; i++) {
+        add_attribute(g, g->fn, 6 + (unsigned)i, "noalias", 0);
+        g->buffers[i] = LLVMGetParam(g->fn, 5 + (unsigned)i);
+    }
+    g->symbols = LLVMGetParam(g->fn, 5 + (unsigned)k->n_buffers);
+    LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, g->fn, "entry"));
+    compute_sizes(g);
+}
+
+/* Calls body with args[0..5), the kernel's buffer pointers, loaded from the
+ * array at buffers, and symbols; returns. */
+static void call_with_buffers(gen *g, LLVMValueRef body, LLVMValueRef *args, LLVMValueRef buffers,
+                              LLVMValueRef symbols)
+{
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0);
+    for (int i = 0; i < g->k->n_buffers; i++) {
+        LLVMValueRef index = i64c(g, i);
+        args[5 + i] = LLVMBuildLoad2(g->b, ptr, LLVMBuildGEP2(g->b, ptr, buffers, &index, 1, ""), "");
+    }
+    args[5 + g->k->n_buffers] = symbols;
+    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(body), body, args, 6 + (unsigned)g->k->n_buffers, "");
+    LLVMBuildRetVoid(g->b);
+}
+
+/* body(tile, m_rem, n_rem, row0, col0, buffers..., symbols): k's stores over rows
+ * [row0, row0 + m_rem) and columns [col0, col0 + n_rem) (both at least 1),
+ * the product's element (r, j) of them read from tile[r * ld + j]. */
+static LLVMValueRef emit_epilogue_body(gen *g, const char *name, int ld)
+{
+    tile_function(g, name);
+    g->tile = LLVMGetParam(g->fn, 0);
+    LLVMValueRef m_rem = LLVMGetParam(g->fn, 1), n_rem = LLVMGetParam(g->fn, 2);
+    LLVMValueRef row0 = LLVMGetParam(g->fn, 3), col0 = LLVMGetParam(g->fn, 4);
+    loop rows = loop_begin(g, "rows");
+    view_bases(g, LLVMBuildAdd(g->b, row0, rows.index, ""));
+    LLVMValueRef tile_row = LLVMBuildMul(g->b, rows.index, i64c(g, ld), "");
+    loop cols = loop_begin(g, "cols");
+    g->i = LLVMBuildAdd(g->b, col0, cols.index, "");
+    g->tile_index = LLVMBuildAdd(g->b, tile_row, cols.index, "");
+    clear_memo(g);
+    emit_stores(g, KX_STORE_PASS);
+    loop_end(g, &cols, n_rem);
+    loop_end(g, &rows, m_rem);
+    LLVMBuildRetVoid(g->b);
+    return g->fn;
+}
+
+/* A field of the gemm_tile at tile (codegen_llvm/gemm.h): 8 bytes each. */
+static LLVMValueRef tile_field(gen *g, LLVMValueRef tile, int field, LLVMTypeRef type)
+{
+    LLVMValueRef at = i64c(g, 8 * field);
+    return LLVMBuildLoad2(g->b, type, LLVMBuildGEP2(g->b, LLVMInt8TypeInContext(g->ctx), tile, &at, 1, ""), "");
+}
+
+/* epilogue(tile, gemm_tile *): the fields of the gemm_tile and the buffer
+ * pointers loaded, the body called. */
+static LLVMValueRef emit_epilogue_entry(gen *g, LLVMValueRef body, const char *name)
+{
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), params[2] = {ptr, ptr};
+    LLVMValueRef fn = LLVMAddFunction(g->module, name, LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 2, 0));
+    LLVMSetVisibility(fn, LLVMHiddenVisibility); /* not internal: optimised before its caller exists */
+    LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, fn, "entry"));
+    LLVMValueRef args[6 + KX_MAX_BUFFERS] = {LLVMGetParam(fn, 0)}, tile = LLVMGetParam(fn, 1);
+    for (int f = 0; f < 4; f++) /* m_rem, n_rem, row0, col0 */
+        args[1 + f] = tile_field(g, tile, f, g->i64);
+    call_with_buffers(g, body, args, tile_field(g, tile, 6, ptr), tile_field(g, tile, 7, ptr));
+    return fn;
+}
+
+LLVMValueRef codegen_epilogue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int ld, char *err,
+                              size_t err_size)
+{
+    KILN_ASSERT(k->n_buffers <= KX_MAX_BUFFERS && !kx_product_misfit(k));
+    gen g;
+    LLVMValueRef buffers[KX_MAX_BUFFERS];
+    if (!gen_open(&g, module, k, buffers, err, err_size))
+        return gen_close(&g, err, err_size), NULL;
+    g.product = &k->views[kx_product_view(k)];
+    char body_name[192], name[192];
+    snprintf(body_name, sizeof body_name, "%s.epilogue.body", symbol);
+    snprintf(name, sizeof name, "%s.epilogue", symbol);
+    LLVMValueRef fn = emit_epilogue_entry(&g, emit_epilogue_body(&g, body_name, ld), name);
+    return gen_close(&g, err, err_size) == 0 ? fn : NULL;
+}
+
+/* The loop of count iterations starting at the builder, or nothing when
+ * count is not positive: the body follows; close with loop_end then
+ * skip_end. */
+static loop loop_begin_if(gen *g, LLVMValueRef count, const char *name, LLVMBasicBlockRef *skip)
+{
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "nonempty");
+    *skip = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "skipped");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, count, i64c(g, 0), ""), body, *skip);
+    LLVMPositionBuilderAtEnd(g->b, body);
+    return loop_begin(g, name);
+}
+
+static void skip_end(gen *g, LLVMBasicBlockRef skip)
+{
+    LLVMBuildBr(g->b, skip);
+    LLVMPositionBuilderAtEnd(g->b, skip);
+}
+
+/* Element (r, j) of a block of A packed as gemm.h's pack_a packs it: panels
+ * of mr rows, each cols steps of mr values. */
+static LLVMValueRef packed_at(gen *g, LLVMValueRef dst, LLVMValueRef r, LLVMValueRef j, LLVMValueRef cols, int mr,
+                              kiln_dtype dt)
+{
+    LLVMValueRef m = i64c(g, mr);
+    LLVMValueRef panel = LLVMBuildMul(g->b, LLVMBuildSDiv(g->b, r, m, ""), LLVMBuildMul(g->b, cols, m, ""), "");
+    LLVMValueRef at = LLVMBuildAdd(g->b, panel, LLVMBuildAdd(g->b, LLVMBuildMul(g->b, j, m, ""),
+                                                             LLVMBuildSRem(g->b, r, m, ""), ""), "");
+    return LLVMBuildGEP2(g->b, type_of(g->ctx, dt), dst, &at, 1, "");
+}
+
+/* body(dst, row0, rows, col0, cols, buffers..., symbols): rows [row0, row0 + rows)
+ * (at least 1) and columns [col0, col0 + cols) of the product's left
+ * operand as the prologue computes it, packed into dst of the product's
+ * dtype dt, the rows up to a multiple of mr zero. */
+static LLVMValueRef emit_prologue_body(gen *g, const char *name, int mr, kiln_dtype dt)
+{
+    tile_function(g, name);
+    LLVMValueRef dst = LLVMGetParam(g->fn, 0), row0 = LLVMGetParam(g->fn, 1), rows = LLVMGetParam(g->fn, 2);
+    LLVMValueRef col0 = LLVMGetParam(g->fn, 3), cols = LLVMGetParam(g->fn, 4);
+    LLVMBasicBlockRef skip, pad_skip, cols_skip;
+    const kx_store *st = &g->k->stores[0];
+    loop r = loop_begin_if(g, cols, "rows", &skip);
+    view_bases(g, LLVMBuildAdd(g->b, row0, r.index, ""));
+    loop j = loop_begin(g, "cols");
+    g->i = LLVMBuildAdd(g->b, col0, j.index, "");
+    clear_memo(g);
+    LLVMValueRef value = convert(g, expr(g, st->expr), g->k->exprs[st->expr].dtype, dt);
+    LLVMBuildStore(g->b, value, packed_at(g, dst, r.index, j.index, cols, mr, dt));
+    loop_end(g, &j, cols);
+    loop_end(g, &r, rows);
+    skip_end(g, skip);
+    LLVMValueRef padded = LLVMBuildMul(g->b, LLVMBuildSDiv(g->b, LLVMBuildAdd(g->b, rows, i64c(g, mr - 1), ""),
+                                                           i64c(g, mr), ""), i64c(g, mr), "");
+    LLVMValueRef pad_rows = LLVMBuildSub(g->b, padded, rows, "");
+    loop pad = loop_begin_if(g, pad_rows, "pad", &pad_skip);
+    loop pc = loop_begin_if(g, cols, "pad_cols", &cols_skip);
+    LLVMValueRef at = packed_at(g, dst, LLVMBuildAdd(g->b, rows, pad.index, ""), pc.index, cols, mr, dt);
+    LLVMBuildStore(g->b, constant(g, dt, 0), at);
+    loop_end(g, &pc, cols);
+    skip_end(g, cols_skip);
+    loop_end(g, &pad, pad_rows);
+    skip_end(g, pad_skip);
+    LLVMBuildRetVoid(g->b);
+    return g->fn;
+}
+
+/* prologue(dst, row0, rows, col0, cols, buffers, symbols): the buffer
+ * pointers loaded, the body called. */
+static void emit_prologue_entry(gen *g, LLVMValueRef body, const char *name)
+{
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), params[7] = {ptr, g->i64, g->i64, g->i64, g->i64, ptr, ptr};
+    LLVMValueRef fn = LLVMAddFunction(g->module, name, LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 7, 0));
+    LLVMPositionBuilderAtEnd(g->b, LLVMAppendBasicBlockInContext(g->ctx, fn, "entry"));
+    LLVMValueRef args[6 + KX_MAX_BUFFERS];
+    for (int i = 0; i < 5; i++)
+        args[i] = LLVMGetParam(fn, (unsigned)i);
+    call_with_buffers(g, body, args, LLVMGetParam(fn, 5), LLVMGetParam(fn, 6));
+}
+
+int codegen_prologue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int mr, char *err,
+                     size_t err_size)
+{
+    const kx_kernel *pro = k->prologue;
+    KILN_ASSERT(pro && pro->n_buffers == k->n_buffers && pro->n_stores == 1 && pro->n_reductions == 0);
+    gen g;
+    LLVMValueRef buffers[KX_MAX_BUFFERS];
+    if (!gen_open(&g, module, pro, buffers, err, err_size))
+        return gen_close(&g, err, err_size), -1;
+    char body_name[192], name[192];
+    snprintf(body_name, sizeof body_name, "%s%s.body", symbol, GEMM_PROLOGUE);
+    snprintf(name, sizeof name, "%s%s", symbol, GEMM_PROLOGUE);
+    emit_prologue_entry(&g, emit_prologue_body(&g, body_name, mr, k->buffer_dtypes[k->product]), name);
+    return gen_close(&g, err, err_size);
 }

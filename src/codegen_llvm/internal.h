@@ -3,6 +3,7 @@
 #define KILN_CODEGEN_LLVM_INTERNAL_H
 
 #include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
 
 #include "codegen_llvm/llvm.h"
 
@@ -11,6 +12,21 @@
  * this backend lacks). */
 int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, bool stream_stores, char *err,
                    size_t err_size);
+/* Adds to module the epilogue of product kernel k (elementwise: no
+ * reductions), which gemm_codegen.c calls on each final register tile:
+ * "<symbol>.epilogue"(ptr tile, ptr gemm_tile), the tile's product values at
+ * tile[r * ld + j]. The function, or NULL with the reason in err. */
+LLVMValueRef codegen_epilogue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int ld, char *err,
+                              size_t err_size);
+/* Adds to module the prologue of product kernel k (k->prologue), which
+ * gemm.c runs in place of pack_a: "<symbol>" GEMM_PROLOGUE (ptr dst, i64
+ * row0, i64 rows, i64 col0, i64 cols, ptr buffers, ptr symbols) packs that block of the
+ * product's left operand as it computes it. 0, or -1 with the reason in err. */
+int codegen_prologue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int mr, char *err,
+                     size_t err_size);
+/* A new empty module in ctx for the target machine tm (its triple and data
+ * layout). */
+LLVMModuleRef llvm_module_for(LLVMContextRef ctx, LLVMTargetMachineRef tm);
 /* The LLVM target a kx_target of this backend belongs to. */
 const llvm_target *llvm_target_from(const kx_target *t);
 /* After optimisation: makes a streaming kernel's widened output stores that

@@ -24,8 +24,9 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
-#include "codegen_llvm/internal.h"
 #include "codegen_llvm/codegen_version.h"
+#include "codegen_llvm/gemm_codegen.h"
+#include "codegen_llvm/internal.h"
 
 struct llvm_code {
     LLVMOrcResourceTrackerRef tracker;
@@ -41,6 +42,7 @@ struct llvm_target {
     char triple[128];
     char *features;          /* sorted; "" for the CPU's own */
     LLVMTargetMachineRef tm; /* made by the first compile: a disk hit needs none */
+    gemm_registers registers; /* probed by the first product compiled for it; bits 0 before */
     char *id;                /* triple, CPU and the features that change code */
     struct llvm_target *next;
 };
@@ -300,8 +302,21 @@ const char *llvm_toolchain(void)
 
 /* -- Compiling ------------------------------------------------------------- */
 
-static LLVMModuleRef build_module(LLVMContextRef ctx, const kx_kernel *k, const char *symbol, bool stream_stores,
-                                  LLVMTargetMachineRef tm, char *err, size_t size)
+/* What a module holds: a fused kernel, or the plain product of dtype. */
+typedef struct {
+    const kx_kernel *kernel;
+    kiln_dtype product;
+} contents;
+
+/* The register tile of products of dt for t; under the lock. */
+static gemm_shape product_shape(llvm_target *t, LLVMTargetMachineRef tm, kiln_dtype dt)
+{
+    if (!t->registers.bits)
+        t->registers = gemm_probe_registers(tm);
+    return gemm_shape_for(dt, t->registers);
+}
+
+LLVMModuleRef llvm_module_for(LLVMContextRef ctx, LLVMTargetMachineRef tm)
 {
     LLVMModuleRef m = LLVMModuleCreateWithNameInContext("kiln", ctx);
     char *triple = LLVMGetTargetMachineTriple(tm);
@@ -310,19 +325,19 @@ static LLVMModuleRef build_module(LLVMContextRef ctx, const kx_kernel *k, const 
     LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(m, layout);
     LLVMDisposeTargetData(layout);
-    if (codegen_kernel(m, k, symbol, stream_stores, err, size) < 0) {
-        LLVMDisposeModule(m);
-        return NULL;
-    }
+    return m;
+}
+
+static int verify(LLVMModuleRef m, char *err, size_t size)
+{
     char *message = NULL;
+    int status = 0;
     if (LLVMVerifyModule(m, LLVMReturnStatusAction, &message)) {
         snprintf(err, size, "generated LLVM IR does not verify: %.400s", message);
-        LLVMDisposeMessage(message);
-        LLVMDisposeModule(m);
-        return NULL;
+        status = -1;
     }
     LLVMDisposeMessage(message);
-    return m;
+    return status;
 }
 
 static int optimise(LLVMModuleRef m, LLVMTargetMachineRef tm, int level, char *err, size_t size)
@@ -369,9 +384,8 @@ static int emit_object(LLVMModuleRef m, LLVMTargetMachineRef tm, void **object, 
 }
 
 /* t's target machine, made on first use; under the lock. */
-static LLVMTargetMachineRef machine(const llvm_target *target, char *err, size_t size)
+static LLVMTargetMachineRef machine(llvm_target *t, char *err, size_t size)
 {
-    llvm_target *t = (llvm_target *)target; /* targets live in state, which is not const */
     if (!t->tm)
         t->tm = LLVMCreateTargetMachine(t->target, t->triple, t->cpu, t->features, LLVMCodeGenLevelAggressive,
                                         LLVMRelocPIC, LLVMCodeModelDefault);
@@ -380,9 +394,51 @@ static LLVMTargetMachineRef machine(const llvm_target *target, char *err, size_t
     return t->tm;
 }
 
-int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_target *t, const llvm_options *opt,
-                        void **object, size_t *size, char *err, size_t err_size)
+/* The IR before optimisation into opt->ir_before, when asked. */
+static int verified(LLVMModuleRef m, const llvm_options *opt, char *err, size_t err_size)
 {
+    if (verify(m, err, err_size) < 0)
+        return -1;
+    if (opt->ir_before)
+        *opt->ir_before = module_text(m);
+    return 0;
+}
+
+/* A fused kernel's module: built, verified and optimised. */
+static int kernel_module(LLVMModuleRef m, const kx_kernel *k, const char *symbol, const llvm_options *opt,
+                         LLVMTargetMachineRef tm, char *err, size_t err_size)
+{
+    if (codegen_kernel(m, k, symbol, opt->stream_stores, err, err_size) < 0 || verified(m, opt, err, err_size) < 0 ||
+        optimise(m, tm, opt->opt_level, err, err_size) < 0)
+        return -1;
+    if (opt->stream_stores)
+        codegen_stream_stores(m);
+    return 0;
+}
+
+/* A product's module: its epilogue and prologue (if any) optimised on
+ * their own, then the packing and micro-kernel, whose IR is final as made (explicit vectors and
+ * unrolled steps) and goes to code generation as it is: optimising it
+ * would take most of a compile and change nothing of its code. */
+static int product_module(LLVMModuleRef m, const contents *c, const char *symbol, const llvm_options *opt,
+                          llvm_target *t, LLVMTargetMachineRef tm, char *err, size_t err_size)
+{
+    const kx_kernel *k = c->kernel;
+    kiln_dtype dt = k ? k->buffer_dtypes[k->product] : c->product;
+    gemm_shape shape = product_shape(t, tm, dt);
+    if (k && (!codegen_epilogue(m, k, symbol, shape.nr, err, err_size) ||
+              (k->prologue && codegen_prologue(m, k, symbol, shape.mr, err, err_size) < 0) ||
+              verified(m, opt, err, err_size) < 0 || optimise(m, tm, opt->opt_level, err, err_size) < 0))
+        return -1;
+    if (gemm_codegen(m, symbol, dt, shape, k != NULL, err, err_size) < 0)
+        return -1;
+    return k ? verify(m, err, err_size) : verified(m, opt, err, err_size);
+}
+
+static int compile_module(const contents *c, const char *symbol, const llvm_target *target, const llvm_options *opt,
+                          void **object, size_t *size, char *err, size_t err_size)
+{
+    llvm_target *t = (llvm_target *)target; /* targets live in state, which is not const */
     *object = NULL;
     pthread_mutex_lock(&state.lock);
     LLVMTargetMachineRef tm = machine(t, err, err_size);
@@ -391,26 +447,35 @@ int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_targe
         return -1;
     }
     LLVMContextRef ctx = LLVMContextCreate();
-    LLVMModuleRef m = build_module(ctx, k, symbol, opt->stream_stores, tm, err, err_size);
-    int status = -1;
-    if (m && opt->ir_before)
-        *opt->ir_before = module_text(m);
-    if (m && optimise(m, tm, opt->opt_level, err, err_size) == 0) {
-        if (opt->stream_stores)
-            codegen_stream_stores(m);
-        if (opt->ir_after)
-            *opt->ir_after = module_text(m);
+    LLVMModuleRef m = llvm_module_for(ctx, tm);
+    int status = c->kernel && c->kernel->product < 0 ? kernel_module(m, c->kernel, symbol, opt, tm, err, err_size)
+                                                      : product_module(m, c, symbol, opt, t, tm, err, err_size);
+    if (status == 0 && opt->ir_after)
+        *opt->ir_after = module_text(m);
+    if (status == 0)
         status = emit_object(m, tm, object, size, err, err_size);
-    }
-    if (m)
-        LLVMDisposeModule(m);
+    LLVMDisposeModule(m);
     LLVMContextDispose(ctx);
     pthread_mutex_unlock(&state.lock);
     return status;
 }
 
-llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_kernel_fn *fn, char *err,
-                     size_t err_size)
+int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_target *t, const llvm_options *opt,
+                        void **object, size_t *size, char *err, size_t err_size)
+{
+    contents c = {.kernel = k};
+    return compile_module(&c, symbol, t, opt, object, size, err, err_size);
+}
+
+int llvm_compile_gemm(kiln_dtype dt, const char *symbol, const llvm_target *t, const llvm_options *opt,
+                      void **object, size_t *size, char *err, size_t err_size)
+{
+    contents c = {.product = dt};
+    return compile_module(&c, symbol, t, opt, object, size, err, err_size);
+}
+
+llvm_code *llvm_load_symbols(const void *object, size_t size, const char *const *names, int n, void **addresses,
+                             char *err, size_t err_size)
 {
     if (!started(err, err_size))
         return NULL;
@@ -420,19 +485,30 @@ llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_k
         return NULL;
     }
     pthread_mutex_lock(&state.lock);
-    LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(object, size, symbol);
+    LLVMMemoryBufferRef buffer = LLVMCreateMemoryBufferWithMemoryRangeCopy(object, size, names[0]);
     code->tracker = LLVMOrcJITDylibCreateResourceTracker(LLVMOrcLLJITGetMainJITDylib(state.jit));
     LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(state.jit, code->tracker, buffer);
-    LLVMOrcExecutorAddress address = 0;
     if (e)
         take_error(e, "loading object code", err, err_size);
-    else if ((e = LLVMOrcLLJITLookup(state.jit, &address, symbol)))
-        take_error(e, "finding the kernel in its object code", err, err_size);
+    for (int i = 0; i < n && !e; i++) {
+        LLVMOrcExecutorAddress address = 0;
+        if ((e = LLVMOrcLLJITLookup(state.jit, &address, names[i])))
+            take_error(e, "finding the kernel in its object code", err, err_size);
+        addresses[i] = (void *)(uintptr_t)address;
+    }
     pthread_mutex_unlock(&state.lock);
     if (e) {
         llvm_code_free(code);
         return NULL;
     }
+    return code;
+}
+
+llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_kernel_fn *fn, char *err,
+                     size_t err_size)
+{
+    void *address = NULL;
+    llvm_code *code = llvm_load_symbols(object, size, &symbol, 1, &address, err, err_size);
     *fn = (llvm_kernel_fn)(uintptr_t)address;
     return code;
 }

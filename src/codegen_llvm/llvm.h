@@ -44,6 +44,14 @@ const char *llvm_toolchain(void);
  * Safe from several threads at once. */
 int llvm_compile_object(const kx_kernel *k, const char *symbol, const llvm_target *t, const llvm_options *opt,
                         void **object, size_t *size, char *err, size_t err_size);
+/* Compiles the plain product of dt (f32, f64) into object code for t: the
+ * functions codegen_llvm/gemm.h names under symbol. As llvm_compile_object. */
+int llvm_compile_gemm(kiln_dtype dt, const char *symbol, const llvm_target *t, const llvm_options *opt,
+                      void **object, size_t *size, char *err, size_t err_size);
+/* Loads host object code (borrowed: copied) and finds names[0..n) in it,
+ * into addresses. NULL with the reason in err. */
+llvm_code *llvm_load_symbols(const void *object, size_t size, const char *const *names, int n, void **addresses,
+                             char *err, size_t err_size);
 /* Loads host object code (borrowed: copied) and finds symbol in it: *fn runs
  * the kernel until the code is freed. NULL with the reason in err. */
 llvm_code *llvm_load(const void *object, size_t size, const char *symbol, llvm_kernel_fn *fn, char *err,

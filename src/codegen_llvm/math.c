@@ -215,7 +215,14 @@ static const double log_lg[] = {
 #define FLT_MIN_ 0x1p-126
 #define SUBNORMAL_SCALE 0x1p23
 
-static LLVMValueRef log_f32(const emitter *e, LLVMValueRef x)
+/* The parts of log(x) for a positive finite x: its binary exponent k (as a
+ * float) and log(m) = tail - hfsq + f, left apart so that log and log2 each
+ * sum them in the order that rounds least. */
+typedef struct {
+    LLVMValueRef dk, f, hfsq, tail;
+} log_parts;
+
+static log_parts log_reduce(const emitter *e, LLVMValueRef x)
 {
     /* A subnormal scaled by 2^23 is normal; its exponent is 23 too large. */
     LLVMValueRef sub_ = e_fcmp(e, LLVMRealOLT, x, e_const(e, FLT_MIN_));
@@ -229,22 +236,93 @@ static LLVMValueRef log_f32(const emitter *e, LLVMValueRef x)
     k = LLVMBuildAdd(e->b, k, kadj, "");
     LLVMValueRef mbits = LLVMBuildAdd(e->b, LLVMBuildAnd(e->b, ix, e_int(e, 0x007fffff), ""),
                                       e_int(e, LOG_SQRT_HALF_BITS), "");
-    LLVMValueRef f = e_sub(e, e_from_bits(e, mbits), e_const(e, 1.0));
-
-    LLVMValueRef s = e_div(e, f, e_add(e, e_const(e, 2.0), f));
+    log_parts p;
+    p.f = e_sub(e, e_from_bits(e, mbits), e_const(e, 1.0));
+    LLVMValueRef s = e_div(e, p.f, e_add(e, e_const(e, 2.0), p.f));
     LLVMValueRef z = e_mul(e, s, s);
     LLVMValueRef R = e_mul(e, z, e_horner(e, z, log_lg, COUNT(log_lg)));
-    LLVMValueRef hfsq = e_mul(e, e_mul(e, e_const(e, 0.5), f), f);
-    LLVMValueRef dk = LLVMBuildSIToFP(e->b, k, e->t, "");
-    /* Summed smallest first, the exact k ln2_hi last. */
-    LLVMValueRef r = e_add(e, e_mul(e, s, e_add(e, hfsq, R)), e_mul(e, dk, e_const(e, LOG_LN2_LO)));
-    r = e_add(e, e_sub(e, r, hfsq), f);
-    r = e_add(e, r, e_mul(e, dk, e_const(e, LOG_LN2_HI)));
+    p.hfsq = e_mul(e, e_mul(e, e_const(e, 0.5), p.f), p.f);
+    p.tail = e_mul(e, s, e_add(e, p.hfsq, R));
+    p.dk = LLVMBuildSIToFP(e->b, k, e->t, "");
+    return p;
+}
 
+/* r where x is a positive number; log's values at +inf, 0, below 0 and NaN. */
+static LLVMValueRef log_specials(const emitter *e, LLVMValueRef x, LLVMValueRef r)
+{
     r = e_select(e, e_fcmp(e, LLVMRealOEQ, x, e_const(e, INF)), x, r);
     r = e_select(e, e_fcmp(e, LLVMRealOEQ, x, e_const(e, 0.0)), e_const(e, -INF), r);
     r = e_select(e, e_fcmp(e, LLVMRealOLT, x, e_const(e, 0.0)), e_const(e, QNAN), r);
     return nan_passthrough(e, x, r);
+}
+
+static LLVMValueRef log_f32(const emitter *e, LLVMValueRef x)
+{
+    log_parts p = log_reduce(e, x);
+    /* Summed smallest first, the exact k ln2_hi last. */
+    LLVMValueRef r = e_add(e, p.tail, e_mul(e, p.dk, e_const(e, LOG_LN2_LO)));
+    r = e_add(e, e_sub(e, r, p.hfsq), p.f);
+    r = e_add(e, r, e_mul(e, p.dk, e_const(e, LOG_LN2_HI)));
+    return log_specials(e, x, r);
+}
+
+/* log2(x) = k + log(m) / ln 2: k is exact, so powers of two come out exact. */
+static LLVMValueRef log2_f32(const emitter *e, LLVMValueRef x)
+{
+    log_parts p = log_reduce(e, x);
+    LLVMValueRef logm = e_add(e, e_sub(e, p.tail, p.hfsq), p.f);
+    return log_specials(e, x, e_add(e, e_mul(e, logm, e_const(e, EXP_LOG2E)), p.dk));
+}
+
+/* log1p(x) = log(u) x / (u - 1) for u = 1 + x rounded (Goldberg's "What
+ * every computer scientist should know", theorem 4): the quotient makes up
+ * for the rounding of u, so the result keeps log's accuracy where x is
+ * tiny. u = 1 means x is below half an ulp of 1, where log1p(x) is x. */
+static LLVMValueRef log1p_f32(const emitter *e, LLVMValueRef x)
+{
+    LLVMValueRef one = e_const(e, 1.0), u = e_add(e, one, x);
+    LLVMValueRef r = e_mul(e, log_f32(e, u), e_div(e, x, e_sub(e, u, one)));
+    r = e_select(e, e_fcmp(e, LLVMRealOEQ, u, one), x, r);
+    r = e_select(e, e_fcmp(e, LLVMRealOEQ, x, e_const(e, INF)), x, r);
+    return e_select(e, e_fcmp(e, LLVMRealOEQ, x, e_const(e, -1.0)), e_const(e, -INF), r);
+}
+
+/* -- expm1 and atan ---------------------------------------------------- */
+
+/* expm1(x) = (u - 1) x / log(u) for u = exp(x) rounded (Kahan's method):
+ * the quotient corrects u's rounding as log1p's does; u = 1 means x is
+ * tiny (expm1 is x), u - 1 = -1 that expm1 rounds to -1, u = inf that it
+ * overflows. */
+static LLVMValueRef expm1_f32(const emitter *e, LLVMValueRef x)
+{
+    LLVMValueRef one = e_const(e, 1.0), u = exp_f32(e, x), um1 = e_sub(e, u, one);
+    LLVMValueRef r = e_mul(e, e_div(e, um1, log_f32(e, u)), x); /* um1 x may overflow where the result does not */
+    r = e_select(e, e_fcmp(e, LLVMRealOEQ, um1, e_const(e, -1.0)), um1, r);
+    r = e_select(e, e_fcmp(e, LLVMRealOEQ, u, e_const(e, INF)), u, r);
+    return nan_passthrough(e, x, e_select(e, e_fcmp(e, LLVMRealOEQ, u, one), x, r));
+}
+
+/* atan(|x|) reduced to |t| <= tan(pi/8) by atan(a) = pi/2 - atan(1/a) above
+ * tan(3pi/8) and pi/4 + atan((a-1)/(a+1)) above tan(pi/8), then t + t z P(z)
+ * for z = t^2: Cephes' atanf.c (S. L. Moshier), lowest degree first. */
+static const double atan_p[] = {
+    -3.33329491539E-1, 1.99777106478E-1, -1.38776856032E-1, 8.05374449538E-2,
+};
+#define ATAN_TAN_3PI_8 2.414213562373095
+#define ATAN_TAN_PI_8 0.4142135623730950
+
+static LLVMValueRef atan_f32(const emitter *e, LLVMValueRef x)
+{
+    LLVMValueRef a = e_fabs(e, x), one = e_const(e, 1.0);
+    LLVMValueRef big = e_fcmp(e, LLVMRealOGT, a, e_const(e, ATAN_TAN_3PI_8));
+    LLVMValueRef mid = e_fcmp(e, LLVMRealOGT, a, e_const(e, ATAN_TAN_PI_8));
+    LLVMValueRef t = e_select(e, mid, e_div(e, e_sub(e, a, one), e_add(e, a, one)), a);
+    t = e_select(e, big, e_div(e, e_const(e, -1.0), a), t);
+    LLVMValueRef base = e_select(e, big, e_const(e, 1.57079632679489662),
+                                 e_select(e, mid, e_const(e, 0.785398163397448310), e_const(e, 0.0)));
+    LLVMValueRef z = e_mul(e, t, t);
+    LLVMValueRef r = e_add(e, base, e_muladd(e, e_mul(e, e_horner(e, z, atan_p, COUNT(atan_p)), z), t, t));
+    return nan_passthrough(e, x, e_copysign(e, r, x));
 }
 
 /* -- tanh --------------------------------------------------------------- */
@@ -366,6 +444,111 @@ static LLVMValueRef sigmoid_f64(const emitter *e, LLVMValueRef x)
     return sigmoid_from_exp(e, x, libm_call(e, "exp", LLVMBuildFNeg(e->b, e_fabs(e, x), "")));
 }
 
+/* -- Rounding, floor division and remainder ------------------------------- */
+
+/* floor, ceil, round (halves to even, as eager's rint) and trunc: intrinsics
+ * that vectorize; NULL for another op. */
+static LLVMValueRef rounding(const emitter *e, ir_op op, LLVMValueRef x)
+{
+    switch (op) {
+    case OP_FLOOR: return e_intrinsic(e, "llvm.floor", &x, 1);
+    case OP_CEIL: return e_intrinsic(e, "llvm.ceil", &x, 1);
+    case OP_ROUND: return e_intrinsic(e, "llvm.roundeven", &x, 1);
+    case OP_TRUNC: return e_intrinsic(e, "llvm.trunc", &x, 1);
+    default: return NULL;
+    }
+}
+
+/* A call of the libm function name of type e->t(e->t, e->t). */
+static LLVMValueRef libm_call2(const emitter *e, const char *name, LLVMValueRef x, LLVMValueRef y)
+{
+    LLVMTypeRef params[2] = {e->t, e->t};
+    LLVMTypeRef fty = LLVMFunctionType(e->t, params, 2, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(e->m, name);
+    if (!fn)
+        fn = LLVMAddFunction(e->m, name, fty);
+    LLVMValueRef args[2] = {x, y};
+    return LLVMBuildCall2(e->b, fty, fn, args, 2, "");
+}
+
+/* fmod's remainder m, moved to the divisor's sign when it has the other
+ * (eager's rule, src/eager/kernels.c); *adjusted says whether it was. */
+static LLVMValueRef float_remainder(const emitter *e, LLVMValueRef a, LLVMValueRef b, LLVMValueRef *adjusted)
+{
+    LLVMValueRef zero = e_const(e, 0.0), m = LLVMBuildFRem(e->b, a, b, "");
+    LLVMValueRef signs = LLVMBuildXor(e->b, e_fcmp(e, LLVMRealOLT, b, zero), e_fcmp(e, LLVMRealOLT, m, zero), "");
+    *adjusted = LLVMBuildAnd(e->b, e_fcmp(e, LLVMRealUNE, m, zero), signs, "");
+    return m;
+}
+
+/* PyTorch 1.13's floor division: the quotient of a - fmod(a, b), floored
+ * and corrected by the remainder's sign; a / b for b = 0. */
+static LLVMValueRef float_floor_divide(const emitter *e, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMValueRef adjusted, m = float_remainder(e, a, b, &adjusted), one = e_const(e, 1.0), zero = e_const(e, 0.0);
+    LLVMValueRef q = e_div(e, e_sub(e, a, m), b), quotient = e_div(e, a, b);
+    q = e_select(e, adjusted, e_sub(e, q, one), q);
+    LLVMValueRef f = e_intrinsic(e, "llvm.floor", &q, 1);
+    f = e_select(e, e_fcmp(e, LLVMRealOGT, e_sub(e, q, f), e_const(e, 0.5)), e_add(e, f, one), f);
+    LLVMValueRef r = e_select(e, e_fcmp(e, LLVMRealOEQ, q, zero), e_copysign(e, zero, quotient), f);
+    return e_select(e, e_fcmp(e, LLVMRealOEQ, b, zero), quotient, r);
+}
+
+LLVMValueRef math_emit_binary(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x, LLVMValueRef y)
+{
+    emitter e = {m, b, LLVMTypeOf(x), LLVMInt32TypeInContext(LLVMGetModuleContext(m))};
+    LLVMTypeKind kind = LLVMGetTypeKind(e.t);
+    if (kind != LLVMFloatTypeKind && kind != LLVMDoubleTypeKind)
+        return NULL;
+    LLVMValueRef adjusted, r;
+    switch (op) {
+    case OP_ATAN2: return libm_call2(&e, kind == LLVMFloatTypeKind ? "atan2f" : "atan2", x, y);
+    case OP_FLOOR_DIVIDE: return float_floor_divide(&e, x, y);
+    case OP_REMAINDER:
+        r = float_remainder(&e, x, y, &adjusted);
+        return e_select(&e, adjusted, e_add(&e, r, y), r);
+    default: return NULL;
+    }
+}
+
+/* Integer floor division and remainder as eager's: a divisor of 0 gives 0,
+ * of -1 a negation that wraps (and remainder 0). The division itself runs
+ * with 1 in their place, never dividing by 0 or INT_MIN by -1. */
+static LLVMValueRef int_division(LLVMBuilderRef b, ir_op op, LLVMValueRef x, LLVMValueRef y)
+{
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMValueRef zero = LLVMConstInt(t, 0, 0), one = LLVMConstInt(t, 1, 0), minus_one = LLVMConstInt(t, -1ULL, 1);
+    LLVMValueRef by_zero = LLVMBuildICmp(b, LLVMIntEQ, y, zero, "");
+    LLVMValueRef by_minus_one = LLVMBuildICmp(b, LLVMIntEQ, y, minus_one, "");
+    LLVMValueRef safe = LLVMBuildSelect(b, LLVMBuildOr(b, by_zero, by_minus_one, ""), one, y, "");
+    LLVMValueRef q = LLVMBuildSDiv(b, x, safe, ""), r = LLVMBuildSRem(b, x, safe, "");
+    LLVMValueRef signs = LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildXor(b, r, y, ""), zero, "");
+    LLVMValueRef adjusted = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntNE, r, zero, ""), signs, "");
+    if (op == OP_REMAINDER) {
+        r = LLVMBuildSelect(b, adjusted, LLVMBuildAdd(b, r, y, ""), r, "");
+        return LLVMBuildSelect(b, LLVMBuildOr(b, by_zero, by_minus_one, ""), zero, r, "");
+    }
+    q = LLVMBuildSelect(b, adjusted, LLVMBuildSub(b, q, one, ""), q, "");
+    q = LLVMBuildSelect(b, by_minus_one, LLVMBuildNeg(b, x, ""), q, "");
+    return LLVMBuildSelect(b, by_zero, zero, q, "");
+}
+
+LLVMValueRef math_emit_int(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef *a)
+{
+    (void)m;
+    if (LLVMGetIntTypeWidth(LLVMTypeOf(a[0])) < 32) /* bool: none of these */
+        return NULL;
+    switch (op) {
+    case OP_FLOOR:
+    case OP_CEIL:
+    case OP_ROUND:
+    case OP_TRUNC: return a[0];
+    case OP_REMAINDER:
+    case OP_FLOOR_DIVIDE: return int_division(b, op, a[0], a[1]);
+    default: return NULL;
+    }
+}
+
 /* -- Dispatch ----------------------------------------------------------- */
 
 LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x)
@@ -381,7 +564,12 @@ LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef
         case OP_ERF: return erf_f32(&e, x);
         case OP_SIN: return libm_call(&e, "sinf", x);
         case OP_COS: return libm_call(&e, "cosf", x);
-        default: return NULL;
+        case OP_LOG1P: return log1p_f32(&e, x);
+        case OP_EXPM1: return expm1_f32(&e, x);
+        case OP_LOG2: return log2_f32(&e, x);
+        case OP_ATAN: return atan_f32(&e, x);
+        case OP_TAN: return libm_call(&e, "tanf", x);
+        default: return rounding(&e, op, x);
         }
     case LLVMDoubleTypeKind:
         switch (op) {
@@ -392,7 +580,12 @@ LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef
         case OP_ERF: return libm_call(&e, "erf", x);
         case OP_SIN: return libm_call(&e, "sin", x);
         case OP_COS: return libm_call(&e, "cos", x);
-        default: return NULL;
+        case OP_LOG1P: return libm_call(&e, "log1p", x);
+        case OP_EXPM1: return libm_call(&e, "expm1", x);
+        case OP_LOG2: return libm_call(&e, "log2", x);
+        case OP_ATAN: return libm_call(&e, "atan", x);
+        case OP_TAN: return libm_call(&e, "tan", x);
+        default: return rounding(&e, op, x);
         }
     default:
         return NULL;

@@ -8,10 +8,19 @@
 
 #include "ir/ir.h"
 
-/* Emits op (OP_EXP, OP_LOG, OP_TANH, OP_SIGMOID, OP_ERF, OP_SIN, OP_COS) of the
- * scalar x (float or double) at the builder's position; declares in m any
- * libm function it calls. Returns the result, or NULL for another op. */
+/* Emits op (OP_EXP, OP_LOG, OP_TANH, OP_SIGMOID, OP_ERF, OP_SIN, OP_COS,
+ * OP_LOG1P, OP_EXPM1, OP_LOG2, OP_TAN, OP_ATAN, and the rounding ops OP_FLOOR,
+ * OP_CEIL, OP_ROUND, OP_TRUNC) of the scalar x (float or double) at the
+ * builder's position; declares in m any libm function it calls. Returns the
+ * result, or NULL for another op. */
 LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x);
+/* The same for binary op (OP_ATAN2, OP_REMAINDER, OP_FLOOR_DIVIDE) of floats
+ * or doubles x and y. */
+LLVMValueRef math_emit_binary(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x, LLVMValueRef y);
+/* op of integers a[0] (and a[1]) of kiln's eager semantics: the rounding
+ * ops (which keep integers), OP_REMAINDER and OP_FLOOR_DIVIDE; NULL for
+ * another op or for bools. */
+LLVMValueRef math_emit_int(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef *a);
 
 /* Bounds on the error in ulps of each f32 approximation, which
  * tests/test_llvm_math.c asserts over its sweep of the float range. Built
@@ -23,5 +32,9 @@ LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef
 #define MATH_F32_MAX_ULP_TANH 6.5
 #define MATH_F32_MAX_ULP_SIGMOID 2
 #define MATH_F32_MAX_ULP_ERF 2
+#define MATH_F32_MAX_ULP_LOG1P 3
+#define MATH_F32_MAX_ULP_EXPM1 3
+#define MATH_F32_MAX_ULP_LOG2 3
+#define MATH_F32_MAX_ULP_ATAN 3
 
 #endif

@@ -327,10 +327,14 @@ static void row_kernel(nvrtc_gen *g)
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
         char text[16];
-        snprintf(text, sizeof text, "r%d", rs->row);
-        strbuf_put(g->s, "        if (threadIdx.x == 0) b%d[row] = ", rs->buffer);
+        snprintf(text, sizeof text, rs->expr >= 0 ? "e%d" : "r%d", rs->expr >= 0 ? rs->expr : rs->row);
+        strbuf_put(g->s, "        if (threadIdx.x == 0) {\n");
+        bool *epilogue = rs->expr >= 0 ? nvrtc_new_loop(g) : NULL; /* loads constant along the row */
+        nvrtc_emit_expr(g, rs->expr, epilogue);
+        free(epilogue);
+        strbuf_put(g->s, "        b%d[row] = ", rs->buffer);
         nvrtc_convert(g->s, text, rs->from, rs->dtype);
-        strbuf_put(g->s, ";\n");
+        strbuf_put(g->s, ";\n        }\n");
     }
     strbuf_put(g->s, "    }\n");
     free(done);

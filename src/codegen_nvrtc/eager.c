@@ -147,7 +147,7 @@ static bool elementwise(strbuf *s, const kg_kernel *k, const char *name, char *e
 
 static bool is_extreme(ir_op op)
 {
-    return op == OP_MAX || op == OP_MIN || op == OP_ARGMAX;
+    return op == OP_MAX || op == OP_MIN || op == OP_ARGMAX || op == OP_ARGMIN;
 }
 
 static void declare_reduce_args(strbuf *s)
@@ -165,7 +165,7 @@ static void declare_reduce_args(strbuf *s)
  * An empty state (the identity at index LLONG_MAX) goes after every element. */
 static void declare_precedes(strbuf *s, const kg_kernel *k)
 {
-    const char *t = nvrtc_ctype(k->compute), *beats = k->op == OP_MIN ? "<" : ">";
+    const char *t = nvrtc_ctype(k->compute), *beats = k->op == OP_MIN || k->op == OP_ARGMIN ? "<" : ">";
     strbuf_put(s,
                "static __device__ bool kiln_precedes(%s v, long long i, %s best, long long at) {\n"
                "    if (v != v) return best == best || i < at;\n"
@@ -180,12 +180,12 @@ static void reduce_empty(strbuf *s, const kg_kernel *k, const char *indent, bool
 {
     if (!is_extreme(k->op)) {
         strbuf_put(s, "%s%s%sacc = ", indent, declare ? nvrtc_ctype(k->acc) : "", declare ? " " : "");
-        nvrtc_reduction_init(s, OP_SUM, k->acc);
+        nvrtc_reduction_init(s, k->op == OP_PROD ? OP_PROD : OP_SUM, k->acc);
         strbuf_put(s, ";\n");
         return;
     }
     strbuf_put(s, "%s%s%sbest = ", indent, declare ? nvrtc_ctype(k->compute) : "", declare ? " " : "");
-    nvrtc_reduction_init(s, k->op == OP_MIN ? OP_MIN : OP_MAX, k->compute);
+    nvrtc_reduction_init(s, k->op == OP_MIN || k->op == OP_ARGMIN ? OP_MIN : OP_MAX, k->compute);
     strbuf_put(s, ";\n%s%sat = 9223372036854775807LL;\n", indent, declare ? "long long " : "");
 }
 
@@ -203,7 +203,7 @@ static void reduce_element(strbuf *s, const kg_kernel *k, const char *indent, co
     strbuf_put(s, "%s%s w = ", indent, nvrtc_ctype(k->acc));
     nvrtc_convert(s, "v", k->compute, k->acc);
     strbuf_put(s, ";\n%s", indent);
-    nvrtc_fold(s, OP_SUM, k->acc, "acc", "w");
+    nvrtc_fold(s, k->op == OP_PROD ? OP_PROD : OP_SUM, k->acc, "acc", "w");
 }
 
 /* Folds the state of the thread d lanes up into this one's, for d = 16 .. 1. */
@@ -218,7 +218,7 @@ static void reduce_shuffle(strbuf *s, const kg_kernel *k, const char *indent)
                    indent, nvrtc_ctype(k->compute), indent, indent);
     } else {
         strbuf_put(s, "%s    %s other = kiln_shfl(acc, d);\n%s    ", indent, nvrtc_ctype(k->acc), indent);
-        nvrtc_fold(s, OP_SUM, k->acc, "acc", "other");
+        nvrtc_fold(s, k->op == OP_PROD ? OP_PROD : OP_SUM, k->acc, "acc", "other");
     }
     strbuf_put(s, "%s}\n", indent);
 }
@@ -229,7 +229,8 @@ static void reduce_store(strbuf *s, const kg_kernel *k, const char *indent, cons
     strbuf_put(s, "%sout[%s] = ", indent, at_out);
     switch (k->op) {
     case OP_MEAN: nvrtc_convert(s, "((double)acc / (double)args.n)", KILN_F64, k->out); break;
-    case OP_ARGMAX: nvrtc_convert(s, "at", KILN_I64, k->out); break;
+    case OP_ARGMAX:
+    case OP_ARGMIN: nvrtc_convert(s, "at", KILN_I64, k->out); break;
     case OP_MAX:
     case OP_MIN: nvrtc_convert(s, "best", k->compute, k->out); break;
     default: nvrtc_convert(s, "acc", k->acc, k->out); break;
@@ -322,6 +323,8 @@ char *nvrtc_eager_source(const kg_kernel *k, char *name, size_t name_size, char 
         return NULL;
     if (k->kind == KG_MATMUL)
         return nvrtc_matmul_source(k, name, err, err_size);
+    if (k->kind >= KG_SCAN)
+        return nvrtc_lines_source(k, name, err, err_size);
     strbuf s = {0};
     strbuf_put(&s, "%s\n", NVRTC_PRELUDE);
     bool made = k->kind == KG_ELEMENTWISE ? elementwise(&s, k, name, err, err_size)

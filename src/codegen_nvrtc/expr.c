@@ -47,6 +47,30 @@ const char NVRTC_PRELUDE[] =
     "        if (e & 1) r *= b;\n"
     "    return (T)r;\n"
     "}\n"
+    /* Floor division and remainder as eager's (src/eager/kernels.c). */
+    "template <typename T> __device__ T kiln_remainder(T a, T b) {\n"
+    "    T m = fmod(a, b);\n"
+    "    return m != 0 && (b < 0) != (m < 0) ? m + b : m;\n"
+    "}\n"
+    "template <typename T> __device__ T kiln_floor_divide(T a, T b) {\n"
+    "    if (b == 0) return a / b;\n"
+    "    T m = fmod(a, b), q = (a - m) / b;\n"
+    "    if (m != 0 && (b < 0) != (m < 0)) q -= 1;\n"
+    "    if (q == 0) return copysign((T)0, a / b);\n"
+    "    T f = floor(q);\n"
+    "    return q - f > (T)0.5 ? f + 1 : f;\n"
+    "}\n"
+    "template <typename T, typename U> __device__ T kiln_ifloor_divide(T a, T b) {\n"
+    "    if (b == 0) return 0;\n"
+    "    if (b == -1) return (T)(0 - (U)a);\n"
+    "    T q = a / b, r = a % b;\n"
+    "    return r != 0 && (r < 0) != (b < 0) ? q - 1 : q;\n"
+    "}\n"
+    "template <typename T> __device__ T kiln_iremainder(T a, T b) {\n"
+    "    if (b == 0 || b == -1) return 0;\n"
+    "    T r = a % b;\n"
+    "    return r != 0 && (r < 0) != (b < 0) ? r + b : r;\n"
+    "}\n"
     "template <typename T> __device__ T kiln_shfl(T v, int d) { return __shfl_down_sync(0xffffffffu, v, d); }\n"
     "__device__ unsigned char kiln_shfl(unsigned char v, int d) {\n"
     "    return (unsigned char)__shfl_down_sync(0xffffffffu, (int)v, d);\n"
@@ -125,6 +149,18 @@ static bool float_op(strbuf *s, ir_op op, kiln_dtype dt, const char *a, const ch
     case OP_SIN: strbuf_put(s, "sin%s(%s)", suffix, a); break;
     case OP_COS: strbuf_put(s, "cos%s(%s)", suffix, a); break;
     case OP_ERF: strbuf_put(s, "erf%s(%s)", suffix, a); break;
+    case OP_FLOOR: strbuf_put(s, "floor%s(%s)", suffix, a); break;
+    case OP_CEIL: strbuf_put(s, "ceil%s(%s)", suffix, a); break;
+    case OP_ROUND: strbuf_put(s, "rint%s(%s)", suffix, a); break;
+    case OP_TRUNC: strbuf_put(s, "trunc%s(%s)", suffix, a); break;
+    case OP_LOG1P: strbuf_put(s, "log1p%s(%s)", suffix, a); break;
+    case OP_EXPM1: strbuf_put(s, "expm1%s(%s)", suffix, a); break;
+    case OP_LOG2: strbuf_put(s, "log2%s(%s)", suffix, a); break;
+    case OP_TAN: strbuf_put(s, "tan%s(%s)", suffix, a); break;
+    case OP_ATAN: strbuf_put(s, "atan%s(%s)", suffix, a); break;
+    case OP_ATAN2: strbuf_put(s, "atan2%s(%s, %s)", suffix, a, b); break;
+    case OP_REMAINDER: strbuf_put(s, "kiln_remainder(%s, %s)", a, b); break;
+    case OP_FLOOR_DIVIDE: strbuf_put(s, "kiln_floor_divide(%s, %s)", a, b); break;
     default: return false;
     }
     return true;
@@ -161,6 +197,18 @@ static bool int_op(strbuf *s, ir_op op, kiln_dtype dt, const char *a, const char
     case OP_NEG: strbuf_put(s, "(%s)(0 - (%s)%s)", t, u, a); break;
     case OP_ABS: strbuf_put(s, "(%s)(%s < 0 ? 0 - (%s)%s : (%s)%s)", t, a, u, a, u, a); break;
     case OP_RELU: strbuf_put(s, "(%s)(%s > 0 ? %s : 0)", t, a, a); break;
+    case OP_FLOOR: case OP_CEIL: case OP_ROUND: case OP_TRUNC:
+        if (is_bool)
+            return false;
+        strbuf_put(s, "%s", a);
+        break;
+    case OP_REMAINDER:
+    case OP_FLOOR_DIVIDE:
+        if (is_bool)
+            return false;
+        strbuf_put(s, "%s<%s%s%s>(%s, %s)", op == OP_REMAINDER ? "kiln_iremainder" : "kiln_ifloor_divide", t,
+                   op == OP_REMAINDER ? "" : ", ", op == OP_REMAINDER ? "" : u, a, b);
+        break;
     default: return false;
     }
     return true;
@@ -177,7 +225,7 @@ bool nvrtc_op(strbuf *s, ir_op op, kiln_dtype operand, const char *a, const char
 
 static const char *fold_of(ir_op op, bool is_float)
 {
-    if (op == OP_SUM || op == OP_MEAN)
+    if (op == OP_SUM || op == OP_MEAN || op == OP_PROD)
         return NULL;
     if (op == OP_MAX)
         return is_float ? "kiln_fold_max" : "kiln_max";
@@ -203,13 +251,14 @@ void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt)
 void nvrtc_fold(strbuf *s, ir_op op, kiln_dtype dt, const char *acc, const char *value)
 {
     const char *f = fold_of(op, ir_dtype_is_float(dt));
+    ir_op arith = op == OP_PROD ? OP_MUL : OP_ADD;
     if (f) {
         strbuf_put(s, "%s = %s(%s, %s);\n", acc, f, acc, value);
     } else if (ir_dtype_is_float(dt)) {
-        strbuf_put(s, "%s = %s + %s;\n", acc, acc, value);
+        strbuf_put(s, "%s = %s %s %s;\n", acc, acc, arith == OP_MUL ? "*" : "+", value);
     } else {
         strbuf_put(s, "%s = ", acc);
-        int_op(s, OP_ADD, dt, acc, value);
+        int_op(s, arith, dt, acc, value);
         strbuf_put(s, ";\n");
     }
 }

@@ -67,6 +67,12 @@ void nvrtc_reduction_init(strbuf *s, ir_op op, kiln_dtype dt);
 /* Writes the statement "acc = fold(acc, value);" of reduction op in dt. */
 void nvrtc_fold(strbuf *s, ir_op op, kiln_dtype dt, const char *acc, const char *value);
 
+/* -- lines.c: cumsum, top-k, gather and scatter_add -------------------------- */
+
+/* The CUDA C of generic kernel k of kind KG_SCAN, KG_TOPK or KG_INDEX
+ * (checked already), extern "C" name, malloc'd; NULL with why in err. */
+char *nvrtc_lines_source(const kg_kernel *k, const char *name, char *err, size_t err_size);
+
 /* -- matmul.c: tiled matrix products ---------------------------------------- */
 
 /* The CUDA C of matmul kernel k, extern "C" name, malloc'd; NULL with the

@@ -421,53 +421,16 @@ char *nvrtc_matmul_source(const kg_kernel *k, const char *name, char *err, size_
 
 /* -- Fused epilogues -------------------------------------------------------- */
 
-/* The view of the product buffer, or -1 when there is not exactly one. */
-static int product_view(const kx_kernel *k, int product_buffer)
-{
-    int found = -1, n = 0;
-    for (int v = 0; v < k->n_views; v++)
-        if (k->views[v].buffer == product_buffer)
-            found = v, n++;
-    return n == 1 ? found : -1;
-}
-
-/* Whether view v reads a contiguous row-major [rows, cols] from its start. */
-static bool row_major(const kx_kernel *k, const kx_view *v)
-{
-    if (v->offset != 0 || v->inner_stride != 1)
-        return false;
-    int64_t stride = k->cols;
-    for (int d = k->n_outer - 1; d >= 0; d--) {
-        if (k->outer[d] != 1 && v->outer_strides[d] != stride)
-            return false;
-        stride *= k->outer[d];
-    }
-    return true;
-}
-
 /* Why epilogue k cannot compute its product buffer itself, or NULL when it
  * can. */
 static const char *misfit(const kx_kernel *k)
 {
-    int product_buffer = k->product;
-    if (product_buffer < 0 || product_buffer >= k->n_buffers)
-        return "the product is not one of the epilogue's buffers";
-    if (k->n_reductions > 0 || k->n_row_stores > 0)
-        return "the epilogue reduces rows: only an elementwise epilogue is fused";
-    if (k->n_stores == 0)
-        return "the epilogue stores nothing";
-    for (int s = 0; s < k->n_stores; s++)
-        if (k->views[k->stores[s].view].buffer == product_buffer)
-            return "the epilogue writes the product's buffer";
-    int v = product_view(k, product_buffer);
-    if (v < 0)
-        return "the epilogue reads the product through more than one view";
-    if (k->views[v].dtype != KILN_F32)
+    const char *misfits = kx_product_misfit(k);
+    if (!misfits && k->views[kx_product_view(k)].dtype != KILN_F32)
         return "the product is not f32: only the f32 matmul takes an epilogue";
-    if (!row_major(k, &k->views[v]))
-        return "the epilogue reads the product other than as contiguous row-major [rows, cols] (transposed, "
-               "strided or offset)";
-    return NULL;
+    if (!misfits && k->prologue)
+        return "a prologue on the left operand is not in the CUDA backend";
+    return misfits;
 }
 
 bool nvrtc_supports(const kx_kernel *k, char *why, size_t why_size)
@@ -520,7 +483,7 @@ char *nvrtc_matmul_epilogue_source(const kx_kernel *epilogue, const char *name, 
     if (!nvrtc_supports(epilogue, err, err_size))
         return NULL;
     strbuf s = {0};
-    nvrtc_gen g = {.k = epilogue, .s = &s, .replaced = product_view(epilogue, epilogue->product),
+    nvrtc_gen g = {.k = epilogue, .s = &s, .replaced = kx_product_view(epilogue),
                    .replacement = "product"};
     preamble(&s);
     strbuf_put(&s, "%s\n", SGEMM);

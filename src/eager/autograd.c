@@ -197,8 +197,8 @@ static grad_node *node_new(ir_op op, const ir_params *params, int n, kiln_tensor
 
 kiln_tensor *grad_track(ir_op op, int n, kiln_tensor *const *in, const ir_params *params, kiln_tensor *out)
 {
-    if (!out || no_grad_depth > 0 || !ir_dtype_is_float(out->dtype))
-        return out;
+    if (!out || no_grad_depth > 0 || !ir_dtype_is_float(out->dtype) || out->grad_fn)
+        return out; /* a composite's result has its own ops' records */
     bool any = false;
     for (int i = 0; i < n; i++) {
         if (in[i] == out) /* the op handed back its operand: it keeps its record */

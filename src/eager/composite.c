@@ -4,18 +4,13 @@
 
 #include "eager/internal.h"
 
-/* Opens a scope for a composite's temporaries; its ops are steps (see
- * core_steps_begin). */
-static void composite_begin(void)
+void composite_begin(void)
 {
     kiln_scope_begin();
     core_steps_begin();
 }
 
-/* Closes it, keeping result; a step's failure (always one of this call's:
- * the operands were checked, and NULL gamma or beta is none) is reported
- * under fn's name. */
-static kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
+kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
 {
     core_steps_end();
     if (!result) {
@@ -31,7 +26,7 @@ static kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
     return result;
 }
 
-static bool check_operand(const char *fn, const kiln_tensor *a, int axis, bool need_axis)
+bool composite_check(const char *fn, const kiln_tensor *a, int axis, bool need_axis)
 {
     if (!a) {
         core_fail_null(fn, "operand a");
@@ -41,17 +36,23 @@ static bool check_operand(const char *fn, const kiln_tensor *a, int axis, bool n
     return !need_axis || check_axis(fn, axis, a, 0, &resolved) == 0;
 }
 
+bool composite_check_pair(const char *fn, const kiln_tensor *a, const kiln_tensor *b)
+{
+    if (!composite_check(fn, a, 0, false))
+        return false;
+    if (!b)
+        core_fail_null(fn, "operand b");
+    return b != NULL;
+}
+
 /* softmax's operand and axis: a 0-d tensor takes axis 0 or -1, as kiln_sum does. */
 static bool check_softmax(const char *fn, const kiln_tensor *a, int axis)
 {
     bool zero_dim_axis = a && a->ndim == 0 && (axis == 0 || axis == -1);
-    return check_operand(fn, a, axis, !zero_dim_axis);
+    return composite_check(fn, a, axis, !zero_dim_axis);
 }
 
-/* The operand of a float composite: integers and bools become f32 first, as
- * PyTorch's x.float(), so that nothing is computed (and overflows) in an
- * integer dtype. */
-static kiln_tensor *as_float(kiln_tensor *a)
+kiln_tensor *composite_float(kiln_tensor *a)
 {
     return ir_dtype_is_float(a->dtype) ? a : kiln_cast(a, KILN_F32);
 }
@@ -77,7 +78,7 @@ kiln_tensor *kiln_softmax(kiln_tensor *a, int axis)
     if (!check_softmax("kiln_softmax", a, axis))
         return NULL;
     composite_begin();
-    kiln_tensor *e = kiln_exp(shifted(as_float(a), axis));
+    kiln_tensor *e = kiln_exp(shifted(composite_float(a), axis));
     return composite_end("kiln_softmax", kiln_div(e, kiln_sum(e, axis, true)));
 }
 
@@ -86,7 +87,7 @@ kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis)
     if (!check_softmax("kiln_log_softmax", a, axis))
         return NULL;
     composite_begin();
-    kiln_tensor *x = shifted(as_float(a), axis);
+    kiln_tensor *x = shifted(composite_float(a), axis);
     kiln_tensor *log_sum = kiln_log(kiln_sum(kiln_exp(x), axis, true));
     return composite_end("kiln_log_softmax", kiln_sub(x, log_sum));
 }
@@ -94,10 +95,10 @@ kiln_tensor *kiln_log_softmax(kiln_tensor *a, int axis)
 kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *beta, double eps)
 {
     const char *fn = "kiln_layer_norm";
-    if (!check_operand(fn, x, -1, true))
+    if (!composite_check(fn, x, -1, true))
         return NULL;
     composite_begin();
-    x = as_float(x);
+    x = composite_float(x);
     kiln_tensor *centered = kiln_sub(x, kiln_mean(x, -1, true));
     kiln_tensor *var = kiln_mean(kiln_mul(centered, centered), -1, true);
     kiln_tensor *y = kiln_mul(centered, kiln_rsqrt(kiln_add_scalar(var, eps)));
@@ -110,10 +111,10 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, kiln_tensor *gamma, kiln_tensor *be
 
 kiln_tensor *kiln_gelu(kiln_tensor *a)
 {
-    if (!check_operand("kiln_gelu", a, 0, false))
+    if (!composite_check("kiln_gelu", a, 0, false))
         return NULL;
     composite_begin();
-    a = as_float(a);
+    a = composite_float(a);
     kiln_tensor *cube = kiln_mul(kiln_mul(a, a), a);
     kiln_tensor *inner = kiln_mul_scalar(kiln_add(a, kiln_mul_scalar(cube, 0.044715)),
                                          sqrt(2 / M_PI));
@@ -123,9 +124,9 @@ kiln_tensor *kiln_gelu(kiln_tensor *a)
 
 kiln_tensor *kiln_silu(kiln_tensor *a)
 {
-    if (!check_operand("kiln_silu", a, 0, false))
+    if (!composite_check("kiln_silu", a, 0, false))
         return NULL;
     composite_begin();
-    a = as_float(a);
+    a = composite_float(a);
     return composite_end("kiln_silu", kiln_mul(a, kiln_sigmoid(a)));
 }

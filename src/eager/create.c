@@ -108,6 +108,103 @@ kiln_tensor *kiln_arange(double start, double stop, double step, kiln_dtype dt)
     return tensor_own(t);
 }
 
+/* PyTorch's linspace: start + i step for the first half, end - (steps - 1 - i)
+ * step for the rest, so both ends come out exact; f32 in f32 arithmetic, as
+ * PyTorch computes it. */
+typedef struct {
+    double start, end;
+    kiln_tensor *out;
+} linspace_job;
+
+static double linspace_at(const linspace_job *j, int64_t i)
+{
+    int64_t n = j->out->numel;
+    if (j->out->dtype == KILN_F32) {
+        float start = (float)j->start, end = (float)j->end, step = (end - start) / (float)(n > 1 ? n - 1 : 1);
+        return i < n / 2 ? start + step * (float)i : end - step * (float)(n - 1 - i);
+    }
+    double step = (j->end - j->start) / (double)(n > 1 ? n - 1 : 1);
+    return i < n / 2 ? j->start + step * (double)i : j->end - step * (double)(n - 1 - i);
+}
+
+static void linspace_fill(void *ctx, int64_t begin, int64_t end)
+{
+    const linspace_job *j = ctx;
+    enum { CHUNK = 256 };
+    double values[CHUNK];
+    size_t size = eager_dtype_size(j->out->dtype);
+    for (int64_t i = begin; i < end; i += CHUNK) {
+        int64_t count = end - i < CHUNK ? end - i : CHUNK;
+        for (int64_t k = 0; k < count; k++)
+            values[k] = linspace_at(j, i + k);
+        convert((char *)j->out->storage->data + i * (int64_t)size, j->out->dtype, values, KILN_F64, count, 1);
+    }
+}
+
+kiln_tensor *kiln_linspace(double start, double end, int64_t steps, kiln_dtype dt)
+{
+    const char *fn = "kiln_linspace";
+    if (check_dtype(fn, dt) < 0)
+        return NULL;
+    if (steps < 0 || !isfinite(start) || !isfinite(end)) {
+        core_fail(CORE_VALUE, fn, "start %g, end %g, %lld steps: need finite ends and steps >= 0", start, end,
+                  (long long)steps);
+        return NULL;
+    }
+    kiln_tensor *t = tensor_new(fn, dt, 1, &steps);
+    if (!t)
+        return NULL;
+    linspace_job job = {start, steps == 1 ? start : end, t}; /* one step gives start */
+    core_parallel_for(steps, 64 * 1024, linspace_fill, &job);
+    return tensor_own(t);
+}
+
+kiln_tensor *kiln_eye(kiln_dtype dt, int64_t n, int64_t m)
+{
+    kiln_tensor *t = tensor_new("kiln_eye", dt, 2, (int64_t[]){n, m});
+    if (!t)
+        return NULL;
+    fill_value(t, 0);
+    double one = 1;
+    size_t size = eager_dtype_size(dt);
+    for (int64_t i = 0; i < n && i < m; i++)
+        convert((char *)t->storage->data + (i * m + i) * (int64_t)size, dt, &one, KILN_F64, 1, 1);
+    return tensor_own(t);
+}
+
+/* -- Like another ---------------------------------------------------------------- */
+
+static kiln_tensor *like(const char *fn, kiln_tensor *a, double value)
+{
+    if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0)
+        return NULL;
+    return eager_filled(fn, a->dtype, a->ndim, a->shape, value, a->device);
+}
+
+kiln_tensor *kiln_zeros_like(kiln_tensor *a)
+{
+    return like("kiln_zeros_like", a, 0);
+}
+
+kiln_tensor *kiln_ones_like(kiln_tensor *a)
+{
+    return like("kiln_ones_like", a, 1);
+}
+
+kiln_tensor *kiln_full_like(kiln_tensor *a, double value)
+{
+    return like("kiln_full_like", a, value);
+}
+
+kiln_tensor *kiln_empty_like(kiln_tensor *a)
+{
+    if (check_operands("kiln_empty_like", 1, &a, (const char *const[]){"operand a"}) < 0)
+        return NULL;
+    if (recording()) /* a traced value has no memory to leave uninitialized */
+        return like("kiln_empty_like", a, 0);
+    return tensor_own(tensor_new_on("kiln_empty_like", a->device, a->dtype, a->ndim, a->shape));
+}
+
 /* -- Random ---------------------------------------------------------------- */
 
 /* Counter-based: element i's value depends on (seed, i) only, so any thread
@@ -185,8 +282,10 @@ kiln_tensor *kiln_randn(int ndim, const int64_t *shape, uint64_t seed)
     return random_op(OP_RANDN, ndim, shape, seed);
 }
 
-kiln_tensor *eager_random(const ir_node *n, uint64_t stream, kiln_device device)
+kiln_tensor *eager_random(const ir_node *n, uint64_t stream, uint64_t rng_base, kiln_device device)
 {
+    if (n->op == OP_UNIFORM)
+        return eager_uniform(n, rng_base, device);
     uint64_t seed = (uint64_t)n->params.index;
     if (stream > 0) /* the first call draws what eager draws for the seed */
         seed = mix(seed, stream ^ 0xD1B54A32D192ED03ull);

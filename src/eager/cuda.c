@@ -36,8 +36,7 @@ static uint32_t request_hash(const kg_kernel *k)
     return h;
 }
 
-/* A request, zeroed throughout: the whole struct is the key. */
-static kg_kernel request(kg_kind kind, ir_op op, int n_in)
+kg_kernel cuda_request(kg_kind kind, ir_op op, int n_in)
 {
     kg_kernel k;
     memset(&k, 0, sizeof k);
@@ -57,7 +56,7 @@ static int slot_of(const kg_kernel *k)
     return -1;
 }
 
-static int kernel_for_request(const char *fn, const kg_kernel *k, kg_code *code)
+int cuda_kernel(const char *fn, const kg_kernel *k, kg_code *code)
 {
     pthread_mutex_lock(&kernels.lock);
     int at = slot_of(k);
@@ -81,7 +80,7 @@ static int kernel_for_request(const char *fn, const kg_kernel *k, kg_code *code)
     return 0;
 }
 
-static int launch(const char *fn, const kg_code *code, const unsigned grid[3], void **params)
+int cuda_launch(const char *fn, const kg_code *code, const unsigned grid[3], void **params)
 {
     char err[512];
     if (device_launch(code->module, grid, (unsigned)code->threads, params, err, sizeof err) < 0)
@@ -89,8 +88,7 @@ static int launch(const char *fn, const kg_code *code, const unsigned grid[3], v
     return 0;
 }
 
-/* A grid-stride launch over items, a thread each. */
-static const unsigned *grid_over(unsigned grid[3], const kg_code *code, int64_t items)
+const unsigned *cuda_grid_over(unsigned grid[3], const kg_code *code, int64_t items)
 {
     grid[0] = device_grid((items + code->threads - 1) / code->threads);
     grid[1] = grid[2] = 1;
@@ -196,13 +194,13 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
 {
     if (out->numel == 0)
         return 0;
-    kg_kernel k = request(KG_ELEMENTWISE, op, n_in);
+    kg_kernel k = cuda_request(KG_ELEMENTWISE, op, n_in);
     for (int i = 0; i < n_in; i++)
         k.in[i] = in[i]->dtype;
     k.compute = op == OP_CAST ? out->dtype : in_dt[n_in - 1];
     k.out = out->dtype;
     kg_code code;
-    if (kernel_for_request(fn, &k, &code) < 0)
+    if (cuda_kernel(fn, &k, &code) < 0)
         return -CORE_DEVICE;
     kg_ew_args args;
     args_of(&args, n_in, in, out);
@@ -213,7 +211,7 @@ int cuda_elementwise(const char *fn, ir_op op, int n_in, const kiln_tensor *cons
     for (int i = 0; i <= KG_EW_INPUTS; i++)
         params[1 + i] = &pointers[i];
     unsigned grid[3];
-    return launch(fn, &code, grid_over(grid, &code, out->numel), params);
+    return cuda_launch(fn, &code, cuda_grid_over(grid, &code, out->numel), params);
 }
 
 /* -- Reductions ------------------------------------------------------------- */
@@ -228,20 +226,21 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
             return -CORE_NOMEM;
         in = staged;
     }
-    kg_kernel k = request(KG_REDUCE, op, 1);
+    kg_kernel k = cuda_request(KG_REDUCE, op, 1);
     k.in[0] = in->dtype;
     k.compute = compute;
-    k.acc = op == OP_ARGMAX ? KILN_I64 : op == OP_MAX || op == OP_MIN ? compute
-                                        : compute == KILN_I64 && op == OP_SUM ? KILN_I64 : KILN_F64;
+    k.acc = op == OP_ARGMAX || op == OP_ARGMIN ? KILN_I64
+            : op == OP_MAX || op == OP_MIN      ? compute
+            : compute == KILN_I64 && op != OP_MEAN ? KILN_I64 : KILN_F64;
     k.out = out->dtype;
     kg_code code;
-    int status = kernel_for_request(fn, &k, &code) < 0 ? -CORE_DEVICE : 0;
+    int status = cuda_kernel(fn, &k, &code) < 0 ? -CORE_DEVICE : 0;
     if (status == 0) {
         kg_reduce_args args = {outer, n, inner};
         void *pointers[2] = {eager_data(out), eager_data(in)};
         void *params[3] = {&args, &pointers[0], &pointers[1]};
         unsigned grid[3] = {device_grid(outer), 1, 1}; /* a block per output row */
-        status = launch(fn, &code, inner == 1 ? grid : grid_over(grid, &code, outer * inner), params);
+        status = cuda_launch(fn, &code, inner == 1 ? grid : cuda_grid_over(grid, &code, outer * inner), params);
     }
     kiln_release(staged);
     return status;
@@ -254,17 +253,17 @@ int cuda_matmul(const char *fn, const kg_matmul_args *args, kiln_dtype dt, const
 {
     if (out->numel == 0)
         return 0;
-    kg_kernel k = request(KG_MATMUL, OP_MATMUL, 2);
+    kg_kernel k = cuda_request(KG_MATMUL, OP_MATMUL, 2);
     k.in[0] = k.in[1] = k.compute = k.acc = k.out = dt;
     kg_code code;
-    if (kernel_for_request(fn, &k, &code) < 0)
+    if (cuda_kernel(fn, &k, &code) < 0)
         return -CORE_DEVICE;
     kg_matmul_args copy = *args;
     void *pointers[3] = {eager_data(out), eager_data(a), eager_data(b)};
     void *params[4] = {&copy, &pointers[0], &pointers[1], &pointers[2]};
     unsigned grid[3];
     kg_matmul_grid(args, code.tile_m, code.tile_n, grid);
-    return launch(fn, &code, grid, params);
+    return cuda_launch(fn, &code, grid, params);
 }
 
 /* -- Moving between devices ------------------------------------------------- */

@@ -18,7 +18,7 @@ static const unary_fn unary_fns[OP__COUNT] = {
 };
 
 static const reduce_fn reduce_fns[OP__COUNT] = {
-#define OP_REDUCE(N, n, rule) [OP_##N] = kiln_##n,
+#define OP_REDUCE(N, n, flags, rule) [OP_##N] = kiln_##n,
 #define OP(N, n, arity, kind, flags, rule)
 #include "ir/ops.def"
 };
@@ -59,6 +59,11 @@ static kiln_tensor *dispatch(const ir_node *n, kiln_tensor *const *in)
     case OP_WHERE: return kiln_where(in[0], in[1], in[2]);
     case OP_CAST: return kiln_cast(in[0], n->dtype);
     case OP_MATMUL: return kiln_matmul(in[0], in[1]);
+    case OP_CUMSUM: return kiln_cumsum(in[0], n->params.axis);
+    case OP_TOPK: return eager_topk_indices(n, in[0]);
+    case OP_GATHER: return kiln_gather(in[0], n->params.axis, in[1]);
+    case OP_INDEX_SELECT: return kiln_index_select(in[0], n->params.axis, in[1]);
+    case OP_SCATTER_ADD: return kiln_scatter_add(in[0], n->params.axis, in[1], in[2]);
     default: return dispatch_movement(n, in);
     }
 }

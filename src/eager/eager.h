@@ -92,6 +92,7 @@ void eager_disown(kiln_tensor *t);
 struct eager_trace {
     _Atomic int refs;  /* the tracer tensors and the trace's owner */
     bool finished;     /* the body returned: its tracers are dead */
+    uint64_t random_words; /* the global generator's words its draws take per call */
     char name[64];     /* the marked function's, for messages */
     /* Returns a new, unowned tracer for op on operands (tracers or eager
      * tensors), or NULL with an error set. */
@@ -147,9 +148,14 @@ kiln_tensor *eager_matmul_blocks(const char *fn, kiln_tensor *a, kiln_tensor *b,
  * unowned tensor, or NULL with an error set. */
 kiln_tensor *eager_dispatch(const ir_node *node, kiln_tensor *const *operands);
 /* Random node n's values for call number stream of its graph (the first,
- * 0, draws what kiln_rand(n) or kiln_randn does for its seed), on device:
- * a new unowned tensor, or NULL with an error set. */
-kiln_tensor *eager_random(const ir_node *n, uint64_t stream, kiln_device device);
+ * 0, draws what kiln_rand(n) or kiln_randn does for its seed; a uniform
+ * node draws the global generator's words from rng_base, what
+ * eager_rng_reserve gave the call), on device: a new unowned tensor, or
+ * NULL with an error set. */
+kiln_tensor *eager_random(const ir_node *n, uint64_t stream, uint64_t rng_base, kiln_device device);
+/* Takes the global generator's words that a call of g draws (its uniform
+ * nodes'), all at once; the offset they start at. */
+uint64_t eager_rng_reserve(const ir_graph *g);
 /* Constant folding's evaluator (an ir_eval_fn): the eager ops on 0-d
  * tensors, so a folded value is the one eager computes. */
 int eager_eval_const(const ir_node *node, const double *values, const kiln_dtype *dtypes, double *out);

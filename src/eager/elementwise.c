@@ -444,6 +444,17 @@ SCALAR_FORM(pow)
 SCALAR_FORM(maximum)
 SCALAR_FORM(minimum)
 
+kiln_tensor *eager_scalar_op(ir_op op, const char *fn, kiln_tensor *a, double value, bool scalar_first)
+{
+    if (!a) {
+        core_fail_null(fn, "operand a");
+        return NULL;
+    }
+    stack_scalar s;
+    kiln_tensor *b = scalar_for(&s, a, value);
+    return scalar_first ? binary(op, fn, b, a) : binary(op, fn, a, b);
+}
+
 kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
 {
     const char *fn = "kiln_where";

@@ -186,6 +186,62 @@ static int erf_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
     return done(n, gin);
 }
 
+/* floor, ceil, round, trunc, floor_divide: zero almost everywhere. */
+static int no_flow(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    (void)n, (void)g, (void)gin;
+    return 0;
+}
+
+static int log1p_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = kiln_div(g, kiln_add_scalar(A(n), 1));
+    return done(n, gin);
+}
+
+static int expm1_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = kiln_mul(g, kiln_add_scalar(n->out, 1));
+    return done(n, gin);
+}
+
+static int log2_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = kiln_div(g, kiln_mul_scalar(A(n), M_LN2));
+    return done(n, gin);
+}
+
+static int tan_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = kiln_mul(g, kiln_add_scalar(kiln_mul(n->out, n->out), 1));
+    return done(n, gin);
+}
+
+static int atan_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = kiln_div(g, kiln_add_scalar(kiln_mul(A(n), A(n)), 1));
+    return done(n, gin);
+}
+
+static int remainder_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = g;
+    if (grad_needed(n, 1))
+        gin[1] = kiln_neg(kiln_mul(g, kiln_floor_divide(A(n), B(n))));
+    return done(n, gin);
+}
+
+static int atan2_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    kiln_tensor *a = A(n), *b = B(n);
+    kiln_tensor *r2 = kiln_add(kiln_mul(a, a), kiln_mul(b, b));
+    if (grad_needed(n, 0))
+        gin[0] = kiln_mul(g, kiln_div(b, r2));
+    if (grad_needed(n, 1))
+        gin[1] = kiln_mul(g, kiln_div(kiln_neg(a), r2));
+    return done(n, gin);
+}
+
 /* cast, contiguous, expand: the engine converts and sums to the operand. */
 static int identity_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
 {
@@ -324,6 +380,51 @@ static int concat_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
     return done(n, gin);
 }
 
+/* The running sums of g taken from the end: g reversed, summed, reversed. */
+static int cumsum_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    int axis = n->params.axis;
+    int64_t len = g->shape[axis];
+    kiln_tensor *back = kiln_slice(g, axis, len - 1, INT64_MIN, -1);
+    back = back ? kiln_cumsum(back, axis) : NULL;
+    gin[0] = back ? kiln_slice(back, axis, len - 1, INT64_MIN, -1) : NULL;
+    return done(n, gin);
+}
+
+/* gather, index_select: g added back where each element came from. */
+static int gather_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    const grad_input *a = &n->in[0];
+    gin[0] = kiln_scatter_add(grad_full(g, a->ndim, a->shape, 0), n->params.axis, B(n), g);
+    return done(n, gin);
+}
+
+static int index_select_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    const grad_input *a = &n->in[0];
+    int axis = n->params.axis;
+    int64_t shape[KILN_MAX_DIMS];
+    for (int d = 0; d < g->ndim; d++)
+        shape[d] = d == axis ? g->shape[d] : 1;
+    kiln_tensor *index = kiln_expand(kiln_reshape(B(n), g->ndim, shape), g->ndim, g->shape);
+    gin[0] = kiln_scatter_add(grad_full(g, a->ndim, a->shape, 0), axis, index, g);
+    return done(n, gin);
+}
+
+/* a: g; src: g at the index positions, zero past the index's extent. */
+static int scatter_add_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = g;
+    if (!grad_needed(n, 2))
+        return done(n, gin);
+    const grad_input *src = &n->in[2];
+    kiln_tensor *picked = kiln_gather(g, n->params.axis, B(n));
+    for (int d = 0; picked && d < src->ndim; d++)
+        picked = padded(picked, d, 0, src->shape[d] - picked->shape[d]);
+    gin[2] = picked;
+    return done(n, gin);
+}
+
 /* -- Matmul ----------------------------------------------------------------- *
  * A 1-d operand is a row (a) or a column (b) whose axis the result lacks:
  * the gradients are those of the 2-d product, that axis squeezed again. */
@@ -391,4 +492,20 @@ const grad_rule grad_rules[OP__COUNT] = {
     [OP_CONCAT] = {concat_grad, 0},
     [OP_CONTIGUOUS] = {identity_grad, 0},
     [OP_MATMUL] = {matmul_grad, IN0 | IN1},
+    [OP_REMAINDER] = {remainder_grad, IN0 | IN1},
+    [OP_FLOOR_DIVIDE] = {no_flow, 0},
+    [OP_ATAN2] = {atan2_grad, IN0 | IN1},
+    [OP_FLOOR] = {no_flow, 0},
+    [OP_CEIL] = {no_flow, 0},
+    [OP_ROUND] = {no_flow, 0},
+    [OP_TRUNC] = {no_flow, 0},
+    [OP_LOG1P] = {log1p_grad, IN0},
+    [OP_EXPM1] = {expm1_grad, OUT},
+    [OP_LOG2] = {log2_grad, IN0},
+    [OP_TAN] = {tan_grad, OUT},
+    [OP_ATAN] = {atan_grad, IN0},
+    [OP_CUMSUM] = {cumsum_grad, 0},
+    [OP_GATHER] = {gather_grad, IN1},
+    [OP_INDEX_SELECT] = {index_select_grad, IN1},
+    [OP_SCATTER_ADD] = {scatter_add_grad, IN1},
 };

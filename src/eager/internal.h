@@ -117,6 +117,71 @@ int fill_value(kiln_tensor *dst, double value);
 /* Copies src row-major and contiguous into plain memory of its dtype. */
 void copy_to_memory(void *dst, const kiln_tensor *src);
 
+/* -- gemm.c: kiln's own GEMM for CPU floats ----------------------------------- */
+
+/* Whether eager's f32/f64 CPU products run on kiln's GEMM (the rule is in
+ * gemm.c and kiln.h). */
+bool eager_gemm_is_kiln(void);
+/* Whether they do and its kernel for dt (f32, f64) is loaded (made now if
+ * not yet). */
+bool eager_gemm_ready(kiln_dtype dt);
+/* out (contiguous) = a @ b as args lays them out, on kiln's GEMM: 1; 0 when
+ * it is not there (run OpenBLAS); or fn's error (out of memory). */
+int eager_gemm_run(const char *fn, kiln_dtype dt, const kg_matmul_args *args, void *out, const void *a,
+                   const void *b);
+
+/* A new tensor: binary op of a and the scalar value (the *_scalar forms'
+ * operand, promoting as a Python number), the scalar first when
+ * scalar_first. Owned as any op's result. */
+kiln_tensor *eager_scalar_op(ir_op op, const char *fn, kiln_tensor *a, double value, bool scalar_first);
+
+/* -- composite.c: ops written with the public ops, so that they trace ----- */
+
+/* Opens a scope for a composite's temporaries; its ops are steps (see
+ * core_steps_begin). */
+void composite_begin(void);
+/* Closes it, keeping result; a step's failure (always one of this call's:
+ * the operands were checked, and an optional operand's NULL is none) is
+ * reported under fn's name. */
+kiln_tensor *composite_end(const char *fn, kiln_tensor *result);
+/* Whether a is not NULL (fn's error) and, when need_axis, axis is one of its. */
+bool composite_check(const char *fn, const kiln_tensor *a, int axis, bool need_axis);
+/* Whether neither a nor b is NULL (fn's error naming the first that is). */
+bool composite_check_pair(const char *fn, const kiln_tensor *a, const kiln_tensor *b);
+/* The operand of a float composite: integers and bools become f32 first, as
+ * PyTorch's x.float(), so that nothing is computed (and overflows) in an
+ * integer dtype. */
+kiln_tensor *composite_float(kiln_tensor *a);
+
+/* -- statistics.c: several axes, and reductions composed of others ------------ */
+
+/* Whether axis is a set of axes (KILN_AXES), not one axis or KILN_ALL. */
+static inline bool eager_is_axes(int axis)
+{
+    return axis > 0 && (axis & KILN_AXES_FLAG);
+}
+/* The axes of a that a reduction's axis argument names (KILN_ALL, one
+ * axis, or a KILN_AXES set) as a mask; 0, or fn's error. */
+int eager_reduced_axes(const char *fn, const kiln_tensor *a, int axis, bool *reduced);
+/* one (a reduction over one axis) over a set of axes of a: the axes moved
+ * last and merged, so that the reduction is over rows. */
+kiln_tensor *eager_reduce_axes(const char *fn, kiln_tensor *(*one)(kiln_tensor *, int, bool), kiln_tensor *a,
+                               int axis, bool keepdim);
+/* A tensor of dt and shape holding value, on device; owned as an op's
+ * result. Traced, a constant broadcast to the shape. */
+kiln_tensor *eager_filled(const char *fn, kiln_dtype dt, int ndim, const int64_t *shape, double value,
+                          kiln_device device);
+
+/* -- lines.c ------------------------------------------------------------------ */
+
+/* Topk node n's indices of a; owned as an op's result. */
+kiln_tensor *eager_topk_indices(const ir_node *n, kiln_tensor *a);
+
+/* -- philox.c ------------------------------------------------------------------- */
+
+/* Uniform node n's values, drawn at base plus its offset in the call. */
+kiln_tensor *eager_uniform(const ir_node *n, uint64_t base, kiln_device device);
+
 /* -- cuda.c: ops on CUDA tensors ---------------------------------------------- */
 
 /* The device the n operands run on: CUDA when any is there, and then every
@@ -132,6 +197,14 @@ int cuda_reduce(const char *fn, ir_op op, const kiln_tensor *in, int64_t outer, 
 /* out [batch, m, n] = a @ b as args lays them out, all of dtype dt. */
 int cuda_matmul(const char *fn, const kg_matmul_args *args, kiln_dtype dt, const kiln_tensor *a,
                 const kiln_tensor *b, kiln_tensor *out);
+/* A request for a generic kernel, zeroed throughout (the struct is the key). */
+kg_kernel cuda_request(kg_kind kind, ir_op op, int n_in);
+/* Generic kernel k, made ready once in this process; 0 or fn's error. */
+int cuda_kernel(const char *fn, const kg_kernel *k, kg_code *code);
+/* Queues code on grid with params (as cuLaunchKernel's); 0 or fn's error. */
+int cuda_launch(const char *fn, const kg_code *code, const unsigned grid[3], void **params);
+/* A grid-stride grid over items, a thread each, into grid. */
+const unsigned *cuda_grid_over(unsigned grid[3], const kg_code *code, int64_t items);
 /* A new unowned contiguous CPU copy of the CUDA tensor t, and the reverse. */
 kiln_tensor *cuda_to_host(const char *fn, const kiln_tensor *t);
 kiln_tensor *cuda_from_host(const char *fn, const kiln_tensor *t);

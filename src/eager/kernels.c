@@ -104,6 +104,39 @@ SLEEF_KERNELS(tanh, u35) /* 2.5x the speed of u10 here; GELU's cost is its tanh 
 SLEEF_KERNELS(erf, u10)
 SLEEF_KERNELS(sin, u10)
 SLEEF_KERNELS(cos, u10)
+SLEEF_KERNELS(log1p, u10)
+SLEEF_KERNELS(expm1, u10)
+SLEEF_KERNELS(log2, u10)
+SLEEF_KERNELS(tan, u10)
+SLEEF_KERNELS(atan, u10)
+
+/* o[i] = fn(a[i], b[i]), the tail padded as DEFINE_MAP's. */
+#define DEFINE_MAP2(T, LANES, V, LOAD, STORE)                                    \
+    static void map2_##T(int64_t n, T *o, const T *a, const T *b, V (*fn)(V, V)) \
+    {                                                                            \
+        int64_t i = 0;                                                           \
+        for (; i + LANES <= n; i += LANES)                                       \
+            STORE(o + i, fn(LOAD(a + i), LOAD(b + i)));                          \
+        if (i == n)                                                              \
+            return;                                                              \
+        T pa[LANES] = {0}, pb[LANES] = {0};                                      \
+        memcpy(pa, a + i, (size_t)(n - i) * sizeof(T));                          \
+        memcpy(pb, b + i, (size_t)(n - i) * sizeof(T));                          \
+        STORE(pa, fn(LOAD(pa), LOAD(pb)));                                       \
+        memcpy(o + i, pa, (size_t)(n - i) * sizeof(T));                          \
+    }
+DEFINE_MAP2(float, F32_LANES, vf32, LOAD_F32, STORE_F32)
+DEFINE_MAP2(double, F64_LANES, vf64, LOAD_F64, STORE_F64)
+
+static void atan2_f32(int64_t n, void *o, const void *const *in)
+{
+    map2_float(n, o, in[0], in[1], SLEEF_F32(atan2, u10));
+}
+
+static void atan2_f64(int64_t n, void *o, const void *const *in)
+{
+    map2_double(n, o, in[0], in[1], SLEEF_F64(atan2, u10));
+}
 
 /* 1 / (1 + e^-x): e^-x overflows to inf for very negative x, giving 0. */
 #define SIGMOID_KERNEL(T, map, V)                                           \
@@ -160,12 +193,61 @@ SIGMOID_KERNEL(f64, map_double, SLEEF_F64(exp, u10))
     BINARY_LOOP(gt_##S, T, uint8_t, x > y)                \
     BINARY_LOOP(ge_##S, T, uint8_t, x >= y)
 
+/* -- Floor division and remainder ------------------------------------------ *
+ * As PyTorch 1.13 (and Python): the remainder takes the divisor's sign, and
+ * floor division is the float quotient corrected by the remainder, so that
+ * a = b * floor_divide(a, b) + remainder(a, b) as nearly as rounding allows.
+ * A float divisor of zero gives a / b. Integers: a divisor of zero gives 0
+ * for both (numpy's answer; PyTorch raises), and INT_MIN // -1 wraps. */
+
+#define FLOAT_DIVISION(S, T, FMOD, FLOOR)                                   \
+    static inline T remainder_##S##_of(T a, T b)                            \
+    {                                                                       \
+        T m = FMOD(a, b);                                                   \
+        return m != 0 && (b < 0) != (m < 0) ? m + b : m;                    \
+    }                                                                       \
+    static inline T floor_divide_##S##_of(T a, T b)                         \
+    {                                                                       \
+        if (b == 0)                                                         \
+            return a / b;                                                   \
+        T m = FMOD(a, b), q = (a - m) / b;                                  \
+        if (m != 0 && (b < 0) != (m < 0))                                   \
+            q -= 1;                                                         \
+        if (q == 0)                                                         \
+            return copysign(0, a / b);                                      \
+        T f = FLOOR(q);                                                     \
+        return q - f > (T)0.5 ? f + 1 : f;                                  \
+    }
+
+#define INT_DIVISION(S, T, U)                                               \
+    static inline T floor_divide_##S##_of(T a, T b)                         \
+    {                                                                       \
+        if (b == 0)                                                         \
+            return 0;                                                       \
+        if (b == -1)                                                        \
+            return (T)(0 - (U)a);                                           \
+        T q = a / b, r = a % b;                                             \
+        return r != 0 && (r < 0) != (b < 0) ? q - 1 : q;                    \
+    }                                                                       \
+    static inline T remainder_##S##_of(T a, T b)                            \
+    {                                                                       \
+        if (b == 0 || b == -1)                                              \
+            return 0;                                                       \
+        T r = a % b;                                                        \
+        return r != 0 && (r < 0) != (b < 0) ? r + b : r;                    \
+    }
+
+FLOAT_DIVISION(f32, float, fmodf, floorf)
+FLOAT_DIVISION(f64, double, fmod, floor)
+INT_DIVISION(i32, int32_t, uint32_t)
+INT_DIVISION(i64, int64_t, uint64_t)
+
 /* -- Floating point -------------------------------------------------------- *
  * maximum and minimum are PyTorch's std::max and std::min with NaN winning:
  * of two equal operands (-0 and +0) the first. relu is PyTorch's
  * clamp_min(x, 0): -0 and NaN stay. */
 
-#define FLOAT_LOOPS(S, T, POW, SQRT, FABS)                                  \
+#define FLOAT_LOOPS(S, T, POW, SQRT, FABS, FLOOR, CEIL, RINT, TRUNC)                                \
     BINARY_LOOP(add_##S, T, T, x + y)                                       \
     BINARY_LOOP(sub_##S, T, T, x - y)                                       \
     BINARY_LOOP(mul_##S, T, T, x * y)                                       \
@@ -179,10 +261,16 @@ SIGMOID_KERNEL(f64, map_double, SLEEF_F64(exp, u10))
     UNARY_LOOP(sqrt_##S, T, SQRT(x))                                        \
     UNARY_LOOP(rsqrt_##S, T, 1 / SQRT(x))                                   \
     UNARY_LOOP(relu_##S, T, x < 0 ? 0 : x)                                  \
+    UNARY_LOOP(floor_##S, T, FLOOR(x))                                      \
+    UNARY_LOOP(ceil_##S, T, CEIL(x))                                        \
+    UNARY_LOOP(round_##S, T, RINT(x)) /* the default rounding: halves to even */ \
+    UNARY_LOOP(trunc_##S, T, TRUNC(x))                                      \
+    BINARY_LOOP(remainder_##S, T, T, remainder_##S##_of(x, y))              \
+    BINARY_LOOP(floor_divide_##S, T, T, floor_divide_##S##_of(x, y))        \
     WHERE_LOOP(S)
 
-FLOAT_LOOPS(f32, float, powf, sqrtf, fabsf)
-FLOAT_LOOPS(f64, double, pow, sqrt, fabs)
+FLOAT_LOOPS(f32, float, powf, sqrtf, fabsf, floorf, ceilf, rintf, truncf)
+FLOAT_LOOPS(f64, double, pow, sqrt, fabs, floor, ceil, rint, trunc)
 
 /* -- Integers -------------------------------------------------------------- */
 
@@ -211,6 +299,9 @@ FLOAT_LOOPS(f64, double, pow, sqrt, fabs)
     UNARY_LOOP(neg_##S, T, (T)(0 - (U)x))                                   \
     UNARY_LOOP(abs_##S, T, x < 0 ? (T)(0 - (U)x) : x)                       \
     UNARY_LOOP(relu_##S, T, x > 0 ? x : 0)                                  \
+    UNARY_LOOP(same_##S, T, x) /* floor, ceil, round and trunc of integers */ \
+    BINARY_LOOP(remainder_##S, T, T, remainder_##S##_of(x, y))              \
+    BINARY_LOOP(floor_divide_##S, T, T, floor_divide_##S##_of(x, y))        \
     WHERE_LOOP(S)
 
 typedef int32_t i32;
@@ -233,6 +324,7 @@ WHERE_LOOP(b8)
 #define NUMBERS(op) {[KILN_F32] = op##_f32, [KILN_F64] = op##_f64, \
                      [KILN_I32] = op##_i32, [KILN_I64] = op##_i64}
 #define FLOATS(op) {[KILN_F32] = op##_f32, [KILN_F64] = op##_f64}
+#define ROUNDING(op) {[KILN_F32] = op##_f32, [KILN_F64] = op##_f64, [KILN_I32] = same_i32, [KILN_I64] = same_i64}
 
 static const ew_kernel kernels[OP__COUNT][5] = {
     [OP_ADD] = {[KILN_F32] = add_f32, [KILN_F64] = add_f64, [KILN_I32] = add_i32,
@@ -265,6 +357,18 @@ static const ew_kernel kernels[OP__COUNT][5] = {
     [OP_SIN] = FLOATS(sin),
     [OP_COS] = FLOATS(cos),
     [OP_ERF] = FLOATS(erf),
+    [OP_REMAINDER] = NUMBERS(remainder),
+    [OP_FLOOR_DIVIDE] = NUMBERS(floor_divide),
+    [OP_ATAN2] = FLOATS(atan2),
+    [OP_FLOOR] = ROUNDING(floor),
+    [OP_CEIL] = ROUNDING(ceil),
+    [OP_ROUND] = ROUNDING(round),
+    [OP_TRUNC] = ROUNDING(trunc),
+    [OP_LOG1P] = FLOATS(log1p),
+    [OP_EXPM1] = FLOATS(expm1),
+    [OP_LOG2] = FLOATS(log2),
+    [OP_TAN] = FLOATS(tan),
+    [OP_ATAN] = FLOATS(atan),
 };
 
 ew_kernel kernel_for(ir_op op, kiln_dtype compute)

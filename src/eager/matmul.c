@@ -1,10 +1,13 @@
-/* Batched matrix products: OpenBLAS for floats, exact loops for integers.
+/* Batched matrix products: floats on kiln's generated GEMM or OpenBLAS (the
+ * rule is in gemm.c), exact loops for integers.
  *
- * Operands keep their layout when BLAS can read it (row-major or transposed,
- * any leading dimension); anything else is copied once. When b has no batch
- * axes and a's batch is contiguous, the whole batch is one GEMM with M
- * multiplied by the batch size. A traced epilogue may ask for the product in
- * blocks of rows, each GEMM followed by the epilogue on its block. */
+ * kiln's GEMM reads any strides and runs a whole batch at once. For
+ * OpenBLAS, operands keep their layout when BLAS can read it (row-major or
+ * transposed, any leading dimension); anything else is copied once. When b
+ * has no batch axes and a's batch is contiguous, the whole batch is one GEMM
+ * with M multiplied by the batch size. A traced epilogue may ask for the
+ * product in blocks of rows, each GEMM followed by the epilogue on its
+ * block. */
 #include <limits.h>
 #include <string.h>
 
@@ -146,10 +149,22 @@ typedef struct {
     int64_t lda, ldb;
     char *out;
     row_blocks blocks;
+    bool own; /* on kiln's GEMM */
 } gemm_job;
+
+/* One GEMM of m rows on kiln's GEMM, which only fails out of memory: BLAS
+ * computes it then. */
+static bool own_gemm(const gemm_job *j, int64_t m, const char *a, const char *b, char *c)
+{
+    kg_matmul_args args = {.batch = 1, .m = m, .n = j->s.n, .k = j->s.k, .a_row = j->ta ? 1 : j->lda,
+                           .a_col = j->ta ? j->lda : 1, .b_row = j->tb ? 1 : j->ldb, .b_col = j->tb ? j->ldb : 1};
+    return j->own && eager_gemm_run("kiln_matmul", j->a.t->dtype, &args, c, a, b) > 0;
+}
 
 static void gemm_one(const gemm_job *j, int64_t m, const char *a, const char *b, char *c)
 {
+    if (own_gemm(j, m, a, b, c))
+        return;
     enum CBLAS_TRANSPOSE ta = j->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = j->tb ? CblasTrans : CblasNoTrans;
     if (j->a.t->dtype == KILN_F32)
@@ -237,11 +252,14 @@ INT_GEMM(i64, uint64_t)
 
 /* -- Public ---------------------------------------------------------------- */
 
-/* a converted to dt, and copied to a layout BLAS reads when it must. */
-static kiln_tensor *prepared(const char *fn, kiln_tensor *t, kiln_dtype dt, bool is_left)
+/* a converted to dt, and copied to a layout BLAS reads when it must (as is:
+ * the layout kiln's GEMM reads, any). */
+static kiln_tensor *prepared(const char *fn, kiln_tensor *t, kiln_dtype dt, bool is_left, bool as_is)
 {
     if (t->dtype != dt)
         return copy_as(fn, t, dt);
+    if (as_is)
+        return kiln_retain(t);
     matrix_operand op;
     matrix_dims(t, is_left, &op);
     bool trans;
@@ -251,10 +269,20 @@ static kiln_tensor *prepared(const char *fn, kiln_tensor *t, kiln_dtype dt, bool
     return copy_as(fn, t, dt);
 }
 
-static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matmul_shape *shape,
-                      const row_blocks *blocks, kiln_tensor *out)
+static kg_matmul_args layout_args(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *shape);
+
+/* The whole product on kiln's GEMM: 1, 0 when it is not there, or fn's error. */
+static int own_matmul(const char *fn, const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *shape,
+                      kiln_tensor *out)
 {
-    gemm_job j = {.s = *shape, .out = out->storage->data, .blocks = *blocks};
+    kg_matmul_args args = layout_args(a, b, shape);
+    return eager_gemm_run(fn, out->dtype, &args, eager_data(out), eager_data(a), eager_data(b));
+}
+
+static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matmul_shape *shape,
+                      const row_blocks *blocks, bool own, kiln_tensor *out)
+{
+    gemm_job j = {.s = *shape, .out = out->storage->data, .blocks = *blocks, .own = own};
     matrix_dims(a, true, &j.a);
     matrix_dims(b, false, &j.b);
     batch_strides(&j.a, &j.s);
@@ -272,6 +300,8 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
     case KILN_I64: int_gemm_i64(&j.a, &j.b, &j.s, (int64_t *)j.out); return 0;
     default: break;
     }
+    if (own && !blocks->after)
+        return own_matmul(fn, a, b, shape, out) < 0 ? -CORE_NOMEM : 0;
     blas_layout(&j.a, &j.ta, &j.lda);
     blas_layout(&j.b, &j.tb, &j.ldb);
     if (j.lda > INT_MAX || j.ldb > INT_MAX)
@@ -281,8 +311,9 @@ static int run_matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const matm
     return 0;
 }
 
-/* The CUDA kernels' view of a @ b: any layout goes, read through the strides. */
-static kg_matmul_args cuda_args(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *shape)
+/* The generated kernels' view of a @ b (CUDA's, kiln's GEMM): any layout
+ * goes, read through the strides. */
+static kg_matmul_args layout_args(const kiln_tensor *a, const kiln_tensor *b, const matmul_shape *shape)
 {
     matrix_operand ma, mb;
     matrix_dims(a, true, &ma);
@@ -312,7 +343,7 @@ int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b
     matmul_shape s = {.m = ma.rows, .n = mb.cols, .k = ma.cols};
     if (batch_shape(fn, a, b, &s) < 0)
         return -CORE_SHAPE;
-    *args = cuda_args(a, b, &s);
+    *args = layout_args(a, b, &s);
     return 0;
 }
 
@@ -356,11 +387,12 @@ static kiln_tensor *matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const
                   cuda ? "CUDA" : "CPU", kiln_dtype_name(dt));
         return NULL;
     }
-    kiln_tensor *pa = cuda && a->dtype == dt ? kiln_retain(a) : prepared(fn, a, dt, true);
-    kiln_tensor *pb = cuda && b->dtype == dt ? kiln_retain(b) : prepared(fn, b, dt, false);
+    bool own = !cuda && ir_dtype_is_float(dt) && eager_gemm_ready(dt);
+    bool as_is = cuda || (own && !blocks->after);
+    kiln_tensor *pa = prepared(fn, a, dt, true, as_is), *pb = pa ? prepared(fn, b, dt, false, as_is) : NULL;
     kiln_tensor *out = pa && pb ? tensor_new_on(fn, device, dt, ndim, shape) : NULL;
-    kg_matmul_args args = cuda && out ? cuda_args(pa, pb, &s) : (kg_matmul_args){0};
-    if (out && (cuda ? cuda_matmul(fn, &args, dt, pa, pb, out) : run_matmul(fn, pa, pb, &s, blocks, out)) < 0)
+    kg_matmul_args args = cuda && out ? layout_args(pa, pb, &s) : (kg_matmul_args){0};
+    if (out && (cuda ? cuda_matmul(fn, &args, dt, pa, pb, out) : run_matmul(fn, pa, pb, &s, blocks, own, out)) < 0)
         out = tensor_drop(out);
     kiln_release(pa);
     kiln_release(pb);

@@ -1,10 +1,11 @@
-/* Reductions over one axis or all: sum, mean, max, min, argmax.
+/* Reductions over one axis or all: sum, mean, max, min, argmax, prod, argmin.
  *
  * The input is made contiguous and seen as [outer, R, inner], R the reduced
  * extent. Rows (inner == 1) reduce with vector accumulators; columns
  * (inner > 1) accumulate whole rows elementwise. Integers and bools reduce as
- * i64, but their means sum in f64, where nothing wraps. Float sums accumulate in f64; max and min propagate NaN, and argmax
- * takes a NaN as the maximum, as PyTorch does. */
+ * i64, but their means sum in f64, where nothing wraps. Float sums and
+ * products accumulate in f64; max and min propagate NaN, and argmax and
+ * argmin take the first NaN as the maximum or minimum, as PyTorch does. */
 #include <math.h>
 #include <string.h>
 
@@ -21,6 +22,13 @@ enum { LANES = 16, TILE = 512, WORK_GRAIN = 64 * 1024, PIECES_PER_THREAD = 4, MA
         S s = 0;                                                                 \
         _Pragma("omp simd reduction(+:s)") for (int64_t i = 0; i < n; i++)       \
             s += (S)x[i];                                                        \
+        return s;                                                                \
+    }                                                                            \
+    static S row_prod_##T(const T *x, int64_t n)                                 \
+    {                                                                            \
+        S s = 1;                                                                 \
+        for (int64_t i = 0; i < n; i++)                                          \
+            s *= (S)x[i];                                                        \
         return s;                                                                \
     }                                                                            \
     static T row_extreme_##T(const T *x, int64_t n, bool want_max)               \
@@ -41,13 +49,13 @@ enum { LANES = 16, TILE = 512, WORK_GRAIN = 64 * 1024, PIECES_PER_THREAD = 4, MA
             m = want_max ? BETTER_MAX(x[i], m) : BETTER_MIN(x[i], m);            \
         return m;                                                                \
     }                                                                            \
-    static int64_t row_argmax_##T(const T *x, int64_t n)                         \
+    static int64_t row_arg_##T(const T *x, int64_t n, bool want_max)             \
     {                                                                            \
         int64_t best = 0;                                                        \
         for (int64_t i = 0; i < n; i++) {                                        \
             if (IS_FLOAT && x[i] != x[i])                                        \
                 return i;                                                        \
-            if (x[i] > x[best])                                                  \
+            if (want_max ? x[i] > x[best] : x[i] < x[best])                      \
                 best = i;                                                        \
         }                                                                        \
         return best;                                                             \
@@ -57,6 +65,12 @@ enum { LANES = 16, TILE = 512, WORK_GRAIN = 64 * 1024, PIECES_PER_THREAD = 4, MA
         for (int64_t i = 0; i < n; i++) acc[i] = 0;                              \
         for (int64_t r = 0; r < rows; r++)                                       \
             for (int64_t i = 0; i < n; i++) acc[i] += (S)x[r * stride + i];      \
+    }                                                                            \
+    static void col_prod_##T(const T *x, int64_t rows, int64_t stride, int64_t n, S *acc) \
+    {                                                                            \
+        for (int64_t i = 0; i < n; i++) acc[i] = 1;                              \
+        for (int64_t r = 0; r < rows; r++)                                       \
+            for (int64_t i = 0; i < n; i++) acc[i] *= (S)x[r * stride + i];      \
     }                                                                            \
     static void col_extreme_##T(const T *x, int64_t rows, int64_t stride, int64_t n, \
                                 T *acc, bool want_max)                           \
@@ -70,8 +84,8 @@ enum { LANES = 16, TILE = 512, WORK_GRAIN = 64 * 1024, PIECES_PER_THREAD = 4, MA
                 for (int64_t i = 0; i < n; i++) acc[i] = BETTER_MIN(row[i], acc[i]); \
         }                                                                        \
     }                                                                            \
-    static void col_argmax_##T(const T *x, int64_t rows, int64_t stride, int64_t n, \
-                               int64_t *idx)                                     \
+    static void col_arg_##T(const T *x, int64_t rows, int64_t stride, int64_t n, \
+                            int64_t *idx, bool want_max)                         \
     {                                                                            \
         T best[TILE];                                                            \
         memcpy(best, x, (size_t)n * sizeof(T));                                  \
@@ -79,7 +93,8 @@ enum { LANES = 16, TILE = 512, WORK_GRAIN = 64 * 1024, PIECES_PER_THREAD = 4, MA
         for (int64_t r = 1; r < rows; r++) {                                     \
             const T *row = x + r * stride;                                       \
             for (int64_t i = 0; i < n; i++) {                                    \
-                bool take = row[i] > best[i] || (row[i] != row[i] && best[i] == best[i]); \
+                bool better = want_max ? row[i] > best[i] : row[i] < best[i];    \
+                bool take = better || (row[i] != row[i] && best[i] == best[i]);  \
                 best[i] = take ? row[i] : best[i];                               \
                 idx[i] = take ? r : idx[i];                                      \
             }                                                                    \
@@ -108,11 +123,16 @@ typedef struct {
 } reduce_plan;
 
 /* The accumulator dtype: sums in f64 or i64, extremes in the work dtype. */
+static bool is_arg(ir_op op)
+{
+    return op == OP_ARGMAX || op == OP_ARGMIN;
+}
+
 static kiln_dtype acc_dtype(ir_op op, kiln_dtype work)
 {
-    if (op == OP_ARGMAX)
+    if (is_arg(op))
         return KILN_I64;
-    if (op == OP_SUM || op == OP_MEAN)
+    if (op == OP_SUM || op == OP_MEAN || op == OP_PROD)
         return work == KILN_I64 ? KILN_I64 : KILN_F64;
     return work;
 }
@@ -120,10 +140,12 @@ static kiln_dtype acc_dtype(ir_op op, kiln_dtype work)
 #define DISPATCH_ROW(T, S)                                                         \
     do {                                                                           \
         const T *x = (const T *)p->in + o * p->rows;                               \
-        if (p->op == OP_ARGMAX)                                                    \
-            ((int64_t *)p->acc)[o] = row_argmax_##T(x, p->rows);                   \
+        if (is_arg(p->op))                                                         \
+            ((int64_t *)p->acc)[o] = row_arg_##T(x, p->rows, p->op == OP_ARGMAX);  \
         else if (p->op == OP_MAX || p->op == OP_MIN)                               \
             ((T *)p->acc)[o] = row_extreme_##T(x, p->rows, p->op == OP_MAX);       \
+        else if (p->op == OP_PROD)                                                 \
+            ((S *)p->acc)[o] = row_prod_##T(x, p->rows);                           \
         else                                                                       \
             ((S *)p->acc)[o] = row_sum_##T(x, p->rows);                            \
     } while (0)
@@ -144,10 +166,12 @@ void ISA_NAME(reduce_rows)(void *ctx, int64_t begin, int64_t end)
     do {                                                                           \
         const T *x = (const T *)p->in + o * p->rows * p->inner + i0;               \
         int64_t at = o * p->inner + i0;                                            \
-        if (p->op == OP_ARGMAX)                                                    \
-            col_argmax_##T(x, p->rows, p->inner, n, (int64_t *)p->acc + at);       \
+        if (is_arg(p->op))                                                         \
+            col_arg_##T(x, p->rows, p->inner, n, (int64_t *)p->acc + at, p->op == OP_ARGMAX); \
         else if (p->op == OP_MAX || p->op == OP_MIN)                               \
             col_extreme_##T(x, p->rows, p->inner, n, (T *)p->acc + at, p->op == OP_MAX); \
+        else if (p->op == OP_PROD)                                                 \
+            col_prod_##T(x, p->rows, p->inner, n, (S *)p->acc + at);               \
         else                                                                       \
             col_sum_##T(x, p->rows, p->inner, n, (S *)p->acc + at);                \
     } while (0)
@@ -173,8 +197,7 @@ void ISA_NAME(reduce_tiles)(void *ctx, int64_t begin, int64_t end)
 static bool split_long_row(reduce_plan *p)
 {
     int threads = core_threads();
-    if (p->outer != 1 || p->inner != 1 || threads == 1 || p->rows < 2 * WORK_GRAIN ||
-        p->op == OP_ARGMAX)
+    if (p->outer != 1 || p->inner != 1 || threads == 1 || p->rows < 2 * WORK_GRAIN || is_arg(p->op))
         return false;
     int64_t pieces = threads * PIECES_PER_THREAD < MAX_PIECES ? threads * PIECES_PER_THREAD : MAX_PIECES;
     while (p->rows % pieces)
@@ -269,17 +292,30 @@ static kiln_tensor *reduce_cuda(ir_op op, const char *fn, kiln_tensor *a, int ax
     return tensor_own(out);
 }
 
+static kiln_tensor *(*const one_axis[OP__COUNT])(kiln_tensor *, int, bool) = {
+#define OP_REDUCE(N, n, flags, rule) [OP_##N] = kiln_##n,
+#define OP(N, n, arity, kind, flags, rule)
+#include "ir/ops.def"
+};
+
 static kiln_tensor *reduce_value(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
 {
     if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0)
         return NULL;
+    if (eager_is_axes(axis) && !is_arg(op))
+        return eager_reduce_axes(fn, one_axis[op], a, axis, keepdim);
+    if (eager_is_axes(axis)) {
+        char d[DESCRIBE_MAX];
+        core_fail(CORE_SHAPE, fn, "takes one axis or KILN_ALL, not a set of axes (operand %s)", describe(d, a));
+        return NULL;
+    }
     if (axis != KILN_ALL && a->ndim == 0 && (axis == 0 || axis == -1))
         axis = KILN_ALL;
     if (axis != KILN_ALL && check_axis(fn, axis, a, 0, &axis) < 0)
         return NULL;
     kiln_dtype result = (kiln_dtype)ir_result_dtype(ir_ops[op].rule, a->dtype);
     int64_t rows = axis == KILN_ALL ? a->numel : a->shape[axis];
-    if (rows == 0 && op != OP_SUM && op != OP_MEAN) {
+    if (rows == 0 && op != OP_SUM && op != OP_MEAN && op != OP_PROD) {
         char d[DESCRIBE_MAX];
         core_fail(CORE_SHAPE, fn, "cannot reduce an empty axis of %s", describe(d, a));
         return NULL;
@@ -309,8 +345,14 @@ static kiln_tensor *reduce_value(ir_op op, const char *fn, kiln_tensor *a, int a
         return tensor_drop(out);
     }
     reduce_plan plan = {op, work, eager_data(in), outer, rows, inner, 0, eager_data(acc)};
-    if (rows == 0) {
+    if (rows == 0) { /* sums of nothing are 0, products 1 */
         memset(plan.acc, 0, (size_t)out->numel * eager_dtype_size(acc_dt));
+        for (int64_t i = 0; op == OP_PROD && i < out->numel; i++) {
+            if (acc_dt == KILN_I64)
+                ((int64_t *)plan.acc)[i] = 1;
+            else
+                ((double *)plan.acc)[i] = 1;
+        }
     } else if (split_long_row(&plan)) {
         run(&plan);
         finish_split(&plan, acc_dt);
@@ -328,19 +370,22 @@ static kiln_tensor *reduce_value(ir_op op, const char *fn, kiln_tensor *a, int a
 }
 
 /* The reduction, with its gradient record where it needs one (a 0-d
- * operand's axis 0 or -1 is every axis, as reduce_value takes it). */
+ * operand's axis 0 or -1 is every axis, as reduce_value takes it; a set of
+ * axes is reduced one at a time, each recording its own). */
 static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
 {
     kiln_tensor *out = reduce_value(op, fn, a, axis, keepdim);
-    if (out && a->ndim == 0)
+    if (!out || eager_is_axes(axis))
+        return out;
+    if (a->ndim == 0)
         axis = KILN_ALL;
-    else if (out && axis < 0 && axis != KILN_ALL)
+    else if (axis < 0 && axis != KILN_ALL)
         axis += a->ndim;
     ir_params params = {.axis = axis, .keepdim = keepdim};
     return grad_track(op, 1, &a, &params, out);
 }
 
-#define OP_REDUCE(N, n, rule)                                         \
+#define OP_REDUCE(N, n, flags, rule)                                  \
     kiln_tensor *kiln_##n(kiln_tensor *a, int axis, bool keepdim)     \
     {                                                                 \
         return reduce(OP_##N, "kiln_" #n, a, axis, keepdim);          \

@@ -76,6 +76,11 @@ typedef struct kx_backend {
                            void *dump_ctx, void **object, size_t *size, char *err, size_t err_size);
     int (*load_generic)(const kg_kernel *k, const void *object, size_t size, const char *symbol, kg_code *code,
                         char *err, size_t err_size);
+    /* Optional, a CPU backend's: runs a loaded MATMUL generic kernel here,
+     * out = a @ b as args lays them out (out contiguous), over kiln's
+     * threads. 0, or -1 with why (out of memory). */
+    int (*host_matmul)(const kg_code *code, const kg_matmul_args *args, void *out, const void *a, const void *b,
+                       char *err, size_t err_size);
 } kx_backend;
 
 #endif

@@ -17,6 +17,8 @@ typedef enum {
     KIND_MOVEMENT,
     KIND_MATMUL,
     KIND_ASSIGN,
+    KIND_LINE,  /* a result line along an axis from the operand's line there */
+    KIND_INDEX, /* elements picked or placed by a tensor of indices */
 } ir_kind;
 
 enum {
@@ -25,6 +27,7 @@ enum {
     FLAG_SIDE_EFFECT = 2,
     FLAG_TRANSCENDENTAL = 4, /* costly per element: worth threads sooner */
     FLAG_RANDOM = 8,         /* a source of random values, drawn afresh each call */
+    FLAG_UNFUSED = 16,       /* run by its eager op in every plan, never inside a fused kernel */
 };
 
 /* How an op's result dtype follows from its operands' dtypes. */
@@ -92,12 +95,12 @@ typedef uint32_t ir_ref;
 /* The parameters an op needs beyond its operands, zeroed where unused so that
  * nodes compare with memcmp. */
 typedef struct {
-    int64_t index;  /* input, capture: which one; rand, randn: the seed's bits */
+    int64_t index;  /* input, capture: which one; rand, randn: the seed's bits; topk: k */
     double value;   /* const */
     int64_t start;  /* slice: first index taken */
     int64_t step;   /* slice */
     int32_t axis;   /* reductions, slice, concat; KILN_ALL for every axis */
-    int32_t keepdim;
+    int32_t keepdim; /* reductions; topk: largest first (else smallest) */
     int32_t scalar; /* const: promotes as a scalar, not as a 0-d tensor */
     int32_t perm[KILN_MAX_DIMS];
     int32_t zero;   /* always 0: fills what would be padding, which memcmp reads */

@@ -57,6 +57,7 @@ void kx_kernel_free(kx_kernel *k)
     free(k->reductions);
     free(k->stores);
     free(k->row_stores);
+    kx_kernel_free(k->prologue);
     free(k);
 }
 
@@ -103,6 +104,8 @@ kx_value kx_reduction_identity(ir_op op, kiln_dtype dtype)
 {
     if (op == OP_SUM || op == OP_MEAN)
         return (kx_value){0, 0};
+    if (op == OP_PROD)
+        return (kx_value){1, 1};
     bool max = op == OP_MAX;
     if (ir_dtype_is_float(dtype))
         return (kx_value){.f = max ? -INFINITY : INFINITY};
@@ -122,6 +125,48 @@ bool kx_writes(const kx_kernel *k, int b)
         if (k->row_stores[s].buffer == b)
             return true;
     return false;
+}
+
+int kx_product_view(const kx_kernel *k)
+{
+    int found = -1, n = 0;
+    for (int v = 0; v < k->n_views; v++)
+        if (k->views[v].buffer == k->product)
+            found = v, n++;
+    return n == 1 ? found : -1;
+}
+
+/* Whether view v reads a contiguous row-major [rows, cols] from its start. */
+static bool row_major(const kx_kernel *k, const kx_view *v)
+{
+    if (v->offset != 0 || v->inner_stride != 1)
+        return false;
+    int64_t stride = k->cols;
+    for (int d = k->n_outer - 1; d >= 0; d--) {
+        if (k->outer[d] != 1 && v->outer_strides[d] != stride)
+            return false;
+        stride *= k->outer[d];
+    }
+    return true;
+}
+
+const char *kx_product_misfit(const kx_kernel *k)
+{
+    if (k->product < 0 || k->product >= k->n_buffers)
+        return "the product is not one of the epilogue's buffers";
+    if (k->n_reductions > 0 || k->n_row_stores > 0)
+        return "the epilogue reduces rows: only an elementwise epilogue is fused";
+    if (k->n_stores == 0)
+        return "the epilogue stores nothing";
+    if (kx_writes(k, k->product))
+        return "the epilogue writes the product's buffer";
+    int v = kx_product_view(k);
+    if (v < 0)
+        return "the epilogue reads the product through more than one view";
+    if (!row_major(k, &k->views[v]))
+        return "the epilogue reads the product other than as contiguous row-major [rows, cols] (transposed, "
+               "strided or offset)";
+    return NULL;
 }
 
 /* -- Text -------------------------------------------------------------------- */
@@ -206,9 +251,18 @@ char *kx_to_text(const kx_kernel *k)
     }
     for (int i = 0; i < k->n_row_stores; i++) {
         const kx_row_store *rs = &k->row_stores[i];
-        strbuf_put(&t, "store_row b%d r%d : %s -> %s\n", rs->buffer, rs->row, ir_dtype_names[rs->from],
-                   ir_dtype_names[rs->dtype]);
+        if (rs->expr >= 0)
+            strbuf_put(&t, "store_row b%d e%d : %s -> %s\n", rs->buffer, rs->expr, ir_dtype_names[rs->from],
+                       ir_dtype_names[rs->dtype]);
+        else
+            strbuf_put(&t, "store_row b%d r%d : %s -> %s\n", rs->buffer, rs->row, ir_dtype_names[rs->from],
+                       ir_dtype_names[rs->dtype]);
     }
+    char *prologue = k->prologue ? kx_to_text(k->prologue) : NULL;
+    if (prologue)
+        strbuf_put(&t, "prologue of the product's left operand:\n%s", prologue);
+    t.failed |= k->prologue && !prologue; /* a text without it would be another kernel's key */
+    free(prologue);
     return strbuf_finish(&t);
 }
 
@@ -219,7 +273,7 @@ const char *kx_options_text(const kx_kernel_options *o)
 
 /* -- Shape-generic kernels --------------------------------------------------- */
 
-static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul"};
+static const char *const KIND_NAMES[] = {"ew", "reduce", "matmul", "scan", "topk", "index", "random"};
 
 static bool dtype_valid(kiln_dtype dt)
 {
@@ -239,7 +293,7 @@ void kg_describe(const kg_kernel *k, char *buf, size_t size)
 /* The fields every kind needs in range, so that k can be named at all. */
 static int check_fields(const kg_kernel *k, char *err, size_t err_size)
 {
-    if ((unsigned)k->kind > KG_MATMUL)
+    if ((unsigned)k->kind > KG_RANDOM)
         snprintf(err, err_size, "eager kernel of unknown kind %d", (int)k->kind);
     else if ((unsigned)k->op >= OP__COUNT)
         snprintf(err, err_size, "eager kernel of unknown op %d", (int)k->op);
@@ -282,11 +336,13 @@ static int check_elementwise(const kg_kernel *k, char *err, size_t err_size)
 static int reduce_acc(ir_op op, kiln_dtype compute)
 {
     switch (op) {
-    case OP_SUM: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
+    case OP_SUM:
+    case OP_PROD: return compute == KILN_I64 ? KILN_I64 : KILN_F64;
     case OP_MEAN: return KILN_F64; /* an integer mean too: nothing wraps */
     case OP_MAX:
     case OP_MIN: return compute;
-    case OP_ARGMAX: return KILN_I64;
+    case OP_ARGMAX:
+    case OP_ARGMIN: return KILN_I64;
     default: return -1;
     }
 }
@@ -297,7 +353,7 @@ static int check_reduce(const kg_kernel *k, char *err, size_t err_size)
     kg_describe(k, what, sizeof what);
     int acc = reduce_acc(k->op, k->compute);
     if (acc < 0)
-        snprintf(err, err_size, "no reduction eager kernel for %s: %s is not sum, mean, max, min or argmax", what,
+        snprintf(err, err_size, "no reduction eager kernel for %s: %s is not sum, mean, max, min, argmax, prod or argmin", what,
                  ir_ops[k->op].name);
     else if (k->n_in != 1)
         snprintf(err, err_size, "no eager kernel for %s: a reduction takes 1 input", what);
@@ -334,6 +390,30 @@ void kg_matmul_grid(const kg_matmul_args *args, int tile_m, int tile_n, unsigned
     grid[2] = (unsigned)(args->batch < GRID_YZ_MAX ? args->batch : GRID_YZ_MAX);
 }
 
+/* Scans, top-k and indexing: the op of the kind, and the dtypes its code
+ * is written for. */
+static int check_line_or_index(const kg_kernel *k, char *err, size_t err_size)
+{
+    char what[128];
+    kg_describe(k, what, sizeof what);
+    bool index_dtype = k->n_in == 2 && (k->in[k->op == OP_GATHER ? 1 : 0] == KILN_I32 ||
+                                        k->in[k->op == OP_GATHER ? 1 : 0] == KILN_I64);
+    if (k->kind == KG_SCAN && (k->op != OP_CUMSUM || k->n_in != 1 || k->acc != (k->compute == KILN_I64 ? KILN_I64 : KILN_F64) ||
+                               (k->compute != KILN_F32 && k->compute != KILN_F64 && k->compute != KILN_I64)))
+        snprintf(err, err_size, "no scan eager kernel for %s: cumsum of f32, f64 or i64, summed in f64 or i64", what);
+    else if (k->kind == KG_TOPK && (k->op != OP_TOPK || k->n_in != 1 || k->out != KILN_I64 || k->compute != k->in[0]))
+        snprintf(err, err_size, "no top-k eager kernel for %s: topk compares its input's dtype, gives i64", what);
+    else if (k->kind == KG_RANDOM && (k->op != OP_UNIFORM || k->out != KILN_F32))
+        snprintf(err, err_size, "no random eager kernel for %s: uniform f32 values", what);
+    else if (k->kind == KG_INDEX && ((k->op != OP_GATHER && k->op != OP_SCATTER_ADD) || !index_dtype ||
+                                     (k->op == OP_SCATTER_ADD && (k->out == KILN_BOOL || k->in[1] != k->out)) ||
+                                     (k->op == OP_GATHER && k->in[0] != k->out)))
+        snprintf(err, err_size, "no indexing eager kernel for %s: gather or scatter_add by i32 or i64 indices", what);
+    else
+        return 0;
+    return -1;
+}
+
 int kg_check(const kg_kernel *k, char *err, size_t err_size)
 {
     if (check_fields(k, err, err_size) < 0)
@@ -341,7 +421,8 @@ int kg_check(const kg_kernel *k, char *err, size_t err_size)
     switch (k->kind) {
     case KG_ELEMENTWISE: return check_elementwise(k, err, err_size);
     case KG_REDUCE: return check_reduce(k, err, err_size);
-    default: return check_matmul(k, err, err_size);
+    case KG_MATMUL: return check_matmul(k, err, err_size);
+    default: return check_line_or_index(k, err, err_size);
     }
 }
 

@@ -89,8 +89,12 @@ typedef struct {
 typedef struct {
     int buffer;       /* a contiguous output of one element per row */
     int row;          /* which reduction's value */
-    kiln_dtype from;  /* that value's dtype (the reduction's result) */
+    kiln_dtype from;  /* the stored value's dtype (the reduction's result) */
     kiln_dtype dtype; /* the output's */
+    /* A row epilogue: the expression stored instead of the reduction's value,
+     * made of row values, constants and loads constant along the row
+     * (logsumexp's log(sum) + max), of dtype from; -1 for none. */
+    int expr;
 } kx_row_store;
 
 typedef struct kx_kernel {
@@ -111,11 +115,18 @@ typedef struct kx_kernel {
     kx_row_store *row_stores;
     int n_row_stores, row_stores_cap;
     bool transcendental;        /* costly per element: worth threads sooner */
-    /* A buffer that is the f32 matrix product [rows, cols] of two operands
-     * passed at launch (kg_matmul_args lays them out), computed inside the
-     * kernel and never read from memory; -1 when none. Its one view reads it
-     * row-major. */
+    /* A buffer that is the matrix product [rows, cols] of two operands of
+     * its dtype (f32, f64) passed at launch (kg_matmul_args lays them out),
+     * computed inside the kernel and never read from memory; -1 when none.
+     * Its one view reads it row-major. */
     int product;
+    /* With a product: NULL, or the elementwise kernel over the product's
+     * left operand A ([rows of the product, k]) that computes A while it is
+     * packed, so A is never stored: it has one store (A's, its view's
+     * buffer the product's slot), and its loads read buffers of this
+     * kernel (the indices are this kernel's). The launch's layout of A is
+     * row-major. Owned by this kernel. */
+    struct kx_kernel *prologue;
 } kx_kernel;
 
 /* How a kernel is compiled, beyond what it computes (a cache key component). */
@@ -146,6 +157,15 @@ char *kx_to_text(const kx_kernel *k);
 const char *kx_options_text(const kx_kernel_options *o);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
+/* The view through which k reads its product buffer, or -1 when there is
+ * not exactly one. */
+int kx_product_view(const kx_kernel *k);
+/* Why k cannot compute its product (k->product) itself, its stores an
+ * elementwise epilogue on tiles of it, or NULL: it reduces rows, writes the
+ * product's buffer, or reads the product other than through one view, as a
+ * row-major [rows, cols]. Backends add what they compute (the dtypes of
+ * that view). */
+const char *kx_product_misfit(const kx_kernel *k);
 
 /* -- Shape-generic kernels of eager ops ------------------------------------ *
  * One per op and dtypes, with sizes and strides as arguments, so one
@@ -196,10 +216,45 @@ typedef struct {
     int unused;
 } kg_matmul_args;
 
+/* Top k of each line of a contiguous input seen as [outer, n, inner]:
+ * largest (or smallest) first, NaN above every number, ties to the lower
+ * index; padded is n rounded up to a power of two. */
+typedef struct {
+    long long outer, n, inner, k, padded;
+    int largest;
+    int unused;
+} kg_topk_args;
+
+/* Indexing over the index tensor's shape (ndim, shape; numel elements):
+ * element i of it, at coordinates c, reads (gather) or adds to (scatter)
+ * the data element at sum(c[d] * data_strides[d]) with c[axis] replaced
+ * by the index's value (negative counts from the end of axis_size); src
+ * (scatter) is read at sum(c[d] * src_strides[d]). An index out of range
+ * is clamped, and the first one met goes to bad[0..1] (flag 1, value). */
+typedef struct {
+    long long numel, axis_size;
+    long long shape[KILN_MAX_DIMS];
+    long long data_strides[KILN_MAX_DIMS];
+    long long index_strides[KILN_MAX_DIMS];
+    long long src_strides[KILN_MAX_DIMS];
+    int ndim, axis;
+} kg_index_args;
+
+/* numel f32 uniform values of Philox4x32-10 keyed by seed, from word
+ * offset (a multiple of 4): src/eager/philox.c's. */
+typedef struct {
+    long long numel;
+    unsigned long long seed, offset;
+} kg_random_args;
+
 typedef enum {
     KG_ELEMENTWISE, /* op of the table, or OP_CAST: a copy converting in[0] to out */
-    KG_REDUCE,      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_ARGMAX */
+    KG_REDUCE,      /* OP_SUM, OP_MEAN, OP_MAX, OP_MIN, OP_ARGMAX, OP_PROD, OP_ARGMIN */
     KG_MATMUL,
+    KG_SCAN,        /* OP_CUMSUM */
+    KG_TOPK,        /* OP_TOPK */
+    KG_INDEX,       /* OP_GATHER (index_select too), OP_SCATTER_ADD */
+    KG_RANDOM,      /* OP_UNIFORM */
 } kg_kind;
 
 /* Which generic kernel: its kind, op and dtypes.
@@ -208,13 +263,27 @@ typedef enum {
  *   (for OP_WHERE in[0] is the bool condition, not converted), the op's
  *   result converted to out. Unused input pointers are NULL.
  * REDUCE: kernel(kg_reduce_args, out *, const in0 *); the input converted
- *   to compute (f32, f64 or i64), accumulated in acc (f64 or i64 for SUM, f64
- *   for MEAN, compute for MAX and MIN, i64 for ARGMAX: the first maximum, a NaN
- *   counting as the maximum), a mean divided by n in f64, stored as out.
+ *   to compute (f32, f64 or i64), accumulated in acc (f64 or i64 for SUM and
+ *   PROD, f64 for MEAN, compute for MAX and MIN, i64 for ARGMAX and ARGMIN: the
+ *   first maximum or minimum, a NaN counting as either), a mean divided by n
+ *   in f64, stored as out.
  *   Grid: one block per output row when inner == 1, else a thread per output.
  * MATMUL: kernel(kg_matmul_args, out *, const in0 *, const in1 *), all of
  *   dtype compute; integers wrap. Grid (ceil(n / tile_n), ceil(m / tile_m),
- *   batch or less) of the tile its code reports (kg_code). */
+ *   batch or less) of the tile its code reports (kg_code).
+ * SCAN: kernel(kg_reduce_args, out *, const in0 *): running sums along the
+ *   middle axis of a contiguous [outer, n, inner], accumulated in acc (f64
+ *   or i64), stored as out. A block per line.
+ * TOPK: kernel(kg_topk_args, long long *out, const in0 *, long long
+ *   *scratch): the k indices of each line into out [outer, k, inner]; in0
+ *   compared as compute (its dtype); scratch holds outer * inner * padded
+ *   indices. A block per line.
+ * INDEX: kernel(kg_index_args, out *, const in0 *, const in1 *, long long
+ *   *bad): GATHER reads in0 (data, of dtype out) at the indices in1 (i32 or
+ *   i64) into the contiguous out of the index's shape; SCATTER_ADD adds
+ *   in1 (src, of dtype out) at the indices in0 into out (atomically; bool
+ *   refused). A thread per index element.
+ * RANDOM: kernel(kg_random_args, float *out); a thread per 4 elements. */
 typedef struct {
     kg_kind kind;
     ir_op op;

@@ -448,15 +448,17 @@ static bool transcendental(const kx_kernel *k)
 }
 
 /* The output store of a kernel computing node n into buffer out: a row
- * store of a reduction's value, else a store along the row. */
-static bool store_output(builder *b, const ir_node *n, int out, int e)
+ * store of a reduction's value, or of a row epilogue's, else a store along
+ * the row. */
+static bool store_output(builder *b, const ir_node *n, int out, int e, bool epilogue)
 {
     kx_kernel *k = b->k;
-    if (ir_ops[n->op].kind == KIND_REDUCTION) {
-        if (!ir_grow((void **)&k->row_stores, &k->row_stores_cap, 1, sizeof(kx_row_store)))
+    if (ir_ops[n->op].kind == KIND_REDUCTION || epilogue) {
+        int last = k->n_reductions - 1, value = epilogue ? cast(b, e, n->dtype) : -1;
+        if (value < (epilogue ? 0 : -1) || !ir_grow((void **)&k->row_stores, &k->row_stores_cap, 1, sizeof(kx_row_store)))
             return false;
-        int last = k->n_reductions - 1;
-        k->row_stores[k->n_row_stores++] = (kx_row_store){out, last, k->reductions[last].result, n->dtype};
+        kiln_dtype from = epilogue ? n->dtype : k->reductions[last].result;
+        k->row_stores[k->n_row_stores++] = (kx_row_store){out, epilogue ? -1 : last, from, n->dtype, value};
         return true;
     }
     int64_t strides[KX_MAX_DIMS];
@@ -469,13 +471,55 @@ static bool store_output(builder *b, const ir_node *n, int out, int e)
     return view >= 0 && value >= 0 && kx_add_store(k, (kx_store){.view = view, .expr = value, .pass = KX_STORE_PASS}) >= 0;
 }
 
-/* The kernel computing root; NULL with b->failed set when a node must be
- * materialized first, or b->nomem. */
-static kx_kernel *build_kernel(builder *b, ir_ref root)
+/* A reduction over the last axis whose result has root's shape, reached
+ * from root through elementwise nodes its kernel computes, or NULL. Root is
+ * then a row epilogue: its kernel walks the reduction's rows and stores
+ * root's value once a row (logsumexp's log(sum) + max, a loss per row). */
+static const ir_node *epilogue_reduction(const builder *b, ir_ref root, ir_ref r)
 {
+    const ir_node *n = &b->g->nodes[r], *top = &b->g->nodes[root];
+    if (r != root && b->mat[r])
+        return NULL;
+    if (ir_ops[n->op].kind == KIND_REDUCTION) {
+        const ir_node *in = &b->g->nodes[ir_operands(b->g, n)[0]];
+        bool last_axis = in->ndim > 0 && n->params.axis == in->ndim - 1;
+        bool same = n->ndim == top->ndim && !memcmp(n->shape, top->shape, (size_t)n->ndim * sizeof *n->shape);
+        return last_axis && same ? n : NULL;
+    }
+    if (ir_ops[n->op].kind != KIND_ELEMENTWISE)
+        return NULL;
+    for (uint32_t i = 0; i < n->n_operands; i++) {
+        const ir_node *found = epilogue_reduction(b, root, ir_operands(b->g, n)[i]);
+        if (found)
+            return found;
+    }
+    return NULL;
+}
+
+/* The value under node's reshapes that its kernel computes: a reshape
+ * stores its operand's row-major bytes, so the kernel computes the operand
+ * straight into the reshape's buffer instead of copying it after. */
+static ir_ref reshaped_value(const builder *b, ir_ref node)
+{
+    while (b->g->nodes[node].op == OP_RESHAPE) {
+        ir_ref o = ir_operands(b->g, &b->g->nodes[node])[0];
+        if (b->mat[o] || ir_ops[b->g->nodes[o].op].kind == KIND_SOURCE)
+            break;
+        node = o;
+    }
+    return node;
+}
+
+/* The kernel computing node; NULL with b->failed set when a node must be
+ * materialized first, or b->nomem. */
+static kx_kernel *build_kernel(builder *b, ir_ref node)
+{
+    ir_ref root = reshaped_value(b, node);
     const ir_node *n = &b->g->nodes[root];
     bool reduces = ir_ops[n->op].kind == KIND_REDUCTION;
-    const ir_node *space = reduces ? &b->g->nodes[ir_operands(b->g, n)[0]] : n;
+    const ir_node *rows_of = reduces ? n : ir_ops[n->op].kind == KIND_ELEMENTWISE ? epilogue_reduction(b, root, root)
+                                                                                  : NULL;
+    const ir_node *space = rows_of ? &b->g->nodes[ir_operands(b->g, rows_of)[0]] : n;
     if (!(b->k = kx_kernel_new(&b->g->sizes, space->ndim, space->shape))) {
         b->nomem = true;
         return NULL;
@@ -486,14 +530,16 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
     b->n_buffers = b->n_memo = 0;
     b->failed = IR_NONE;
     b->too_many_buffers = false;
-    /* A reduction is built on its own rows, as if a consumer used it. */
-    imap map = identity_map(reduces ? n->ndim : space->ndim);
-    if (reduces && n->params.keepdim)
+    /* A reduction (or its epilogue) is built on its own rows, as if a
+     * consumer used it. */
+    imap map = identity_map(rows_of ? n->ndim : space->ndim);
+    if (rows_of && rows_of->params.keepdim)
         map.src[n->ndim - 1] = -1, map.coef[n->ndim - 1] = 0;
     int e = build(b, root, &map);
-    int out = e < 0 ? -1 : add_buffer(b, root);
+    b->root = node; /* its buffer, the output, always has a slot */
+    int out = e < 0 ? -1 : add_buffer(b, node);
     kx_kernel *k = b->k;
-    if (out < 0 || !store_output(b, n, out, e) || b->unsized) {
+    if (out < 0 || !store_output(b, n, out, e, rows_of && !reduces) || b->unsized) {
         b->nomem |= b->failed == IR_NONE && !b->unsized;
         kx_kernel_free(k);
         return NULL;
@@ -515,6 +561,8 @@ static kx_kernel *build_kernel(builder *b, ir_ref root)
 
 static bool runs_eagerly(const ir_graph *g, const ir_node *n)
 {
+    if (ir_ops[n->op].flags & FLAG_UNFUSED)
+        return true;
     switch (ir_ops[n->op].kind) {
     case KIND_MATMUL: return true;
     case KIND_MOVEMENT: return n->op == OP_CONCAT;

@@ -4,8 +4,11 @@
  * The decisions, in order, each asking the backend what it does:
  * - a matmul's product that only one elementwise kernel reads is computed
  *   inside that kernel, tile by tile, and never stored, where the backend
- *   fuses such an epilogue (CUDA); the product's operands then live until
- *   that kernel runs;
+ *   fuses such an epilogue; the product's operands then live until that
+ *   kernel runs;
+ * - and its left operand, when an elementwise kernel that only the product
+ *   reads computes it, is computed while the product packs it, where the
+ *   backend takes such a prologue (its inputs then live until the product);
  * - an elementwise kernel whose input dies with it, and which reads that
  *   input only at the element it stores, writes over it: the input stops
  *   being a buffer, and its loads read the output's buffer, which holds its
@@ -56,7 +59,8 @@ static int set_uses(const ir_plan *p, plan_step *s)
         uses[n++] = s->reuses;
     if (s->product != IR_NONE) {
         const ir_ref *ops = ir_operands(p->graph, &p->graph->nodes[s->product]);
-        uses[n++] = ops[0];
+        if (!s->kernel->prologue)
+            uses[n++] = ops[0];
         uses[n++] = ops[1];
     }
     s->uses = uses;
@@ -114,20 +118,22 @@ static bool eager_step(const ir_plan *p, ir_ref r)
 
 /* -- Products inside their epilogue ------------------------------------------ */
 
-/* Whether matmul node n multiplies f32 matrices (or batches of them). */
-static bool f32_matrices(const ir_graph *g, const ir_node *n)
+/* Whether matmul node n multiplies f32 (or f64) matrices (or batches of
+ * them). */
+static bool float_matrices(const ir_graph *g, const ir_node *n)
 {
     const ir_ref *ops = ir_operands(g, n);
     const ir_node *a = &g->nodes[ops[0]], *b = &g->nodes[ops[1]];
-    return n->dtype == KILN_F32 && a->dtype == KILN_F32 && b->dtype == KILN_F32 && a->ndim >= 2 && b->ndim >= 2;
+    return (n->dtype == KILN_F32 || n->dtype == KILN_F64) && a->dtype == n->dtype && b->dtype == n->dtype &&
+           a->ndim >= 2 && b->ndim >= 2;
 }
 
 /* Rows of matmul node n's matrices (symbolic, perhaps), their columns and
- * how many matrices there are (concrete); false unless f32_matrices, with a
- * concrete batch and columns and no empty matrix. */
+ * how many matrices there are (concrete); false unless float_matrices, with
+ * a concrete batch and columns and no empty matrix. */
 static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t *cols, int64_t *batch)
 {
-    if (!f32_matrices(g, n) || ir_shape_symbolic(n->ndim - 2, n->shape) || n->shape[n->ndim - 1] < 0)
+    if (!float_matrices(g, n) || ir_shape_symbolic(n->ndim - 2, n->shape) || n->shape[n->ndim - 1] < 0)
         return false;
     *m = n->shape[n->ndim - 2];
     *cols = n->shape[n->ndim - 1];
@@ -141,7 +147,7 @@ static bool fuses_product(const ir_plan *p, const kx_backend *be, plan_step *s, 
     const ir_node *n = &p->graph->nodes[r];
     kx_kernel *k = s->kernel;
     if (n->op != OP_MATMUL || p->last_use[r] != s->node || !eager_step(p, r) || readers(p, r) != 1 ||
-        !f32_matrices(p->graph, n) || k->rows != ir_shape_product(&k->sizes, n->ndim - 1, n->shape) ||
+        !float_matrices(p->graph, n) || k->rows != ir_shape_product(&k->sizes, n->ndim - 1, n->shape) ||
         k->cols != n->shape[n->ndim - 1])
         return false;
     char why[256];
@@ -167,6 +173,98 @@ static int plan_products(ir_plan *p, const kx_backend *be)
                 return status;
             plan_liveness(p); /* the operands now live until s */
         }
+    }
+    return 0;
+}
+
+/* -- A product's left operand computed while it is packed ----------------- */
+
+/* The kernel step computing A, the left operand of step s's product, when
+ * the product may compute A itself while packing it: an elementwise kernel
+ * over A's own rows and columns, of the product's dtype and batch (not
+ * broadcast), whose value only the product reads; else -1. */
+static int prologue_step(const ir_plan *p, const plan_step *s)
+{
+    const ir_node *product = &p->graph->nodes[s->product];
+    ir_ref a = ir_operands(p->graph, product)[0];
+    const ir_node *an = &p->graph->nodes[a];
+    int sa = p->step_of[a];
+    const kx_kernel *k = sa >= 0 ? p->steps[sa].kernel : NULL;
+    if (!k || k->n_reductions || k->n_row_stores || k->n_stores != 1 || k->product >= 0 || an->ndim != product->ndim ||
+        an->dtype != product->dtype || k->cols != an->shape[an->ndim - 1] || readers(p, a) != 1 ||
+        p->last_use[a] != s->node)
+        return -1;
+    for (int d = 0; d + 2 < an->ndim; d++)
+        if (an->shape[d] != product->shape[d])
+            return -1;
+    return sa;
+}
+
+/* Inserts value node, of dtype dt, among step s's inputs (before its
+ * outputs) unless it is one: its buffer index, or -1 out of memory. */
+static int add_input(plan_step *s, ir_ref node, kiln_dtype dt)
+{
+    for (int b = 0; b < s->n_inputs; b++)
+        if (s->buffers[b] == node && b != s->kernel->product)
+            return b;
+    kx_kernel *k = s->kernel;
+    ir_ref *buffers = realloc(s->buffers, ((size_t)k->n_buffers + 1) * sizeof *buffers);
+    if (!buffers)
+        return -1;
+    s->buffers = buffers;
+    int at = s->n_inputs;
+    for (int b = k->n_buffers; b > at; b--) {
+        buffers[b] = buffers[b - 1];
+        k->buffer_dtypes[b] = k->buffer_dtypes[b - 1];
+    }
+    for (int v = 0; v < k->n_views; v++)
+        k->views[v].buffer += k->views[v].buffer >= at;
+    for (int r = 0; r < k->n_row_stores; r++)
+        k->row_stores[r].buffer += k->row_stores[r].buffer >= at;
+    buffers[at] = node;
+    k->buffer_dtypes[at] = dt;
+    k->n_buffers++;
+    s->n_inputs++;
+    return at;
+}
+
+/* Moves step sa's kernel into step s's as its prologue: sa's inputs become
+ * s's (its loads renumbered), its store's view points at the product's
+ * slot, and sa runs no more. */
+static int take_prologue(ir_plan *p, plan_step *s, plan_step *sa)
+{
+    kx_kernel *pro = sa->kernel;
+    int map[KX_MAX_BUFFERS];
+    for (int b = 0; b < sa->n_inputs; b++)
+        if ((map[b] = add_input(s, sa->buffers[b], pro->buffer_dtypes[b])) < 0)
+            return -CORE_NOMEM;
+    map[sa->n_inputs] = s->kernel->product;
+    for (int v = 0; v < pro->n_views; v++)
+        pro->views[v].buffer = map[pro->views[v].buffer];
+    pro->n_buffers = s->kernel->n_buffers;
+    memcpy(pro->buffer_dtypes, s->kernel->buffer_dtypes, sizeof pro->buffer_dtypes);
+    s->kernel->prologue = pro;
+    sa->kernel = NULL;
+    p->materialized[sa->node] = false;
+    return set_uses(p, s);
+}
+
+static int plan_prologues(ir_plan *p, const kx_backend *be)
+{
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s = &p->steps[i];
+        int sa = s->product != IR_NONE ? prologue_step(p, s) : -1;
+        if (sa < 0 || s->kernel->n_buffers + p->steps[sa].n_inputs > KX_MAX_BUFFERS)
+            continue;
+        char why[256];
+        s->kernel->prologue = p->steps[sa].kernel; /* asked as it would be */
+        bool supported = be->supports(s->kernel, why, sizeof why);
+        s->kernel->prologue = NULL;
+        int status = supported ? take_prologue(p, s, &p->steps[sa]) : 0;
+        if (status < 0)
+            return status;
+        if (supported)
+            plan_liveness(p);
     }
     return 0;
 }
@@ -317,11 +415,12 @@ static void plan_blocks(ir_plan *p, int64_t block_bytes)
 
 /* A store in a reduction's pass is read back from cache by the store pass,
  * and an epilogue in blocks rewrites lines still in cache: non-temporal
- * stores would evict them (softmax 4096x4096: 17 ms against 12). */
+ * stores would evict them (softmax 4096x4096: 17 ms against 12). A
+ * product's epilogue stores a tile at a time, never whole lines. */
 static bool streams(const plan_step *s, int64_t stream_bytes)
 {
     const kx_kernel *k = s->kernel;
-    if (s->blocked_with >= 0)
+    if (s->blocked_with >= 0 || s->product != IR_NONE)
         return false;
     /* The fewest bytes: symbols are 2 or more. */
     const int64_t twos[IR_MAX_SYMBOLS] = {2, 2, 2, 2, 2, 2, 2, 2};
@@ -432,6 +531,8 @@ static int decide(ir_plan *p, const plan_options *o)
     }
     plan_liveness(p);
     int status = be->supports ? plan_products(p, be) : 0;
+    if (status == 0 && be->supports)
+        status = plan_prologues(p, be);
     if (status == 0)
         status = plan_in_place(p);
     if (status == 0 && be->runs_row_ranges && o->product_block_bytes > 0)

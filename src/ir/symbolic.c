@@ -247,6 +247,29 @@ static bool matmul_rule(deriver *d, ir_ref r, const ir_node *n, int64_t *out)
     return true;
 }
 
+/* cumsum keeps its operand's sizes; top-k takes k along a fixed axis. */
+static bool line_rule(deriver *d, ir_ref r, const ir_node *n, const int64_t *a, int64_t *out)
+{
+    int axis = n->params.axis;
+    memcpy(out, a, (size_t)n->ndim * sizeof *out);
+    if (n->op != OP_TOPK)
+        return true;
+    out[axis] = n->shape[axis];
+    return a[axis] >= 0 || specialize(d, symbols_of(d, a[axis]), r, "a top-k along a symbolic axis");
+}
+
+/* gather has its index's sizes, index_select the operand's with the
+ * index's length on the axis, scatter_add the operand's. */
+static bool index_rule(deriver *d, const ir_node *n, int64_t *out)
+{
+    const ir_ref *ops = ir_operands(d->g, n);
+    const int64_t *a = shape_of(d, ops[0]), *index = shape_of(d, ops[1]);
+    memcpy(out, n->op == OP_GATHER ? index : a, (size_t)n->ndim * sizeof *out);
+    if (n->op == OP_INDEX_SELECT)
+        out[n->params.axis] = index[0];
+    return true;
+}
+
 /* Input i's dimension k: its class's symbol, or its traced size. */
 static int64_t input_size(deriver *d, int64_t i, int k, int64_t traced)
 {
@@ -273,6 +296,8 @@ static bool derive_node(deriver *d, ir_ref r)
     case KIND_REDUCTION: return reduction_rule(d, n, as, a->ndim, out);
     case KIND_MATMUL: return matmul_rule(d, r, n, out);
     case KIND_ASSIGN: return true;
+    case KIND_LINE: return line_rule(d, r, n, as, out);
+    case KIND_INDEX: return index_rule(d, n, out);
     case KIND_MOVEMENT: break;
     }
     switch (n->op) {

@@ -57,6 +57,12 @@ static void put_params(strbuf *t, const ir_node *n)
         put_axis(t, p->axis);
         strbuf_put(t, " keepdim=%d", p->keepdim);
         return;
+    case KIND_LINE:
+    case KIND_INDEX:
+        put_axis(t, p->axis);
+        if (n->op == OP_TOPK)
+            strbuf_put(t, " k=%lld largest=%d", (long long)p->index, p->keepdim);
+        return;
     default:
         break;
     }
@@ -296,8 +302,12 @@ static int parse_param(parser *ps, const char *w, ir_params *p)
         return parse_perm(ps, v, p);
     if (!parse_int(v, &x))
         return fail(ps, "bad value in \"%s\"", w);
-    if (klen == 7 && !strncmp(w, "keepdim", 7) && (x == 0 || x == 1))
+    if ((klen == 7 && !strncmp(w, "keepdim", 7)) || (klen == 7 && !strncmp(w, "largest", 7))) {
+        if (x != 0 && x != 1)
+            return fail(ps, "bad value in \"%s\"", w);
         p->keepdim = (int32_t)x;
+    } else if (klen == 1 && w[0] == 'k' && x >= 0)
+        p->index = x;
     else if (klen == 5 && !strncmp(w, "start", 5))
         p->start = x;
     else if (klen == 4 && !strncmp(w, "step", 4))

@@ -195,6 +195,46 @@ static int check_movement(checker *c, const ir_node *n)
     }
 }
 
+/* cumsum keeps its operand's shape; topk's axis has k of the operand's. */
+static int check_line(checker *c, const ir_node *n)
+{
+    const ir_node *a = operand(c, 0);
+    int axis = n->params.axis;
+    if (axis < 0 || axis >= a->ndim || n->ndim != a->ndim)
+        return bad(c, "axis %d out of range, or rank changed", axis);
+    for (int d = 0; d < a->ndim; d++)
+        if (d != axis && n->shape[d] != a->shape[d])
+            return bad(c, "shape differs off the axis");
+    if (n->op == OP_TOPK && (n->params.index != n->shape[axis] || n->params.index > a->shape[axis]))
+        return bad(c, "k is not the axis's size, or more than the operand's");
+    if (n->op == OP_CUMSUM && n->shape[axis] != a->shape[axis])
+        return bad(c, "cumsum changes the axis");
+    return ir_result_dtype(ir_ops[n->op].rule, a->dtype) == (int)n->dtype ? 0 : bad(c, "dtype disagrees");
+}
+
+/* The result has a's dtype; gather the index's shape, index_select a's
+ * with the index's length on the axis, scatter_add a's. */
+static int check_index(checker *c, const ir_node *n)
+{
+    const ir_node *a = operand(c, 0), *index = operand(c, 1);
+    int axis = n->params.axis;
+    if (a->ndim == 0 ? axis != 0 : axis < 0 || axis >= a->ndim)
+        return bad(c, "axis %d out of range", axis);
+    if (index->dtype != KILN_I32 && index->dtype != KILN_I64)
+        return bad(c, "indices are not i32 or i64");
+    if (n->dtype != a->dtype)
+        return bad(c, "dtype is not the operand's");
+    if (n->op == OP_GATHER)
+        return same_shape(index->ndim, index->shape, n) ? 0 : bad(c, "shape is not the index's");
+    if (n->op == OP_SCATTER_ADD)
+        return same_shape(a->ndim, a->shape, n) && operand(c, 2)->dtype == a->dtype
+                   ? 0 : bad(c, "shape or src's dtype is not the operand's");
+    int64_t shape[KILN_MAX_DIMS];
+    for (int d = 0; d < a->ndim; d++)
+        shape[d] = d == axis ? index->shape[0] : a->shape[d];
+    return index->ndim == 1 && same_shape(a->ndim, shape, n) ? 0 : bad(c, "shape is not the selection's");
+}
+
 static int check_matmul(checker *c, const ir_node *n)
 {
     const ir_node *a = operand(c, 0), *b = operand(c, 1);
@@ -238,6 +278,12 @@ static ir_params used_params(const ir_node *n)
     case KIND_REDUCTION:
         used.axis = p->axis;
         used.keepdim = p->keepdim;
+        return used;
+    case KIND_LINE:
+    case KIND_INDEX:
+        used.axis = p->axis;
+        used.index = n->op == OP_TOPK ? p->index : 0;
+        used.keepdim = n->op == OP_TOPK ? p->keepdim : 0;
         return used;
     default:
         break;
@@ -288,6 +334,8 @@ static int check_node(checker *c)
     case KIND_REDUCTION: return check_reduction(c, n);
     case KIND_MOVEMENT: return check_movement(c, n);
     case KIND_MATMUL: return check_matmul(c, n);
+    case KIND_LINE: return check_line(c, n);
+    case KIND_INDEX: return check_index(c, n);
     case KIND_ASSIGN: return bad(c, "assign is not a graph node (writebacks are)");
     }
     return 0;

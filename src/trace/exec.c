@@ -30,6 +30,7 @@ struct executable {
     kernels_entry **loaded;        /* per step: its kernel, NULL for eager steps */
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
+    bool draws;                    /* whether it has random nodes, which draw afresh each call */
     _Atomic uint64_t calls;        /* so far: random nodes draw a new stream each call */
 };
 
@@ -161,6 +162,8 @@ executable *exec_new(ir_graph *g, kiln_tensor **captures, int n_captures, const 
         return NULL;
     }
     *x = (executable){.graph = g, .captures = captures, .n_captures = n_captures, .device = o->device};
+    for (ir_ref r = 0; r < g->count && !x->draws; r++)
+        x->draws = ir_ops[g->nodes[r].op].flags & FLAG_RANDOM;
     *status = (x->consts = interp_consts(g, o->device)) ? 0 : core_error_status();
     if (*status == 0 && o->compiled)
         *status = compile(x, o, why, why_size);
@@ -344,20 +347,38 @@ static bool stage_inputs(const executable *x, const plan_step *s, const interp_s
     return true;
 }
 
+/* A product's left operand computed while it is packed (a prologue) is no
+ * tensor: a header of its node's shape, row-major and with no data, stands
+ * in for its layout. */
+static kiln_tensor stand_in(const executable *x, const ir_node *n, const int64_t *symbols)
+{
+    kiln_tensor t = {.dtype = n->dtype, .device = x->device, .ndim = n->ndim};
+    const int64_t *shape = shape_now(x, n, symbols, t.shape);
+    for (int64_t d = n->ndim - 1, step = 1; d >= 0; step *= shape[d--]) {
+        t.shape[d] = shape[d];
+        t.strides[d] = step;
+    }
+    return t;
+}
+
 /* The operands of step s's product, after its buffers, and their layout.
  * They are matrices: one on another device is an error (operand_moved's). */
-static bool product_operands(const executable *x, const plan_step *s, kiln_tensor *const *values, void **buffers,
-                             kg_matmul_args *layout)
+static bool product_operands(const executable *x, const plan_step *s, kiln_tensor *const *values,
+                             const int64_t *symbols, void **buffers, kg_matmul_args *layout)
 {
     const ir_ref *ops = ir_operands(x->graph, &x->graph->nodes[s->product]);
-    kiln_tensor *a = values[ops[0]], *b = values[ops[1]];
+    kiln_tensor header, *a = values[ops[0]], *b = values[ops[1]];
+    if (s->kernel->prologue) {
+        header = stand_in(x, &x->graph->nodes[ops[0]], symbols);
+        a = &header;
+    }
     if (a->device != x->device || b->device != x->device) {
         kiln_release(operand_moved(x, a->device != x->device ? a : b));
         return false;
     }
     if (eager_matmul_args("kiln_call", a, b, layout) < 0)
         return false;
-    buffers[s->n_inputs + s->n_outputs] = eager_data(a);
+    buffers[s->n_inputs + s->n_outputs] = s->kernel->prologue ? NULL : eager_data(a);
     buffers[s->n_inputs + s->n_outputs + 1] = eager_data(b);
     return true;
 }
@@ -372,7 +393,7 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
     kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL, src->symbols);
     kg_matmul_args layout;
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
-              (s->product == IR_NONE || product_operands(x, s, values, buffers, &layout));
+              (s->product == IR_NONE || product_operands(x, s, values, src->symbols, buffers, &layout));
     if (ok) {
         char why[512];
         buffers[s->n_inputs] = eager_data(out);
@@ -544,8 +565,11 @@ int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols
     kiln_tensor **values = g->count <= STACK_VALUES ? stack : malloc(g->count * sizeof *values);
     if (!values)
         return core_fail_status(CORE_NOMEM, "kiln_call");
+    /* Only a graph that draws counts its calls and reserves generator words:
+     * the rest pay no atomic and no walk of the graph per call. */
     interp_sources src = {in, x->captures, x->consts,
-                          atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1), x->device, symbols};
+                          x->draws ? atomic_fetch_add((_Atomic uint64_t *)&x->calls, 1) : 0,
+                          x->draws ? eager_rng_reserve(g) : 0, x->device, symbols};
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;

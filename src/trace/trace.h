@@ -46,6 +46,7 @@ typedef struct {
     kiln_tensor *const *captures;
     kiln_tensor *const *consts;  /* per node: a constant node's 0-d tensor */
     uint64_t stream;             /* which call of the graph: random nodes draw from it */
+    uint64_t rng_base;           /* where its uniform nodes draw the global generator's words */
     kiln_device device;          /* where values live */
     const int64_t *symbols;      /* the values of the graph's symbols in this call */
 } interp_sources;

@@ -1,0 +1,276 @@
+/* The driver of a generated matrix product: BLIS's loops around the
+ * micro-kernel, with block sizes from the host's caches, split across
+ * kiln's thread pool.
+ *
+ * For each block of NC columns, a thread packs B's K x NC panel once; for
+ * each block of MC rows it then packs A's MC x KC block, for each KC step
+ * along k, and runs the micro-kernel over the block's tiles, each B panel
+ * (KC x NR, in L1) against every A panel (in L2). Sums over more than one KC
+ * step meet in a scratch block of partial sums (MC x NC); the last step
+ * stores the product or runs the epilogue on it, so the tile is written
+ * once.
+ *
+ * Threads: the product is split into independent tasks, whole matrices of
+ * a batch or parts of one, so a task never waits for another and the pool
+ * may run them in any order, or all on the caller when it is busy. A part
+ * packs its own panels; the split is the one that packs least again. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen_llvm/gemm.h"
+#include "codegen_llvm/llvm.h"
+#include "core/core.h"
+
+/* Below this many multiply-adds a product runs on one thread. */
+#define GEMM_SMALL (1 << 18)
+
+typedef struct {
+    int64_t mc, kc, nc;
+} blocking;
+
+typedef struct {
+    const gemm_code *g;
+    const kg_matmul_args *args;
+    const char *a, *b;
+    char *out;
+    void *const *buffers;
+    const int64_t *symbols;
+    blocking bl;
+    int64_t tm, tn;   /* parts of each matrix's rows and columns */
+    int64_t rows_part, cols_part;
+    _Atomic bool failed;
+} job;
+
+static int64_t round_up(int64_t x, int64_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+static int64_t clamp(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+static int64_t cache_bytes(int name, int64_t fallback)
+{
+    long bytes = sysconf(name);
+    return bytes > 0 ? bytes : fallback;
+}
+
+/* KC: a B micro-panel (KC x NR) fills L1, the A values and the tile
+ * streaming past it (sgemm 2048^3 on AVX-512: 0.86 of OpenBLAS's SkylakeX
+ * kernels against 0.74 with half of L1, which doubles the passes over the
+ * partial sums); MC: an A block (MC x KC) half of L2; NC: the packed B
+ * (K x NC) a few MiB, less than L3 holds. */
+static blocking block_sizes(const gemm_code *g, int64_t k)
+{
+    int64_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10), l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 256 << 10);
+    int64_t l3 = cache_bytes(_SC_LEVEL3_CACHE_SIZE, 8 << 20);
+    blocking b;
+    b.kc = clamp(core_env_int("KILN_GEMM_KC", clamp(l1 / (g->nr * g->size) / 8 * 8, 64, 1024)), 1, 1 << 16);
+    b.mc = clamp(l2 / 2 / (b.kc * g->size) / g->mr * g->mr, g->mr, 4096 / g->mr * g->mr);
+    b.mc = clamp(core_env_int("KILN_GEMM_MC", b.mc) / g->mr * g->mr, g->mr, 1 << 16);
+    int64_t budget = clamp(l3 / 4, 1 << 20, 8 << 20);
+    b.nc = clamp(budget / ((k > 0 ? k : 1) * g->size) / g->nr * g->nr, g->nr, 4096 / g->nr * g->nr);
+    b.nc = clamp(core_env_int("KILN_GEMM_NC", b.nc) / g->nr * g->nr, g->nr, 1 << 16);
+    return b;
+}
+
+/* -- One task: a part of one matrix ------------------------------------------------ */
+
+typedef struct {
+    char *ap, *bp, *acc;
+    char *raw[3]; /* as allocated, for core_free */
+    int64_t ld_acc;
+} scratch;
+
+static int64_t batch_offset(const long long *strides, const kg_matmul_args *a, int64_t z)
+{
+    int64_t offset = 0;
+    for (int d = a->batch_ndim - 1; d >= 0; d--) {
+        offset += z % a->batch_shape[d] * strides[d];
+        z /= a->batch_shape[d];
+    }
+    return offset;
+}
+
+/* The tiles of rows [ic, ic + mc) and columns [jc, jc + nc) of matrix z, A
+ * block packed for k from pc on. */
+static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t mc, int64_t jc, int64_t nc,
+                  int64_t pc, int64_t kc, int64_t mode)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *a = j->args;
+    int64_t size = g->size;
+    for (int64_t jr = 0; jr < nc; jr += g->nr) {
+        const char *bp = s->bp + (jr * a->k + pc * g->nr) * size;
+        for (int64_t ir = 0; ir < mc; ir += g->mr) {
+            int64_t row = z * a->m + ic + ir;
+            gemm_tile t = {.m_rem = mc - ir < g->mr ? mc - ir : g->mr, .n_rem = nc - jr < g->nr ? nc - jr : g->nr,
+                           .row0 = row, .col0 = jc + jr, .ld_out = a->n, .buffers = j->buffers,
+                           .symbols = j->symbols};
+            if (j->out)
+                t.out = j->out + (row * a->n + jc + jr) * size;
+            g->kernel(kc, s->ap + ir * kc * size, bp, s->acc + (ir * s->ld_acc + jr) * size, s->ld_acc, mode, &t);
+        }
+    }
+}
+
+/* Rows [m0, m1) by columns [n0, n1) of matrix z. */
+static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *a = j->args;
+    int64_t size = g->size;
+    int64_t a_z = batch_offset(a->a_batch_strides, a, z), b_z = batch_offset(a->b_batch_strides, a, z);
+    for (int64_t jc = n0; jc < n1; jc += j->bl.nc) {
+        int64_t nc = n1 - jc < j->bl.nc ? n1 - jc : j->bl.nc;
+        if (a->k > 0)
+            g->pack_b(j->b + (b_z + jc * a->b_col) * size, a->b_row, a->b_col, a->k, nc, s->bp);
+        for (int64_t ic = m0; ic < m1; ic += j->bl.mc) {
+            int64_t mc = m1 - ic < j->bl.mc ? m1 - ic : j->bl.mc;
+            int64_t pc = 0;
+            do {
+                int64_t kc = a->k - pc < j->bl.kc ? a->k - pc : j->bl.kc;
+                int64_t mode = (pc > 0 ? GEMM_LOAD : 0) | (pc + kc >= a->k ? GEMM_FINAL : 0);
+                if (kc > 0 && g->prologue)
+                    g->prologue(s->ap, z * a->m + ic, mc, pc, kc, j->buffers, j->symbols);
+                else if (kc > 0)
+                    g->pack_a(j->a + (a_z + ic * a->a_row + pc * a->a_col) * size, a->a_row, a->a_col, mc, kc, s->ap);
+                tiles(j, s, z, ic, mc, jc, nc, pc, kc, mode);
+                pc += kc;
+            } while (pc < a->k);
+        }
+    }
+}
+
+/* Block bytes at a 64-byte boundary (the kernel loads whole vectors of the
+ * B panel aligned), however small; from raw, bytes + 64 long. */
+static char *aligned_block(char **raw, size_t bytes)
+{
+    *raw = core_alloc(bytes + 64);
+    return *raw ? *raw + (64 - (uintptr_t)*raw % 64) % 64 : NULL;
+}
+
+static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
+{
+    const gemm_code *g = j->g;
+    int64_t mc = round_up(j->bl.mc, g->mr), nc = round_up(j->bl.nc, g->nr);
+    int64_t kc = j->args->k < j->bl.kc ? j->args->k : j->bl.kc;
+    sizes[0] = (size_t)(mc * (kc > 0 ? kc : 1) * g->size);
+    sizes[1] = (size_t)((j->args->k > 0 ? j->args->k : 1) * nc * g->size);
+    sizes[2] = j->args->k > j->bl.kc ? (size_t)(mc * nc * g->size) : 0;
+    s->ld_acc = nc;
+    s->ap = aligned_block(&s->raw[0], sizes[0]);
+    s->bp = aligned_block(&s->raw[1], sizes[1]);
+    s->acc = sizes[2] ? aligned_block(&s->raw[2], sizes[2]) : NULL;
+    return s->ap && s->bp && (s->acc || !sizes[2]);
+}
+
+static void scratch_free(scratch *s, const size_t sizes[3])
+{
+    for (int i = 0; i < 3; i++)
+        if (s->raw[i])
+            core_free(s->raw[i], sizes[i] + 64);
+}
+
+static void run_tasks(void *ctx, int64_t begin, int64_t end)
+{
+    job *j = ctx;
+    scratch s = {0};
+    size_t sizes[3];
+    if (!scratch_alloc(j, &s, sizes)) {
+        atomic_store(&j->failed, true);
+        scratch_free(&s, sizes);
+        return;
+    }
+    const kg_matmul_args *a = j->args;
+    int64_t parts = j->tm * j->tn;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t z = t / parts, i = t % parts / j->tn, c = t % j->tn;
+        int64_t m0 = i * j->rows_part, n0 = c * j->cols_part;
+        int64_t m1 = m0 + j->rows_part < a->m ? m0 + j->rows_part : a->m;
+        int64_t n1 = n0 + j->cols_part < a->n ? n0 + j->cols_part : a->n;
+        if (m0 < m1 && n0 < n1)
+            part(j, &s, z, m0, m1, n0, n1);
+    }
+    scratch_free(&s, sizes);
+}
+
+/* -- Splitting across threads ------------------------------------------------------- */
+
+/* Elements a part of rows x cols packs: its A once per block of columns,
+ * its B once. */
+static double packed(const job *j, int64_t rows, int64_t cols)
+{
+    double k = (double)j->args->k;
+    return (double)rows * k * (double)((cols + j->bl.nc - 1) / j->bl.nc) + k * (double)cols;
+}
+
+/* Each matrix in s parts, tm x tn, the split that packs least. */
+static void split(job *j, int64_t s)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *a = j->args;
+    int64_t row_tiles = (a->m + g->mr - 1) / g->mr, col_tiles = (a->n + g->nr - 1) / g->nr;
+    double best = -1;
+    for (int64_t tm = 1; tm <= s; tm++) {
+        if (s % tm || tm > row_tiles || s / tm > col_tiles)
+            continue;
+        int64_t rows = (row_tiles + tm - 1) / tm * g->mr, cols = (col_tiles + s / tm - 1) / (s / tm) * g->nr;
+        double cost = packed(j, rows, cols);
+        if (best < 0 || cost < best) {
+            best = cost;
+            j->tm = tm;
+            j->tn = s / tm;
+            j->rows_part = rows;
+            j->cols_part = cols;
+        }
+    }
+}
+
+int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
+             void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
+{
+    if (args->batch <= 0 || args->m <= 0 || args->n <= 0)
+        return 0;
+    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols,
+             .bl = block_sizes(g, args->k),
+             .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
+    double work = (double)args->batch * (double)args->m * (double)args->n * (double)(args->k > 0 ? args->k : 1);
+    int64_t threads = work < GEMM_SMALL ? 1 : core_threads(), s = 1;
+    while (args->batch * s % threads) /* parts of each matrix, so that every thread has as many */
+        s++;
+    if (s > 1)
+        split(&j, s);
+    int64_t tasks = args->batch * j.tm * j.tn;
+    core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_tasks, &j);
+    if (atomic_load(&j.failed)) {
+        snprintf(err, err_size, "out of memory for a matrix product's packed panels");
+        return -1;
+    }
+    return 0;
+}
+
+llvm_code *gemm_load(const void *object, size_t size, const char *symbol, bool prologue, gemm_code *g, char *err,
+                     size_t err_size)
+{
+    static const char *const suffixes[5] = {GEMM_PACK_A, GEMM_PACK_B, GEMM_KERNEL, GEMM_GEOMETRY, GEMM_PROLOGUE};
+    char names[5][160];
+    const char *list[5];
+    for (int i = 0; i < 5; i++) {
+        snprintf(names[i], sizeof names[i], "%s%s", symbol, suffixes[i]);
+        list[i] = names[i];
+    }
+    void *at[5] = {NULL};
+    llvm_code *code = llvm_load_symbols(object, size, list, prologue ? 5 : 4, at, err, err_size);
+    if (!code)
+        return NULL;
+    const int32_t *geometry = at[3];
+    *g = (gemm_code){.pack_a = (gemm_pack_fn)(uintptr_t)at[0], .pack_b = (gemm_pack_fn)(uintptr_t)at[1],
+                     .kernel = (gemm_kernel_fn)(uintptr_t)at[2], .prologue = (gemm_prologue_fn)(uintptr_t)at[4],
+                     .mr = geometry[0], .nr = geometry[1], .size = geometry[3]};
+    return code;
+}

@@ -1,0 +1,374 @@
+/* conv2d, max_pool2d, avg_pool2d and adaptive_avg_pool2d of issue 19
+ * against naive f64 loops over random strides, paddings, dilations and
+ * groups, in every mode (opcheck.h), and their errors. */
+#include "opcheck.h"
+
+static const oc_tol CLOSE_F32 = {1e-5, 1e-5, false}, CLOSE_F64 = {1e-12, 1e-12, false};
+
+static oc_tol close_for(kiln_dtype dt)
+{
+    return dt == KILN_F64 ? CLOSE_F64 : CLOSE_F32;
+}
+
+/* A draw in [lo, hi]. */
+static int64_t between(uint64_t *s, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(oc_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* Cases under valgrind: a few of each, as its runs are slow. */
+static int cases(int n)
+{
+    return UNDER_VALGRIND() ? n / 6 + 1 : n;
+}
+
+/* -- conv2d ---------------------------------------------------------------------- */
+
+typedef struct {
+    kiln_conv2d_params p;
+    bool bias;
+} conv_case;
+
+static kiln_tensor *apply_conv(kiln_tensor *const *in, const void *ctx)
+{
+    const conv_case *c = ctx;
+    return kiln_conv2d(in[0], in[1], c->bias ? in[2] : NULL, &c->p);
+}
+
+/* out [N, O, OH, OW] of x [N, C, H, W], w [O, C / g, KH, KW], bias [O]. */
+static void conv_ref(const oc_operand *x, const oc_operand *w, const double *bias, const kiln_conv2d_params *p,
+                     const int64_t out[4], double *y)
+{
+    int64_t c = x->shape[1], h = x->shape[2], wd = x->shape[3], g = p->groups;
+    int64_t cg = c / g, og = out[1] / g, kh = w->shape[2], kw = w->shape[3];
+    for (int64_t i = 0; i < oc_numel(4, out); i++) {
+        int64_t at[4];
+        oc_unravel(i, 4, out, at);
+        double acc = bias ? bias[at[1]] : 0;
+        for (int64_t ci = 0; ci < cg; ci++)
+            for (int64_t r = 0; r < kh; r++)
+                for (int64_t s = 0; s < kw; s++) {
+                    int64_t ih = at[2] * p->stride[0] - p->padding[0] + r * p->dilation[0];
+                    int64_t iw = at[3] * p->stride[1] - p->padding[1] + s * p->dilation[1];
+                    if (ih < 0 || ih >= h || iw < 0 || iw >= wd)
+                        continue;
+                    int64_t ic = at[1] / og * cg + ci;
+                    acc += x->v[((at[0] * c + ic) * h + ih) * wd + iw] * w->v[((at[1] * cg + ci) * kh + r) * kw + s];
+                }
+        y[i] = acc;
+    }
+}
+
+/* One convolution of x [N, C, H, W] by w [O, C / groups, KH, KW] checked
+ * in every mode; false when its kernel does not fit (then it must fail). */
+static void check_conv(kiln_dtype dt, const int64_t xs[4], const int64_t ws[4], conv_case *c, uint64_t seed)
+{
+    oc_operand x, w, b;
+    oc_operand_init(&x, dt, (oc_layout)(seed % OC_LAYOUTS), 4, xs, -1, 1, seed);
+    oc_operand_init(&w, dt, (oc_layout)((seed / 5) % OC_LAYOUTS), 4, ws, -1, 1, seed + 1);
+    oc_operand_init(&b, dt, OC_CONTIG, 1, ws, -1, 1, seed + 2);
+    int64_t out[4] = {xs[0], ws[0]};
+    kiln_tensor *in[3] = {x.t, w.t, b.t};
+    char what[512];
+    snprintf(what, sizeof what, "conv2d(x %s, w %s, stride %lld,%lld padding %lld,%lld dilation %lld,%lld groups %lld%s)",
+             x.desc, w.desc, (long long)c->p.stride[0], (long long)c->p.stride[1], (long long)c->p.padding[0],
+             (long long)c->p.padding[1], (long long)c->p.dilation[0], (long long)c->p.dilation[1],
+             (long long)c->p.groups, c->bias ? ", bias" : "");
+    for (int a = 0; a < 2; a++) {
+        int64_t room = xs[2 + a] + 2 * c->p.padding[a] - c->p.dilation[a] * (ws[2 + a] - 1) - 1;
+        if (room < 0) {
+            oc_check_error(what, apply_conv, c, 3, in, "does not fit");
+            return;
+        }
+        out[2 + a] = room / c->p.stride[a] + 1;
+    }
+    static double want[OC_MAX_ELEMS];
+    ck_assert(oc_numel(4, out) <= OC_MAX_ELEMS);
+    conv_ref(&x, &w, c->bias ? b.v : NULL, &c->p, out, want);
+    oc_check(what, apply_conv, c, 3, in, dt, 4, out, want, close_for(dt));
+}
+
+/* Random strides, paddings, dilations and groups (depthwise ones among
+ * them), batches of 0 to 2, f32 and f64. */
+START_TEST(test_conv2d_random)
+{
+    uint64_t s = 12345;
+    for (int i = 0; i < cases(36); i++) {
+        int64_t g = between(&s, 1, 3), cg = i % 4 == 0 ? 1 : between(&s, 1, 3), og = between(&s, 1, 3);
+        conv_case c = {{{between(&s, 1, 3), between(&s, 1, 2)},
+                        {between(&s, 0, 2), between(&s, 0, 1)},
+                        {between(&s, 1, 2), between(&s, 1, 2)},
+                        g},
+                       i % 3 != 0};
+        int64_t xs[4] = {i % 9 == 0 ? 0 : between(&s, 1, 2), g * cg, between(&s, 1, 7), between(&s, 1, 7)};
+        int64_t ws[4] = {g * og, cg, between(&s, 1, 3), between(&s, 1, 3)};
+        check_conv(i % 2 ? KILN_F64 : KILN_F32, xs, ws, &c, (uint64_t)i);
+    }
+}
+END_TEST
+
+/* 1x1 convolutions (plain products), depthwise with a channel multiplier,
+ * the defaults (NULL params), an unbatched input, mixed dtypes. */
+START_TEST(test_conv2d_forms)
+{
+    conv_case plain = {{{1, 1}, {0, 0}, {1, 1}, 1}, true};
+    check_conv(KILN_F32, (int64_t[]){2, 5, 3, 4}, (int64_t[]){6, 5, 1, 1}, &plain, 1);
+    conv_case strided = {{{2, 2}, {0, 0}, {1, 1}, 1}, false};
+    check_conv(KILN_F32, (int64_t[]){1, 4, 5, 6}, (int64_t[]){3, 4, 1, 1}, &strided, 2);
+    conv_case depthwise = {{{1, 2}, {1, 1}, {1, 1}, 3}, true};
+    check_conv(KILN_F32, (int64_t[]){2, 3, 5, 5}, (int64_t[]){6, 1, 3, 3}, &depthwise, 3);
+    conv_case wide = {{{1, 1}, {3, 3}, {1, 1}, 1}, true};
+    check_conv(KILN_F64, (int64_t[]){1, 2, 4, 4}, (int64_t[]){2, 2, 7, 7}, &wide, 4);
+
+    oc_operand x, w;
+    oc_operand_init(&x, KILN_F32, OC_CONTIG, 3, (int64_t[]){2, 4, 4}, -1, 1, 5);
+    oc_operand_init(&w, KILN_F64, OC_CONTIG, 4, (int64_t[]){3, 2, 2, 2}, -1, 1, 6);
+    kiln_tensor *y = kiln_conv2d(x.t, w.t, NULL, NULL);
+    ck_assert_msg(y != NULL, "%s", kiln_last_error());
+    ck_assert_int_eq(kiln_ndim(y), 3);
+    ck_assert_int_eq(kiln_dtype_of(y), KILN_F64);
+    double want[27];
+    const kiln_conv2d_params defaults = {{1, 1}, {0, 0}, {1, 1}, 1};
+    x.shape[3] = 4, x.shape[2] = 4, x.shape[1] = 2, x.shape[0] = 1;
+    conv_ref(&x, &w, NULL, &defaults, (int64_t[]){1, 3, 3, 3}, want);
+    double *got = test_values(y);
+    for (int i = 0; i < 27; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) < 1e-5, "element %d: %g, want %g", i, got[i], want[i]);
+    free(got);
+}
+END_TEST
+
+START_TEST(test_conv2d_errors)
+{
+    kiln_tensor *x = kiln_ones(KILN_F32, 4, (int64_t[]){1, 4, 5, 5});
+    kiln_tensor *w = kiln_ones(KILN_F32, 4, (int64_t[]){2, 4, 3, 3});
+    ck_assert_ptr_null(kiln_conv2d(NULL, w, NULL, NULL));
+    ck_assert_kiln_error("kiln_conv2d", "x");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_conv2d(x, NULL, NULL, NULL));
+    ck_assert_kiln_error("kiln_conv2d", "w");
+    ck_assert_ptr_null(kiln_conv2d(kiln_ones(KILN_F32, 2, (int64_t[]){4, 5}), w, NULL, NULL));
+    ck_assert_kiln_error("kiln_conv2d", "[N, C, H, W]");
+    ck_assert_ptr_null(kiln_conv2d(kiln_ones(KILN_I32, 4, (int64_t[]){1, 4, 5, 5}), w, NULL, NULL));
+    ck_assert_kiln_error("kiln_conv2d", "floating point");
+    ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.groups = 2}));
+    ck_assert_kiln_error("kiln_conv2d", "2 groups");
+    ck_assert_ptr_null(kiln_conv2d(x, kiln_ones(KILN_F32, 4, (int64_t[]){3, 2, 3, 3}), NULL,
+                                   &(kiln_conv2d_params){.groups = 2}));
+    ck_assert_kiln_error("kiln_conv2d", "multiple of groups");
+    ck_assert_ptr_null(kiln_conv2d(x, w, kiln_ones(KILN_F32, 1, (int64_t[]){3}), NULL));
+    ck_assert_kiln_error("kiln_conv2d", "bias", "[2]");
+    ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.dilation = {3, 1}}));
+    ck_assert_kiln_error("kiln_conv2d", "does not fit", "axis 2");
+    ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.stride = {1, -1}}));
+    ck_assert_kiln_error("kiln_conv2d", "negative");
+    ck_assert_ptr_null(kiln_conv2d(x, w, NULL, &(kiln_conv2d_params){.groups = -2}));
+    ck_assert_kiln_error("kiln_conv2d", "groups -2");
+}
+END_TEST
+
+/* -- Pooling --------------------------------------------------------------------- */
+
+typedef struct {
+    kiln_pool2d_params p;
+    bool max;
+} pool_case;
+
+static kiln_tensor *apply_pool(kiln_tensor *const *in, const void *ctx)
+{
+    const pool_case *c = ctx;
+    return c->max ? kiln_max_pool2d(in[0], &c->p) : kiln_avg_pool2d(in[0], &c->p);
+}
+
+/* PyTorch's output extent of a pooling window (pooling_output_shape). */
+static int64_t pool_extent(int64_t n, int64_t k, int64_t s, int64_t p, bool ceil_mode)
+{
+    int64_t room = n + 2 * p - k;
+    int64_t out = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+    return ceil_mode && (out - 1) * s >= n + p ? out - 1 : out;
+}
+
+/* PyTorch's max_pool2d and avg_pool2d loops. */
+static void pool_ref(const oc_operand *x, const pool_case *c, const int64_t out[4], double *y)
+{
+    const kiln_pool2d_params *p = &c->p;
+    int64_t h = x->shape[2], w = x->shape[3];
+    int64_t sh = p->stride[0] ? p->stride[0] : p->kernel[0], sw = p->stride[1] ? p->stride[1] : p->kernel[1];
+    for (int64_t i = 0; i < oc_numel(4, out); i++) {
+        int64_t at[4];
+        oc_unravel(i, 4, out, at);
+        int64_t h0 = at[2] * sh - p->padding[0], w0 = at[3] * sw - p->padding[1];
+        int64_t h1 = h0 + p->kernel[0], w1 = w0 + p->kernel[1];
+        int64_t h1p = h1 < h + p->padding[0] ? h1 : h + p->padding[0], w1p = w1 < w + p->padding[1] ? w1 : w + p->padding[1];
+        double pool_size = (double)((h1p - h0) * (w1p - w0)), acc = c->max ? -INFINITY : 0, n = 0;
+        for (int64_t r = h0 < 0 ? 0 : h0; r < (h1 < h ? h1 : h); r++)
+            for (int64_t s = w0 < 0 ? 0 : w0; s < (w1 < w ? w1 : w); s++) {
+                double v = x->v[((at[0] * x->shape[1] + at[1]) * h + r) * w + s];
+                acc = c->max ? (isnan(v) || v > acc || isnan(acc) ? (isnan(acc) ? acc : v) : acc) : acc + v;
+                n++;
+            }
+        y[i] = c->max ? acc : acc / (p->count_include_pad ? pool_size : n);
+    }
+}
+
+START_TEST(test_pool_random)
+{
+    uint64_t s = 777;
+    for (int i = 0; i < cases(40); i++) {
+        pool_case c = {.max = i % 2 == 0};
+        for (int a = 0; a < 2; a++) {
+            c.p.kernel[a] = between(&s, 1, 4);
+            c.p.stride[a] = between(&s, 0, 3);
+            c.p.padding[a] = between(&s, 0, c.p.kernel[a] / 2);
+        }
+        c.p.ceil_mode = i % 4 < 2;
+        c.p.count_include_pad = i % 3 == 0;
+        int64_t xs[4] = {i % 10 == 0 ? 0 : between(&s, 1, 2), between(&s, 1, 3), between(&s, 1, 8), between(&s, 1, 8)};
+        static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64};
+        kiln_dtype dt = dtypes[i / 2 % 4];
+        oc_operand x;
+        oc_operand_init(&x, dt, (oc_layout)(i % OC_LAYOUTS), 4, xs, -9, 9, (uint64_t)i);
+        if (oc_is_float(dt) && x.numel > 3 && i % 5 == 0) { /* a NaN wins a maximum, spoils a mean */
+            x.v[3] = NAN;
+            x.t = oc_tensor(dt, (oc_layout)(i % OC_LAYOUTS), 4, xs, x.v);
+        }
+        char what[400];
+        snprintf(what, sizeof what, "%s_pool2d(%s, kernel %lld,%lld stride %lld,%lld padding %lld,%lld%s%s)",
+                 c.max ? "max" : "avg", x.desc, (long long)c.p.kernel[0], (long long)c.p.kernel[1],
+                 (long long)c.p.stride[0], (long long)c.p.stride[1], (long long)c.p.padding[0],
+                 (long long)c.p.padding[1], c.p.ceil_mode ? ", ceil" : "", c.p.count_include_pad ? ", with pad" : "");
+        int64_t out[4] = {xs[0], xs[1]};
+        bool fits = true;
+        for (int a = 0; a < 2; a++) {
+            int64_t st = c.p.stride[a] ? c.p.stride[a] : c.p.kernel[a];
+            fits &= xs[2 + a] + 2 * c.p.padding[a] >= c.p.kernel[a];
+            out[2 + a] = pool_extent(xs[2 + a], c.p.kernel[a], st, c.p.padding[a], c.p.ceil_mode);
+        }
+        if (!fits) {
+            oc_check_error(what, apply_pool, &c, 1, &x.t, "does not fit");
+            continue;
+        }
+        double want[OC_MAX_ELEMS];
+        pool_ref(&x, &c, out, want);
+        kiln_dtype result = c.max || oc_is_float(dt) ? dt : KILN_F32;
+        oc_check(what, apply_pool, &c, 1, &x.t, result, 4, out, want, close_for(result));
+    }
+}
+END_TEST
+
+/* PyTorch 1.13's values (torch.nn.functional, x = torch.arange(n * n.).reshape(1, 1, n, n)). */
+static void check_values(const char *what, kiln_tensor *y, int64_t side, const double *want)
+{
+    ck_assert_msg(y != NULL, "%s: %s", what, kiln_last_error());
+    ck_assert_msg(kiln_shape(y)[2] == side && kiln_shape(y)[3] == side, "%s: %lldx%lld", what,
+                  (long long)kiln_shape(y)[2], (long long)kiln_shape(y)[3]);
+    double *got = test_values(y);
+    for (int i = 0; i < side * side; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= 1e-6 * fabs(want[i]), "%s: element %d is %.9g, want %.9g", what, i,
+                      got[i], want[i]);
+    free(got);
+}
+
+START_TEST(test_pool_pytorch)
+{
+    kiln_tensor *x5 = kiln_reshape(kiln_arange(0, 25, 1, KILN_F32), 4, (int64_t[]){1, 1, 5, 5});
+    kiln_tensor *x6 = kiln_reshape(kiln_arange(0, 36, 1, KILN_F32), 4, (int64_t[]){1, 1, 6, 6});
+    /* avg_pool2d(x5, 2, 2, 1, ceil_mode=True, count_include_pad=True), then False */
+    const double with_pad[] = {0, 0.75, 1.75, 3.75, 9, 11, 8.75, 19, 21};
+    const double without[] = {0, 1.5, 3.5, 7.5, 9, 11, 17.5, 19, 21};
+    check_values("avg with pad", kiln_avg_pool2d(x5, &(kiln_pool2d_params){{2, 2}, {2, 2}, {1, 1}, true, true}), 3,
+                 with_pad);
+    check_values("avg", kiln_avg_pool2d(x5, &(kiln_pool2d_params){{2, 2}, {2, 2}, {1, 1}, true, false}), 3, without);
+    /* avg_pool2d(x6, 3, 2, 1, ceil_mode=True, count_include_pad=True): the last windows overhang the padding */
+    const double overhang[] = {1.5555555820465088, 3.3333332538604736, 4.666666507720947, 2.6666667461395264,
+                               8.333333015441895,  14,                 16,                8.5,
+                               16.33333396911621,  26,                 28,                14.5,
+                               10.166666984558105, 16,                 17,                8.75};
+    check_values("avg overhang", kiln_avg_pool2d(x6, &(kiln_pool2d_params){{3, 3}, {2, 2}, {1, 1}, true, true}), 4,
+                 overhang);
+    /* max_pool2d(x5, 3, 2, 1, ceil_mode=True) */
+    const double max[] = {6, 8, 9, 16, 18, 19, 21, 23, 24};
+    check_values("max", kiln_max_pool2d(x5, &(kiln_pool2d_params){{3, 3}, {2, 2}, {1, 1}, true, false}), 3, max);
+}
+END_TEST
+
+static kiln_tensor *apply_adaptive(kiln_tensor *const *in, const void *ctx)
+{
+    const int64_t *size = ctx;
+    return kiln_adaptive_avg_pool2d(in[0], size[0], size[1]);
+}
+
+START_TEST(test_adaptive_avg_pool)
+{
+    static const struct {
+        int64_t x[4], out[2];
+    } cases[] = {{{2, 3, 7, 5}, {3, 2}}, {{1, 2, 4, 4}, {1, 1}}, {{2, 1, 5, 6}, {5, 4}}, {{1, 2, 3, 3}, {5, 7}},
+                 {{0, 2, 4, 4}, {2, 2}}, {{1, 4, 6, 6}, {6, 1}}};
+    for (int k = 0; k < OC_COUNT(cases); k++) {
+        kiln_dtype dt = k % 3 == 2 ? KILN_I32 : k % 2 ? KILN_F64 : KILN_F32;
+        oc_operand x;
+        oc_operand_init(&x, dt, (oc_layout)(k % OC_LAYOUTS), 4, cases[k].x, -5, 5, (uint64_t)k);
+        int64_t out[4] = {cases[k].x[0], cases[k].x[1], cases[k].out[0], cases[k].out[1]};
+        int64_t h = cases[k].x[2], w = cases[k].x[3];
+        double want[OC_MAX_ELEMS];
+        for (int64_t i = 0; i < oc_numel(4, out); i++) {
+            int64_t at[4];
+            oc_unravel(i, 4, out, at);
+            int64_t h0 = at[2] * h / out[2], h1 = ((at[2] + 1) * h + out[2] - 1) / out[2];
+            int64_t w0 = at[3] * w / out[3], w1 = ((at[3] + 1) * w + out[3] - 1) / out[3];
+            double sum = 0;
+            for (int64_t r = h0; r < h1; r++)
+                for (int64_t s = w0; s < w1; s++)
+                    sum += x.v[((at[0] * out[1] + at[1]) * h + r) * w + s];
+            want[i] = sum / (double)((h1 - h0) * (w1 - w0));
+        }
+        kiln_dtype result = oc_is_float(dt) ? dt : KILN_F32;
+        oc_check(x.desc, apply_adaptive, cases[k].out, 1, &x.t, result, 4, out, want, close_for(result));
+    }
+}
+END_TEST
+
+START_TEST(test_pool_errors)
+{
+    kiln_tensor *x = kiln_ones(KILN_F32, 4, (int64_t[]){1, 2, 5, 5});
+    ck_assert_ptr_null(kiln_max_pool2d(x, NULL));
+    ck_assert_kiln_error("kiln_max_pool2d", "params");
+    ck_assert_ptr_null(kiln_avg_pool2d(x, &(kiln_pool2d_params){.kernel = {2, 2}, .stride = {1, 1}, .padding = {2, 0}}));
+    ck_assert_kiln_error("kiln_avg_pool2d", "padding 2", "kernel / 2");
+    ck_assert_ptr_null(kiln_max_pool2d(x, &(kiln_pool2d_params){.kernel = {0, 2}}));
+    ck_assert_kiln_error("kiln_max_pool2d", "kernel 0");
+    ck_assert_ptr_null(kiln_max_pool2d(x, &(kiln_pool2d_params){.kernel = {6, 2}}));
+    ck_assert_kiln_error("kiln_max_pool2d", "does not fit", "axis 2");
+    ck_assert_ptr_null(kiln_max_pool2d(kiln_ones(KILN_BOOL, 4, (int64_t[]){1, 1, 2, 2}),
+                                       &(kiln_pool2d_params){.kernel = {2, 2}}));
+    ck_assert_kiln_error("kiln_max_pool2d", "numbers");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_avg_pool2d(NULL, &(kiln_pool2d_params){.kernel = {2, 2}}));
+    ck_assert_kiln_error("kiln_avg_pool2d", "x");
+    ck_assert_ptr_null(kiln_adaptive_avg_pool2d(x, 0, 2));
+    ck_assert_kiln_error("kiln_adaptive_avg_pool2d", "0x2");
+    ck_assert_ptr_null(kiln_adaptive_avg_pool2d(kiln_ones(KILN_F32, 4, (int64_t[]){1, 1, 0, 2}), 1, 1));
+    ck_assert_kiln_error("kiln_adaptive_avg_pool2d", "[1,1,0,2]");
+    ck_assert_ptr_null(kiln_adaptive_avg_pool2d(kiln_ones(KILN_F32, 5, (int64_t[]){1, 1, 1, 2, 2}), 1, 1));
+    ck_assert_kiln_error("kiln_adaptive_avg_pool2d", "[N, C, H, W]");
+}
+END_TEST
+
+static Suite *conv_suite(void)
+{
+    Suite *s = suite_create("conv");
+    TCase *tc = tcase_create("conv");
+    tcase_add_checked_fixture(tc, test_scoped_setup, test_scoped_teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_conv2d_random);
+    tcase_add_test(tc, test_conv2d_forms);
+    tcase_add_test(tc, test_conv2d_errors);
+    tcase_add_test(tc, test_pool_random);
+    tcase_add_test(tc, test_pool_pytorch);
+    tcase_add_test(tc, test_adaptive_avg_pool);
+    tcase_add_test(tc, test_pool_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KILN_TEST_MAIN(conv_suite)
