@@ -870,9 +870,13 @@ static int dumps_mentioning(const char *dir, const char *suffix, const char *nee
  * default: products with elementwise ops before and after them, which the
  * plan computes inside the product's kernel (epilogues) and while it packs
  * its left operand (prologues). Compiled, they match eager within 1e-4; and
- * the programs fuse some of each. */
+ * the programs fuse some of each (about one in eight an epilogue, one in
+ * sixty a prologue). Not under valgrind: a compile takes seconds there, and
+ * the gemm suite runs the fused code's C paths under it. */
 START_TEST(test_random_products_compiled_match_eager)
 {
+    if (UNDER_VALGRIND())
+        return;
     int count = (int)(getenv("KILN_PROGEN_COUNT") ? atoi(getenv("KILN_PROGEN_COUNT")) : 120);
     /* The ops before floor: elementwise ops, reductions and movement enough
      * around products; the later ones would dilute them. */

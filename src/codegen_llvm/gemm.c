@@ -24,7 +24,7 @@
 #include "core/core.h"
 
 /* Below this many multiply-adds a product runs on one thread. */
-#define GEMM_SMALL (1 << 18)
+#define GEMM_SMALL (1 << 21)
 
 typedef struct {
     int64_t mc, kc, nc;
@@ -157,7 +157,9 @@ static char *aligned_block(char **raw, size_t bytes)
 static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
 {
     const gemm_code *g = j->g;
-    int64_t mc = round_up(j->bl.mc, g->mr), nc = round_up(j->bl.nc, g->nr);
+    /* no larger than a part: a small product packs into small blocks */
+    int64_t mc = round_up(j->bl.mc < j->rows_part ? j->bl.mc : j->rows_part, g->mr);
+    int64_t nc = round_up(j->bl.nc < j->cols_part ? j->bl.nc : j->cols_part, g->nr);
     int64_t kc = j->args->k < j->bl.kc ? j->args->k : j->bl.kc;
     sizes[0] = (size_t)(mc * (kc > 0 ? kc : 1) * g->size);
     sizes[1] = (size_t)((j->args->k > 0 ? j->args->k : 1) * nc * g->size);

@@ -144,6 +144,8 @@ static bool llvm_accepts(LLVMTargetRef target, const char *triple, const char *c
         close(fds[1]);
         LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelNone,
                                                           LLVMRelocPIC, LLVMCodeModelDefault);
+        if (tm) /* under valgrind the child's exit reports what it leaked, and fails */
+            LLVMDisposeTargetMachine(tm);
         _exit(tm ? 0 : 1);
     }
     close(fds[1]);
