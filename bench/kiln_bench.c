@@ -52,10 +52,11 @@ enum { WARMUPS = 2, MAX_REPS = 1000, TINY_BATCH = 1000 };
 static const char usage[] =
     "usage: kiln-bench [--workload NAME] [--device cpu|cuda] [--threads N] [--quick]\n"
     "                  [--reps N] [--compiles N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
-    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny matmul serve (default:\n"
-    "                   the first six and serve; on cuda matmul too, not serve); on the CPU matmul\n"
-    "                   is its own family: kiln's GEMM (KILN_MATMUL=kiln) against OpenBLAS as\n"
-    "                   found and with its best core type forced, a table only (no JSON)\n"
+    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny resnet50 resnet50_b16 gpt\n"
+    "                   train_mlp matmul serve (default: all but matmul, and serve; on cuda matmul\n"
+    "                   too, not serve); on the CPU matmul is its own family: kiln's GEMM\n"
+    "                   (KILN_MATMUL=kiln) against OpenBLAS as found and with its best core type\n"
+    "                   forced, a table only (no JSON)\n"
     "  --device D       cpu (default), or cuda: inputs on the GPU, GPU sizes (exits 2 without one)\n"
     "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
     "  --quick          small sizes, for CI: finishes in seconds\n"
@@ -613,8 +614,10 @@ static void measure(const workload *w, const options *opt, const bench_probes *p
     }
 
     kiln_scope_begin();
-    kiln_tensor *eager = NULL, *traced = NULL;
-    if (w->body(in, &eager, &state) != 0 || kiln_call(f, in, &traced) != 0)
+    kiln_tensor *eager = NULL, *traced = NULL, *saved[WORKLOAD_MAX_SAVED];
+    int n_saved = workload_save(&state, saved); /* a training step: both from the same weights */
+    if (n_saved < 0 || w->body(in, &eager, &state) != 0 || workload_restore(&state, saved, n_saved) < 0 ||
+        kiln_call(f, in, &traced) != 0)
         die(w->name);
     res->max_abs_diff = max_abs_diff(traced, eager);
     kiln_scope_end();
@@ -741,8 +744,9 @@ int main(int argc, char **argv)
         run.probes.copy_gbps = probe_copy_gbps(opt.quick, opt.threads, opt.reps);
         run.probes.sgemm_gflops = probe_sgemm_gflops(opt.quick, opt.reps);
     }
-    for (int i = 0; i <= workload_count; i++) {
-        const workload *w = i < workload_count ? &workloads[i] : &workload_matmul;
+    for (int i = 0; i < workload_count + 2; i++) {
+        const workload *w = i < workload_count ? &workloads[i] : i == workload_count ? &workload_train_mlp
+                                                                                    : &workload_matmul;
         bool wanted = opt.workload ? !strcmp(opt.workload, w->name) : w != &workload_matmul || device == KILN_CUDA;
         if (wanted)
             measure(w, &opt, &run.probes, &run.results[run.count++]);

@@ -2,8 +2,8 @@
 """Peer figures for kiln-bench: the standard workloads in PyTorch and numpy.
 
 Times each workload of kiln-bench (gelu, softmax, layernorm, mlp, attention,
-tiny, resnet50, resnet50_b16 and gpt, the models from bench/models.py, in
-torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
+tiny, train_mlp, and resnet50, resnet50_b16 and gpt, the models from
+bench/models.py, in torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
 function) and in numpy, with the same thread count for all, and writes the
 kiln-bench/1 JSON schema (docs/bench-json.md) so that `kiln-bench --compare`
 can put these runs beside kiln. Torch is optional: without it only numpy runs.
@@ -79,6 +79,15 @@ def matmul(ops, dims, a, b):
     return a @ b
 
 
+def train_mlp(ops, dims, x, labels, w1, b1, w2, b2):
+    """The loss of one training step: the mlp, then cross-entropy against one-hot labels,
+    log_softmax written as kiln's (its max shift carries no gradient)."""
+    logits = mlp(ops, dims, x, w1, b1, w2, b2)
+    shifted = logits - ops.row_max(logits).detach()
+    log_p = shifted - ops.log(ops.row_sum(ops.exp(shifted)))
+    return -(log_p * labels).sum(-1).mean()
+
+
 # The models (torch only), from bench/models.py, on random weights of their own
 # (not kiln's: tests/test_models.c compares the two on one set of weights).
 # resnet dims: (batch, image, width, classes, blocks...); gpt dims: (vocab,
@@ -134,6 +143,13 @@ WORKLOADS = [
     Workload("tiny", tiny, (64,), (64,), (64,),
              lambda d: str(d[0]),
              lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    # One AdamW step (lr 1e-3, weight decay 1e-2) of the mlp on one-hot labels (row i: class 7i mod m).
+    Workload("train_mlp", train_mlp, (32, 64, 256), (256, 1024, 4096), (4096, 2048, 8192),
+             lambda d: f"{d[0]}x{d[1]}, {d[1]}x{d[2]}",
+             lambda d: [((d[0], d[1]), 1.0, 0.0), ((d[0], d[1]), 0.0, 0.0),
+                        ((d[1], d[2]), WEIGHT_SCALE, 0.0), ((d[2],), WEIGHT_SCALE, 0.0),
+                        ((d[2], d[1]), WEIGHT_SCALE, 0.0), ((d[1],), WEIGHT_SCALE, 0.0)],
+             lambda d: 5 * 2 * d[0] * d[1] * d[2], True, True),
     Workload("matmul", matmul, (128,), (2048,), (8192,),
              lambda d: f"{d[0]}^3",
              lambda d: [((d[0], d[0]), 1.0, 0.0), ((d[0], d[0]), 1.0 / math.sqrt(d[0]), 0.0)],
@@ -171,7 +187,7 @@ class NumpyOps:
 class TorchOps:
     def __init__(self, torch):
         self.torch = torch
-        self.tanh, self.exp, self.sqrt = torch.tanh, torch.exp, torch.sqrt
+        self.tanh, self.exp, self.sqrt, self.log = torch.tanh, torch.exp, torch.sqrt, torch.log
         self.swap_last = lambda x: x.transpose(-1, -2)
 
     @staticmethod
@@ -322,6 +338,43 @@ def bench_torch(torch, np, workload, dims, reps, device):
     return result
 
 
+def bench_torch_train(torch, np, workload, dims, reps):
+    """train_mlp: zero_grad, the loss, backward and torch.optim.AdamW's step, with the
+    forward pass eager and as TorchScript (torch.jit.trace: autograd runs its backward)."""
+    result = blank_result(workload, dims, reps)
+    x, labels, *weights = [torch.from_numpy(a) for a in make_inputs(np, workload, dims)]
+    labels[torch.arange(dims[0]), torch.arange(dims[0]) * 7 % dims[1]] = 1.0
+    loss_fn = bind(workload, TorchOps(torch), dims)
+
+    def trainer(forward):
+        params = [w.clone().requires_grad_() for w in weights]
+        optimizer = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            loss = forward(x, labels, *params)
+            loss.backward()
+            optimizer.step()
+            return loss.detach()
+        return step, params
+
+    progress(f"torch eager {workload.name} {result['size']}")
+    eager, _ = trainer(loss_fn)
+    result["eager_ms"] = median_ms(timer(eager, [], 1), reps)
+    progress(f"TorchScript {workload.name} {result['size']}")
+    start = time.perf_counter()
+    params = [w.clone().requires_grad_() for w in weights]
+    script = torch.jit.trace(loss_fn, (x, labels, *params), check_trace=False)
+    traced, _ = trainer(script)
+    traced()
+    result["first_call_ms"] = 1e3 * (time.perf_counter() - start)
+    result["traced_ms"] = median_ms(timer(traced, [], 1), reps)
+    first_eager, _ = trainer(loss_fn)
+    first_traced, _ = trainer(script)
+    result["max_abs_diff"] = (first_traced() - first_eager()).abs().item()
+    return result
+
+
 # --- the run ---
 
 def parse_args():
@@ -428,7 +481,12 @@ def main():
         runs.append(make_run(f"numpy {np.__version__}", None, args))
     for w in selected:
         dims = w.quick if args.quick else w.gpu if cuda else w.full
-        if torch:
+        training = w.name.startswith("train_")
+        if torch and training and cuda:
+            runs[0]["workloads"].append(blank_result(w, dims, args.reps))
+        elif torch and training:
+            runs[0]["workloads"].append(bench_torch_train(torch, np, w, dims, args.reps))
+        elif torch:
             runs[0]["workloads"].append(bench_torch(torch, np, w, dims, args.reps, args.device))
         if not cuda and not w.torch_only:
             runs[-1]["workloads"].append(bench_numpy(np, w, dims, args.reps))

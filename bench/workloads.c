@@ -1,6 +1,6 @@
 /* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention,
- * tiny, resnet50 (batch 1 and 16) and gpt (bench/models.c); and matmul,
- * which kiln-bench alone runs.
+ * tiny, resnet50 (batch 1 and 16) and gpt (bench/models.c); and matmul and
+ * train_mlp, which kiln-bench alone runs.
  *
  * GPU sizes: gelu 2^28 and softmax 16384x16384 (1 GiB each, far past the
  * H200's 60 MB L2), layer norm 16384x4096 (256 MiB), the mlp of a 4096-token
@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* -- Bodies ---------------------------------------------------------------- */
@@ -40,6 +41,22 @@ static int mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
     kiln_tensor *const *w = ((const workload_state *)user)->weights;
     kiln_tensor *h = kiln_gelu(kiln_add(kiln_matmul(in[0], w[0]), w[1]));
     out[0] = kiln_add(kiln_matmul(h, w[2]), w[3]);
+    return out[0] ? 0 : -1;
+}
+
+/* mlp_body, then -mean(sum(log_softmax(logits) * labels)) against one-hot
+ * labels (in[1]), its gradient, and an AdamW step. */
+static int train_mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const workload_state *s = user;
+    kiln_tensor *logits = NULL;
+    if (kiln_optimizer_zero_grad(s->optimizer) < 0 || mlp_body(in, &logits, user) < 0)
+        return -1;
+    kiln_tensor *picked = kiln_sum(kiln_mul(kiln_log_softmax(logits, -1), in[1]), -1, false);
+    kiln_tensor *loss = kiln_neg(kiln_mean(picked, KILN_ALL, false));
+    if (kiln_backward(loss) < 0 || kiln_optimizer_step(s->optimizer) < 0)
+        return -1;
+    out[0] = kiln_detach(loss);
     return out[0] ? 0 : -1;
 }
 
@@ -151,6 +168,40 @@ static int mlp_setup(workload_size size, kiln_tensor **in, workload_state *s)
     snprintf(s->size, sizeof s->size, "%lldx%lld, %lldx%lld", (long long)m, (long long)k, (long long)k,
              (long long)h);
     return all_made(in, 1) | all_made(s->weights, 4);
+}
+
+/* AdamW as PyTorch's defaults have it, over the mlp's weights. */
+static int train_optimizer(workload_state *s)
+{
+    kiln_optimizer_free(s->optimizer);
+    s->optimizer = kiln_adamw(s->weights, 4, 1e-3, 0.9, 0.999, 1e-8, 1e-2);
+    return s->optimizer ? 0 : -1;
+}
+
+static int train_mlp_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    if (mlp_setup(size, in, s) < 0)
+        return -1;
+    int64_t m = s->gemms[0].m, k = s->gemms[0].k, h = s->gemms[0].n;
+    int64_t *classes = malloc((size_t)m * sizeof *classes);
+    if (!classes)
+        return -1;
+    for (int64_t i = 0; i < m; i++) /* row i's label: class 7i mod k, one-hot */
+        classes[i] = i * 7 % k;
+    kiln_scope_begin();
+    kiln_tensor *labels = kiln_unsqueeze(kiln_from_data(KILN_I64, 1, &m, classes), 1);
+    in[1] = kiln_keep(kiln_cast(kiln_eq(labels, kiln_arange(0, (double)k, 1, KILN_I64)), KILN_F32));
+    kiln_scope_end();
+    free(classes);
+    for (int i = 0; i < 4; i++)
+        if (kiln_requires_grad(s->weights[i], true) < 0)
+            return -1;
+    /* the products of the step: the forward two, then dW2, dh and dW1 */
+    s->gemms[2] = (workload_gemm){1, h, m, k};
+    s->gemms[3] = (workload_gemm){1, m, k, h};
+    s->gemms[4] = (workload_gemm){1, k, m, h};
+    s->n_gemms = 5;
+    return in[1] ? train_optimizer(s) : -1;
 }
 
 static int attention_setup(workload_size size, kiln_tensor **in, workload_state *s)
@@ -297,12 +348,16 @@ const workload workloads[] = {
 const int workload_count = (int)(sizeof workloads / sizeof *workloads);
 const int workload_kernels_count = 6;
 const workload workload_matmul = {"matmul", "f32 [n,n] @ [n,n]", 2, matmul_body, matmul_setup};
+const workload workload_train_mlp = {"train_mlp", "the mlp, cross-entropy, backward and AdamW", 2, train_mlp_body,
+                                     train_mlp_setup};
 
 const workload *workload_find(const char *name)
 {
     for (int i = 0; i < workload_count; i++)
         if (!strcmp(workloads[i].name, name))
             return &workloads[i];
+    if (!strcmp(workload_train_mlp.name, name))
+        return &workload_train_mlp;
     return strcmp(workload_matmul.name, name) ? NULL : &workload_matmul;
 }
 
@@ -330,7 +385,54 @@ int workload_to_device(const workload *w, kiln_tensor **in, workload_state *stat
     for (int i = 0; i < state->model.n; i++)
         if (move(&state->model.p[i], d) < 0)
             return -1;
-    return 0;
+    for (int i = 0; state->optimizer && i < WORKLOAD_MAX_WEIGHTS; i++)
+        if (kiln_requires_grad(state->weights[i], true) < 0)
+            return -1;
+    return state->optimizer ? train_optimizer(state) : 0; /* over the moved weights */
+}
+
+/* The tensors a training call changes: the weights, then the optimizer's state. */
+static int changed_by_calls(const workload_state *state, kiln_tensor **ts)
+{
+    if (!state->optimizer)
+        return 0;
+    int n = 0, count = kiln_optimizer_state_count(state->optimizer);
+    for (int i = 0; i < WORKLOAD_MAX_WEIGHTS && state->weights[i]; i++)
+        ts[n++] = state->weights[i];
+    for (int i = 0; i < count && n < WORKLOAD_MAX_SAVED; i++)
+        ts[n++] = kiln_optimizer_state(state->optimizer, i);
+    return n;
+}
+
+int workload_save(const workload_state *state, kiln_tensor **saved)
+{
+    kiln_tensor *ts[WORKLOAD_MAX_SAVED];
+    int n = changed_by_calls(state, ts);
+    int status = 0;
+    kiln_no_grad_begin();
+    kiln_scope_begin();
+    for (int i = 0; i < n; i++)
+        status |= (saved[i] = kiln_keep(kiln_add_scalar(ts[i], 0))) ? 0 : -1; /* a copy */
+    kiln_scope_end();
+    kiln_no_grad_end();
+    if (status < 0)
+        for (int i = 0; i < n; i++)
+            kiln_release(saved[i]);
+    return status < 0 ? -1 : n;
+}
+
+int workload_restore(workload_state *state, kiln_tensor **saved, int n)
+{
+    kiln_tensor *ts[WORKLOAD_MAX_SAVED];
+    int status = changed_by_calls(state, ts) == n ? 0 : -1;
+    kiln_no_grad_begin();
+    for (int i = 0; i < n; i++) {
+        if (status == 0)
+            status = kiln_assign(ts[i], saved[i]);
+        kiln_release(saved[i]);
+    }
+    kiln_no_grad_end();
+    return status;
 }
 
 void workload_free(const workload *w, kiln_tensor **in, workload_state *state)
@@ -340,4 +442,6 @@ void workload_free(const workload *w, kiln_tensor **in, workload_state *state)
     for (int i = 0; i < WORKLOAD_MAX_WEIGHTS; i++)
         kiln_release(state->weights[i]);
     model_free(&state->model);
+    kiln_optimizer_free(state->optimizer);
+    state->optimizer = NULL;
 }

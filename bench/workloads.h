@@ -25,6 +25,7 @@ typedef struct {
     model_params model;   /* a model's parameters (resnet50, gpt), captured */
     const void *config;   /* its resnet_config or gpt_config */
     char size[64]; /* the size, for people */
+    kiln_optimizer *optimizer; /* a training workload's, over the weights; else NULL */
 } workload_state;
 
 /* QUICK: milliseconds on a CPU, for CI and tests; FULL: a CPU benchmark's;
@@ -53,8 +54,20 @@ extern const int workload_kernels_count;
  * workload; kiln-bench times it on CUDA, and on a CPU when named. */
 extern const workload workload_matmul;
 
-/* The workload called name, matmul included, or NULL. */
+/* One training step of the mlp (issue: autograd): cross-entropy against
+ * one-hot labels, backward, AdamW; not standard either (each call changes
+ * its weights). Its output is the loss before the step. */
+extern const workload workload_train_mlp;
+
+/* The workload called name, matmul and train_mlp included, or NULL. */
 const workload *workload_find(const char *name);
+/* Copies of what a call of w changes in state (a training workload's
+ * weights and optimizer state) into saved, at most WORKLOAD_MAX_SAVED; how
+ * many, or -1 with kiln's error set. workload_restore puts them back and
+ * releases them, so that two runs can start from the same weights. */
+enum { WORKLOAD_MAX_SAVED = 16 };
+int workload_save(const workload_state *state, kiln_tensor **saved);
+int workload_restore(workload_state *state, kiln_tensor **saved, int n);
 /* Moves the inputs and the state's weights to device d, releasing the copies
  * they leave; 0, or -1 with kiln's error set (some may have moved). */
 int workload_to_device(const workload *w, kiln_tensor **in, workload_state *state, kiln_device d);

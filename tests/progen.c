@@ -845,9 +845,9 @@ static bool gen_row_norm(gen *g, instr *ins, vtype *out)
     int *affine[2] = {&ins->b, &ins->c};
     for (int i = 0; i < (ins->op == PROGEN_RMS_NORM ? 1 : 2); i++) {
         int n = 0;
-        vtype t;
         for (int v = 0; v < n_values(g); v++) {
             const vtype *u = type_of(g, v);
+            vtype t;
             if (u->ndim <= last.ndim && broadcast(&last, u, &t) && t.ndim == last.ndim &&
                 !memcmp(t.shape, last.shape, (size_t)last.ndim * sizeof *t.shape))
                 g->cand[n++] = v;

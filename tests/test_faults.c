@@ -24,24 +24,24 @@ static kiln_tensor *workload(void)
     return out;
 }
 
-START_TEST(test_every_allocation_failure_is_reported_and_leaks_nothing)
+/* Every allocation of fn's work failing in turn: each reported, none leaking. */
+static void fail_each_allocation(kiln_tensor *(*fn)(void), int at_least)
 {
-    kiln_tensor *reference = workload();
+    kiln_tensor *reference = fn();
     ck_assert_ptr_nonnull(reference);
     double expected = kiln_item(reference);
     kiln_release(reference);
     int64_t tensors = kiln_live_tensors(), bytes = kiln_live_bytes();
-
     int failures = 0;
     for (int64_t n = 0;; n++) {
         kiln_clear_error();
         core_alloc_fail_after(n);
-        kiln_tensor *out = workload();
+        kiln_tensor *out = fn();
         core_alloc_fail_after(-1);
-        ck_assert_msg(kiln_live_tensors() == tensors + (out != NULL), "leak after %lld allocations",
-                      (long long)n);
+        ck_assert_msg(kiln_live_tensors() == tensors + (out != NULL), "leak after %lld allocations (%s) %lld",
+                      (long long)n, kiln_last_error(), (long long)(kiln_live_tensors() - tensors));
         ck_assert_int_eq(kiln_live_bytes(), bytes + (out ? 4 : 0));
-        if (out) { /* n allocations were enough: the run succeeded */
+        if (out) {
             ck_assert_double_eq_tol(kiln_item(out), expected, 1e-3 * fabs(expected));
             kiln_release(out);
             break;
@@ -50,7 +50,42 @@ START_TEST(test_every_allocation_failure_is_reported_and_leaks_nothing)
                       (long long)n, kiln_last_error());
         failures++;
     }
-    ck_assert_int_gt(failures, 50);
+    ck_assert_int_gt(failures, at_least);
+}
+
+START_TEST(test_every_allocation_failure_is_reported_and_leaks_nothing)
+{
+    fail_each_allocation(workload, 50);
+}
+END_TEST
+
+/* A training step: a forward pass on a leaf, its gradient, an SGD step
+ * with momentum; the new weights summed. */
+static kiln_tensor *training(void)
+{
+    kiln_scope_begin();
+    kiln_tensor *w = kiln_randn(2, (int64_t[]){4, 3}, 3), *x = kiln_randn(2, (int64_t[]){5, 4}, 4);
+    kiln_optimizer *opt = NULL;
+    kiln_tensor *out = NULL;
+    if (!x || !w || kiln_requires_grad(w, true) < 0) /* a success clears the error of a failure before it */
+        goto done;
+    kiln_tensor *loss = kiln_sum(kiln_softmax(kiln_tanh(kiln_matmul(x, w)), -1), 0, false);
+    if (!loss || kiln_backward(kiln_mean(loss, KILN_ALL, false)) < 0)
+        goto done;
+    if (!(opt = kiln_sgd(&w, 1, 0.1, 0.9, 0.01, true)) || kiln_optimizer_step(opt) < 0)
+        goto done;
+    kiln_no_grad_begin(); /* a result with a record would keep w alive */
+    out = kiln_keep(kiln_add(kiln_sum(w, KILN_ALL, false), kiln_sum(kiln_grad(w), KILN_ALL, false)));
+    kiln_no_grad_end();
+done:
+    kiln_optimizer_free(opt);
+    kiln_scope_end();
+    return out;
+}
+
+START_TEST(test_training_step_allocation_failures)
+{
+    fail_each_allocation(training, 50);
 }
 END_TEST
 
@@ -60,6 +95,7 @@ static Suite *faults_suite(void)
     TCase *tc = tcase_create("out of memory");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_every_allocation_failure_is_reported_and_leaks_nothing);
+    tcase_add_test(tc, test_training_step_allocation_failures);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -580,6 +580,69 @@ KILN_API kiln_tensor *kiln_softplus(kiln_tensor *a, double beta, double threshol
  * (and so into every view of its storage). Returns 0 or a negative error. */
 KILN_API int kiln_assign(kiln_tensor *dst, kiln_tensor *src);
 
+/* -- Gradients ------------------------------------------------------------- *
+ * Reverse mode over a tape, as PyTorch's autograd: ops on tensors that need
+ * gradients remember how to differentiate themselves, and kiln_backward walks
+ * that record from a loss to the leaves. The backward pass is made of kiln
+ * ops, so inside a marked function it traces, fuses and compiles like the
+ * forward one. Gradients accumulate across backward calls until cleared. The
+ * record stays while the tensors computed lives (kiln_backward may be called
+ * on it again, as PyTorch's retain_graph=True). Inside a marked body,
+ * gradients belong to that trace: they start from none and are not kept after
+ * the call (use them there, in an optimizer step, or return them). */
+
+/* Makes float leaf t record the ops applied to it (on) or stop (off). */
+KILN_API int kiln_requires_grad(kiln_tensor *t, bool on);
+/* Whether gradients flow to t: a leaf marked with kiln_requires_grad, or a
+ * result computed from one while gradients were recorded. */
+KILN_API bool kiln_needs_grad(const kiln_tensor *t);
+/* Accumulates d loss / d leaf into every leaf loss depends on; loss is a 0-d
+ * float tensor. 0 or a negative error. */
+KILN_API int kiln_backward(kiln_tensor *loss);
+/* The same from n outputs, grads[i] (outputs[i]'s shape) seeding outputs[i];
+ * grads or grads[i] NULL seeds a 0-d output with 1. */
+KILN_API int kiln_backward_with(kiln_tensor *const *outputs, kiln_tensor *const *grads, int n);
+/* Leaf t's accumulated gradient: a new reference to it (kiln_backward makes
+ * a new one each time, it never writes into one handed out); NULL, and a
+ * message, when there is none yet. */
+KILN_API kiln_tensor *kiln_grad(kiln_tensor *t);
+/* Clears t's gradient (as PyTorch's set_to_none): the next kiln_backward
+ * starts it afresh. */
+KILN_API int kiln_zero_grad(kiln_tensor *t);
+/* t's values without its record: a new tensor sharing t's data that needs no
+ * gradient. */
+KILN_API kiln_tensor *kiln_detach(kiln_tensor *t);
+/* Between these calls (which nest) this thread's ops record no gradients. */
+KILN_API void kiln_no_grad_begin(void);
+KILN_API void kiln_no_grad_end(void);
+
+/* Optimizers over n float leaves (retained) that step with their gradients;
+ * written with kiln ops and kiln_assign, so that a step inside a marked body
+ * traces and writes the parameters back on every call. The learning rate is
+ * a 0-d tensor that every step reads: kiln_optimizer_set_lr never retraces.
+ * kiln_sgd follows torch.optim.SGD (dampening 0), kiln_adamw torch.optim.AdamW. */
+typedef struct kiln_optimizer kiln_optimizer;
+KILN_API kiln_optimizer *kiln_sgd(kiln_tensor *const *params, int n, double lr, double momentum,
+                                  double weight_decay, bool nesterov);
+KILN_API kiln_optimizer *kiln_adamw(kiln_tensor *const *params, int n, double lr, double beta1,
+                                    double beta2, double eps, double weight_decay);
+/* Updates every parameter that has a gradient; parameters without are left. */
+KILN_API int kiln_optimizer_step(kiln_optimizer *o);
+/* kiln_zero_grad of every parameter. */
+KILN_API int kiln_optimizer_zero_grad(kiln_optimizer *o);
+KILN_API int kiln_optimizer_set_lr(kiln_optimizer *o, double lr);
+/* The optimizer's state, for checkpoints (kiln_save_npy each, kiln_assign to
+ * restore): count, and tensor i borrowed; per parameter in order its buffers
+ * (SGD with momentum: the momentum; AdamW: exp_avg then exp_avg_sq), then
+ * AdamW's step count, beta1 ** step and beta2 ** step, then the learning rate. */
+KILN_API int kiln_optimizer_state_count(const kiln_optimizer *o);
+KILN_API kiln_tensor *kiln_optimizer_state(const kiln_optimizer *o, int i);
+KILN_API void kiln_optimizer_free(kiln_optimizer *o);
+/* Scales the gradients of the n params so that their global L2 norm is at
+ * most max_norm (torch.nn.utils.clip_grad_norm_); returns the norm before,
+ * a new 0-d tensor. Traces inside marked bodies. */
+KILN_API kiln_tensor *kiln_clip_grad_norm(kiln_tensor *const *params, int n, double max_norm);
+
 /* -- Marked functions ------------------------------------------------------ *
  * kiln_jit marks a body for compilation; kiln_call traces it once per input
  * signature (dtype, shape and device of each input) into a graph, optimises

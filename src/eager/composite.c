@@ -58,13 +58,19 @@ kiln_tensor *composite_float(kiln_tensor *a)
 }
 
 /* x less its maximum along axis, so that exp cannot overflow; an empty axis
- * has no maximum, and its softmax no element to shift. */
+ * has no maximum, and its softmax no element to shift. The shift changes
+ * no result, so its gradient is zero: it is not recorded. */
 static kiln_tensor *shifted(kiln_tensor *x, int axis)
 {
     if (!x)
         return NULL;
     int64_t extent = x->ndim == 0 ? 1 : x->shape[axis < 0 ? axis + x->ndim : axis];
-    return extent == 0 ? x : kiln_sub(x, kiln_max(x, axis, true));
+    if (extent == 0)
+        return x;
+    kiln_no_grad_begin();
+    kiln_tensor *max = kiln_max(x, axis, true);
+    kiln_no_grad_end();
+    return kiln_sub(x, max);
 }
 
 kiln_tensor *kiln_softmax(kiln_tensor *a, int axis)

@@ -70,7 +70,9 @@ static kiln_tensor *dispatch(const ir_node *n, kiln_tensor *const *in)
 
 kiln_tensor *eager_dispatch(const ir_node *node, kiln_tensor *const *operands)
 {
+    kiln_no_grad_begin(); /* a graph's nodes run for their values only */
     kiln_tensor *t = dispatch(node, operands);
+    kiln_no_grad_end();
     eager_disown(t);
     return t;
 }

@@ -10,6 +10,7 @@
 /* Reference-counted memory that views share. */
 typedef struct {
     _Atomic int refs;
+    _Atomic unsigned version; /* kiln_assign bumps it: saved values changed under autograd */
     kiln_device device;
     size_t nbytes;
     size_t device_bytes; /* CUDA: the allocator's block size */
@@ -40,6 +41,11 @@ struct kiln_tensor {
     eager_trace *trace;   /* a tracer's trace (it holds a reference), else NULL */
     ir_ref node;          /* a tracer's node in that trace's graph */
     int32_t tracer_slot;  /* a tracer's place in its trace's list of live tracers */
+    /* Gradients (autograd.c): a leaf marked by kiln_requires_grad, or the
+     * record of the op that computed t (retained); a leaf's gradient (owned). */
+    bool requires_grad;
+    struct grad_node *grad_fn;
+    kiln_tensor *grad;
 };
 
 /* Bytes per element. */
@@ -116,6 +122,9 @@ void eager_note_shape_read(const kiln_tensor *t);
 void eager_trace_activate(eager_trace *trace);
 eager_trace *eager_active_trace(void);
 void eager_trace_release(eager_trace *trace);
+/* The body of trace returned: its tracers are dead, and the gradients it
+ * kept for its leaves are dropped. */
+void eager_trace_finish(eager_trace *trace);
 /* A new unowned tracer of trace (which gains a reference) for node. */
 kiln_tensor *eager_tracer_new(eager_trace *trace, ir_ref node, kiln_dtype dt, int ndim,
                               const int64_t *shape);

@@ -326,7 +326,7 @@ static kiln_tensor *record_elementwise(const char *fn, ir_op op, int n, kiln_ten
     return record_op(fn, op, n, in, NULL, dt, ndim, shape);
 }
 
-static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor *b)
+static kiln_tensor *binary_value(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor *b)
 {
     kiln_tensor *operands[2] = {a, b};
     if (check_operands(fn, 2, operands, operand_names) < 0)
@@ -343,7 +343,13 @@ static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor
     return tensor_own(apply(fn, op, ir_ops[op].flags & FLAG_TRANSCENDENTAL, 2, in, in_dt, (kiln_dtype)result));
 }
 
-static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
+/* The op's result, with its gradient record where it needs one. */
+static kiln_tensor *binary(ir_op op, const char *fn, kiln_tensor *a, kiln_tensor *b)
+{
+    return grad_track(op, 2, (kiln_tensor *[]){a, b}, NULL, binary_value(op, fn, a, b));
+}
+
+static kiln_tensor *unary_value(ir_op op, const char *fn, kiln_tensor *a)
 {
     if (check_operands(fn, 1, &a, operand_names) < 0)
         return NULL;
@@ -355,6 +361,11 @@ static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
         return record_op(fn, op, 1, &a, NULL, (kiln_dtype)result, a->ndim, a->shape);
     kiln_dtype compute = (kiln_dtype)result;
     return tensor_own(apply(fn, op, ir_ops[op].flags & FLAG_TRANSCENDENTAL, 1, in, &compute, compute));
+}
+
+static kiln_tensor *unary(ir_op op, const char *fn, kiln_tensor *a)
+{
+    return grad_track(op, 1, &a, NULL, unary_value(op, fn, a));
 }
 
 #define OP_BINARY(N, n, flags, rule)                                  \
@@ -457,10 +468,10 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
     }
     kiln_dtype dt = ir_promote(a->dtype, rank_class(a), b->dtype, rank_class(b));
     if (recording())
-        return record_elementwise(fn, OP_WHERE, 3, operands, dt);
+        return grad_track(OP_WHERE, 3, operands, NULL, record_elementwise(fn, OP_WHERE, 3, operands, dt));
     const kiln_tensor *in[3] = {cond, a, b};
     kiln_dtype in_dt[3] = {KILN_BOOL, dt, dt};
-    return tensor_own(apply(fn, OP_WHERE, false, 3, in, in_dt, dt));
+    return grad_track(OP_WHERE, 3, operands, NULL, tensor_own(apply(fn, OP_WHERE, false, 3, in, in_dt, dt)));
 }
 
 kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt)
@@ -470,8 +481,8 @@ kiln_tensor *kiln_cast(kiln_tensor *a, kiln_dtype dt)
     if (a->dtype == dt)
         return tensor_own(kiln_retain(a));
     if (recording())
-        return record_op("kiln_cast", OP_CAST, 1, &a, NULL, dt, a->ndim, a->shape);
-    return tensor_own(copy_as("kiln_cast", a, dt));
+        return grad_track(OP_CAST, 1, &a, NULL, record_op("kiln_cast", OP_CAST, 1, &a, NULL, dt, a->ndim, a->shape));
+    return grad_track(OP_CAST, 1, &a, NULL, tensor_own(copy_as("kiln_cast", a, dt)));
 }
 
 kiln_tensor *kiln_contiguous(kiln_tensor *a)
@@ -480,7 +491,7 @@ kiln_tensor *kiln_contiguous(kiln_tensor *a)
         return NULL;
     if (recording() || eager_is_contiguous(a)) /* traced values have no layout */
         return tensor_own(kiln_retain(a));
-    return tensor_own(copy_as("kiln_contiguous", a, a->dtype));
+    return grad_track(OP_CONTIGUOUS, 1, &a, NULL, tensor_own(copy_as("kiln_contiguous", a, a->dtype)));
 }
 
 int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
@@ -497,12 +508,13 @@ int kiln_assign(kiln_tensor *dst, kiln_tensor *src)
                              describe(buf, dst));
         }
     }
-    if ((status = check_broadcasts_to("kiln_assign", src, dst)) < 0)
+    if ((status = check_broadcasts_to("kiln_assign", src, dst)) < 0 || (status = grad_check_assign(dst, src)) < 0)
         return status;
-    if (recording())
+    if (recording()) {
         status = eager_active_trace()->record_assign(eager_active_trace(), dst, src);
-    else
-        status = copy_into("kiln_assign", dst, src);
+    } else if ((status = copy_into("kiln_assign", dst, src)) == 0) {
+        atomic_fetch_add_explicit(&dst->storage->version, 1, memory_order_relaxed);
+    }
     if (status == 0)
         core_succeeded();
     return status;

@@ -225,7 +225,7 @@ static kiln_tensor *gathered(const char *fn, const kiln_tensor *data, const kiln
     return out;
 }
 
-kiln_tensor *kiln_gather(kiln_tensor *a, int axis, kiln_tensor *index)
+static kiln_tensor *gather_value(kiln_tensor *a, int axis, kiln_tensor *index)
 {
     const char *fn = "kiln_gather";
     kiln_tensor *operands[2] = {a, index};
@@ -250,7 +250,7 @@ kiln_tensor *kiln_gather(kiln_tensor *a, int axis, kiln_tensor *index)
     return tensor_own(gathered(fn, a, index, axis, index->ndim, index->shape, index->strides));
 }
 
-kiln_tensor *kiln_index_select(kiln_tensor *a, int axis, kiln_tensor *index)
+static kiln_tensor *index_select_value(kiln_tensor *a, int axis, kiln_tensor *index)
 {
     const char *fn = "kiln_index_select";
     kiln_tensor *operands[2] = {a, index};
@@ -320,7 +320,7 @@ static int check_scatter(const char *fn, const kiln_tensor *a, int axis, const k
     return 0;
 }
 
-kiln_tensor *kiln_scatter_add(kiln_tensor *a, int axis, kiln_tensor *index, kiln_tensor *src)
+static kiln_tensor *scatter_add_value(kiln_tensor *a, int axis, kiln_tensor *index, kiln_tensor *src)
 {
     const char *fn = "kiln_scatter_add";
     kiln_tensor *operands[3] = {a, index, src};
@@ -389,4 +389,30 @@ kiln_tensor *kiln_masked_fill(kiln_tensor *a, kiln_tensor *mask, double value)
     composite_begin();
     kiln_tensor *fill = eager_filled(fn, a->dtype, 0, NULL, value, a->device);
     return composite_end(fn, kiln_where(mask, fill, a));
+}
+
+/* -- With gradient records ------------------------------------------------------ */
+
+/* The op's result (out) with its record, the axis resolved as the op did. */
+static kiln_tensor *tracked(ir_op op, int n, kiln_tensor *const *in, int axis, kiln_tensor *out)
+{
+    if (!out)
+        return NULL;
+    ir_params params = {.axis = axis < 0 ? axis + (in[0]->ndim ? in[0]->ndim : 1) : axis};
+    return grad_track(op, n, in, &params, out);
+}
+
+kiln_tensor *kiln_gather(kiln_tensor *a, int axis, kiln_tensor *index)
+{
+    return tracked(OP_GATHER, 2, (kiln_tensor *[]){a, index}, axis, gather_value(a, axis, index));
+}
+
+kiln_tensor *kiln_index_select(kiln_tensor *a, int axis, kiln_tensor *index)
+{
+    return tracked(OP_INDEX_SELECT, 2, (kiln_tensor *[]){a, index}, axis, index_select_value(a, axis, index));
+}
+
+kiln_tensor *kiln_scatter_add(kiln_tensor *a, int axis, kiln_tensor *index, kiln_tensor *src)
+{
+    return tracked(OP_SCATTER_ADD, 3, (kiln_tensor *[]){a, index, src}, axis, scatter_add_value(a, axis, index, src));
 }

@@ -54,6 +54,22 @@ static inline ir_rank_class rank_class(const kiln_tensor *t)
     return t->literal ? IR_SCALAR : t->ndim == 0 ? IR_ZERO_DIM : IR_DIMS;
 }
 
+/* -- autograd.c: the tape -------------------------------------------------- */
+
+/* Gives out, the result of op on the n operands (params as the graph's node
+ * would hold them), its gradient record when gradients are recorded and an
+ * operand needs them. Returns out, or NULL (out released) with an error. */
+kiln_tensor *grad_track(ir_op op, int n, kiln_tensor *const *in, const ir_params *params, kiln_tensor *out);
+/* Drops t's record and gradient (t is being freed). */
+void grad_forget(kiln_tensor *t);
+/* Leaf t's gradient where kiln_grad would find it (borrowed), or NULL. */
+kiln_tensor *grad_peek(kiln_tensor *t);
+/* Makes g leaf t's gradient (which takes a reference of its own); 0 or -1. */
+int grad_replace(kiln_tensor *t, kiln_tensor *g);
+/* kiln_assign's check: fn's error when writing src into dst would lose or
+ * corrupt gradients; 0 else. */
+int grad_check_assign(const kiln_tensor *dst, const kiln_tensor *src);
+
 /* -- convert.c: dtype conversion and strided walks --------------------------- */
 
 /* Converts n elements of src_dt read every src_stride elements into dst (contiguous). */

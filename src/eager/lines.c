@@ -86,7 +86,7 @@ static kiln_tensor *cumsum_cuda(const char *fn, kiln_tensor *a, int axis, kiln_d
     return out;
 }
 
-kiln_tensor *kiln_cumsum(kiln_tensor *a, int axis)
+static kiln_tensor *cumsum_value(kiln_tensor *a, int axis)
 {
     const char *fn = "kiln_cumsum";
     if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0 || line_axis(fn, a, axis, &axis) < 0)
@@ -112,6 +112,14 @@ kiln_tensor *kiln_cumsum(kiln_tensor *a, int axis)
     }
     kiln_release(acc);
     return tensor_own(out);
+}
+
+/* The running sums, with their gradient record where they need one. */
+kiln_tensor *kiln_cumsum(kiln_tensor *a, int axis)
+{
+    kiln_tensor *out = cumsum_value(a, axis);
+    ir_params params = {.axis = out && axis < 0 ? axis + a->ndim : axis};
+    return out && a->ndim > 0 ? grad_track(OP_CUMSUM, 1, &a, &params, out) : out;
 }
 
 /* -- top-k ------------------------------------------------------------------- */

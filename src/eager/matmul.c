@@ -401,7 +401,7 @@ static kiln_tensor *matmul(const char *fn, kiln_tensor *a, kiln_tensor *b, const
 
 kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
 {
-    return matmul("kiln_matmul", a, b, &(row_blocks){0});
+    return grad_track(OP_MATMUL, 2, (kiln_tensor *[]){a, b}, NULL, matmul("kiln_matmul", a, b, &(row_blocks){0}));
 }
 
 kiln_tensor *eager_matmul_blocks(const char *fn, kiln_tensor *a, kiln_tensor *b, int64_t block_rows,

@@ -109,17 +109,17 @@ kiln_tensor *kiln_reshape(kiln_tensor *a, int ndim, const int64_t *req)
         ir_params params = {0};
         for (int d = 0; d < ndim; d++)
             params.perm[d] = req[d] == -1 ? IR_SIZE_INFERRED : IR_SIZE_GIVEN;
-        return record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, ndim, shape);
+        return grad_track(OP_RESHAPE, 1, &a, NULL, record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, ndim, shape));
     }
     if (view_strides(a, ndim, shape, strides))
-        return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
+        return grad_track(OP_RESHAPE, 1, &a, NULL, tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset)));
     kiln_tensor *copy = copy_as(fn, a, a->dtype);
     if (!copy)
         return NULL;
     view_strides(copy, ndim, shape, strides); /* always fits a contiguous copy */
     kiln_tensor *out = tensor_view(fn, copy, ndim, shape, strides, 0);
     kiln_release(copy);
-    return tensor_own(out);
+    return grad_track(OP_RESHAPE, 1, &a, NULL, tensor_own(out));
 }
 
 /* -- Axis permutations ----------------------------------------------------- */
@@ -150,8 +150,8 @@ kiln_tensor *kiln_permute(kiln_tensor *a, const int *perm)
         params.perm[i] = axis;
     }
     if (recording())
-        return record_op(fn, OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
-    return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
+        return grad_track(OP_PERMUTE, 1, &a, &params, record_op(fn, OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape));
+    return grad_track(OP_PERMUTE, 1, &a, &params, tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset)));
 }
 
 kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1)
@@ -167,13 +167,12 @@ kiln_tensor *kiln_transpose(kiln_tensor *a, int axis0, int axis1)
     memcpy(strides, a->strides, sizeof strides);
     shape[i] = a->shape[j], shape[j] = a->shape[i];
     strides[i] = a->strides[j], strides[j] = a->strides[i];
-    if (recording()) {
-        ir_params params = {0};
-        for (int d = 0; d < a->ndim; d++)
-            params.perm[d] = d == i ? j : d == j ? i : d;
-        return record_op(fn, OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape);
-    }
-    return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset));
+    ir_params params = {0};
+    for (int d = 0; d < a->ndim; d++)
+        params.perm[d] = d == i ? j : d == j ? i : d;
+    if (recording())
+        return grad_track(OP_PERMUTE, 1, &a, &params, record_op(fn, OP_PERMUTE, 1, &a, &params, a->dtype, a->ndim, shape));
+    return grad_track(OP_PERMUTE, 1, &a, &params, tensor_own(tensor_view(fn, a, a->ndim, shape, strides, a->offset)));
 }
 
 /* -- Broadcast, slice, squeeze --------------------------------------------- */
@@ -223,8 +222,8 @@ kiln_tensor *kiln_expand(kiln_tensor *a, int ndim, const int64_t *req)
         return NULL;
     }
     if (recording())
-        return record_op(fn, OP_EXPAND, 1, &a, &params, a->dtype, ndim, shape);
-    return tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset));
+        return grad_track(OP_EXPAND, 1, &a, NULL, record_op(fn, OP_EXPAND, 1, &a, &params, a->dtype, ndim, shape));
+    return grad_track(OP_EXPAND, 1, &a, NULL, tensor_own(tensor_view(fn, a, ndim, shape, strides, a->offset)));
 }
 
 /* Python's clamping of slice bounds for a size-n axis. */
@@ -263,11 +262,10 @@ kiln_tensor *kiln_slice(kiln_tensor *a, int axis, int64_t start, int64_t stop, i
     if (len > 1) /* then |step| < n, and the product stays within the storage */
         strides[axis] = a->strides[axis] * step;
     int64_t offset = a->offset + (len ? start * a->strides[axis] : 0);
-    if (recording()) {
-        ir_params params = {.axis = axis, .start = len ? start : 0, .step = step};
-        return record_op(fn, OP_SLICE, 1, &a, &params, a->dtype, a->ndim, shape);
-    }
-    return tensor_own(tensor_view(fn, a, a->ndim, shape, strides, offset));
+    ir_params params = {.axis = axis, .start = len ? start : 0, .step = step};
+    if (recording())
+        return grad_track(OP_SLICE, 1, &a, &params, record_op(fn, OP_SLICE, 1, &a, &params, a->dtype, a->ndim, shape));
+    return grad_track(OP_SLICE, 1, &a, &params, tensor_own(tensor_view(fn, a, a->ndim, shape, strides, offset)));
 }
 
 kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis)
@@ -296,8 +294,8 @@ kiln_tensor *kiln_squeeze(kiln_tensor *a, int axis)
         strides[n++] = a->strides[d];
     }
     if (recording())
-        return record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, n, shape);
-    return tensor_own(tensor_view(fn, a, n, shape, strides, a->offset));
+        return grad_track(OP_RESHAPE, 1, &a, NULL, record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, n, shape));
+    return grad_track(OP_RESHAPE, 1, &a, NULL, tensor_own(tensor_view(fn, a, n, shape, strides, a->offset)));
 }
 
 kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis)
@@ -325,8 +323,8 @@ kiln_tensor *kiln_unsqueeze(kiln_tensor *a, int axis)
         strides[d] = a->strides[k++];
     }
     if (recording())
-        return record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, a->ndim + 1, shape);
-    return tensor_own(tensor_view(fn, a, a->ndim + 1, shape, strides, a->offset));
+        return grad_track(OP_RESHAPE, 1, &a, NULL, record_op(fn, OP_RESHAPE, 1, &a, &params, a->dtype, a->ndim + 1, shape));
+    return grad_track(OP_RESHAPE, 1, &a, NULL, tensor_own(tensor_view(fn, a, a->ndim + 1, shape, strides, a->offset)));
 }
 
 /* -- Concat ---------------------------------------------------------------- */
@@ -387,10 +385,9 @@ kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis)
     int64_t shape[KILN_MAX_DIMS];
     if (concat_shape(fn, ts, n, axis, shape) < 0)
         return NULL;
-    if (recording()) {
-        ir_params params = {.axis = axis};
-        return record_op(fn, OP_CONCAT, n, ts, &params, dt, ts[0]->ndim, shape);
-    }
+    ir_params params = {.axis = axis};
+    if (recording())
+        return grad_track(OP_CONCAT, n, ts, &params, record_op(fn, OP_CONCAT, n, ts, &params, dt, ts[0]->ndim, shape));
     kiln_device device;
     if (cuda_operands_device(fn, n, (const kiln_tensor *const *)ts, &device) < 0)
         return NULL;
@@ -410,5 +407,5 @@ kiln_tensor *kiln_concat(kiln_tensor *const *ts, int n, int axis)
             return tensor_drop(out);
         at += ts[i]->shape[axis];
     }
-    return tensor_own(out);
+    return grad_track(OP_CONCAT, n, ts, &params, tensor_own(out));
 }

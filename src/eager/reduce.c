@@ -298,7 +298,7 @@ static kiln_tensor *(*const one_axis[OP__COUNT])(kiln_tensor *, int, bool) = {
 #include "ir/ops.def"
 };
 
-static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
+static kiln_tensor *reduce_value(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
 {
     if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0)
         return NULL;
@@ -367,6 +367,22 @@ static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, b
     kiln_release(acc);
     kiln_release(in);
     return tensor_own(out);
+}
+
+/* The reduction, with its gradient record where it needs one (a 0-d
+ * operand's axis 0 or -1 is every axis, as reduce_value takes it; a set of
+ * axes is reduced one at a time, each recording its own). */
+static kiln_tensor *reduce(ir_op op, const char *fn, kiln_tensor *a, int axis, bool keepdim)
+{
+    kiln_tensor *out = reduce_value(op, fn, a, axis, keepdim);
+    if (!out || eager_is_axes(axis))
+        return out;
+    if (a->ndim == 0)
+        axis = KILN_ALL;
+    else if (axis < 0 && axis != KILN_ALL)
+        axis += a->ndim;
+    ir_params params = {.axis = axis, .keepdim = keepdim};
+    return grad_track(op, 1, &a, &params, out);
 }
 
 #define OP_REDUCE(N, n, flags, rule)                                  \

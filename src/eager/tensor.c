@@ -31,6 +31,7 @@ static eager_storage *storage_new(size_t nbytes)
         }
     }
     atomic_init(&s->refs, 1);
+    atomic_init(&s->version, 0);
     s->device = KILN_CPU;
     s->nbytes = nbytes;
     int64_t now = atomic_fetch_add_explicit(&live_bytes, (int64_t)nbytes, memory_order_relaxed) + (int64_t)nbytes;
@@ -54,6 +55,7 @@ static eager_storage *storage_new_cuda(size_t nbytes, char *why, size_t why_size
         return NULL;
     }
     atomic_init(&s->refs, 1);
+    atomic_init(&s->version, 0);
     s->device = KILN_CUDA;
     s->nbytes = nbytes;
     return s;
@@ -108,6 +110,9 @@ static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, 
     t->born_in_trace = false;
     t->trace = NULL;
     t->node = 0;
+    t->requires_grad = false;
+    t->grad_fn = NULL;
+    t->grad = NULL;
     atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
     return t;
 }
@@ -236,6 +241,7 @@ static void release(kiln_tensor *t)
         return;
     if (t->storage)
         storage_release(t->storage);
+    grad_forget(t);
     if (t->trace) {
         t->trace->forget(t->trace, t);
         eager_trace_release(t->trace);

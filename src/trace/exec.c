@@ -547,8 +547,10 @@ static int write_back(const executable *x, kiln_tensor **values)
         if (!sources[i])
             status = core_error_status();
     }
+    kiln_no_grad_begin(); /* as the body assigned: parameters that need gradients may be written */
     for (int i = 0; i < n && status == 0; i++)
         status = kiln_assign(x->captures[x->graph->writebacks[i].capture], sources[i]);
+    kiln_no_grad_end();
     for (int i = 0; i < n; i++)
         kiln_release(sources[i]);
     free(sources);

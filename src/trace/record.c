@@ -400,7 +400,7 @@ void recorder_activate(recorder *rec)
 void recorder_finish(recorder *rec)
 {
     eager_trace_activate(NULL);
-    rec->base.finished = true;
+    eager_trace_finish(&rec->base);
 }
 
 int recorder_output(recorder *rec, kiln_tensor *t)
