@@ -1206,23 +1206,9 @@ static const pass_case pass_cases[] = {
     {"tanh(log(2+exp x)) stays", TRANSCENDENTAL,
      G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = const 2 : f32[]\n%3 = add %1 %2 : f32[4]\n"
        "%4 = log %3 : f32[4]\n%5 = tanh %4 : f32[4]\noutput %5\n", UNCHANGED},
-    {"x*0.5*(1+tanh u) -> x*sigmoid(2u) (gelu)", TRANSCENDENTAL,
+    {"x*0.5*(1+tanh u) stays (gelu: kiln's tanh costs less than its exp)", TRANSCENDENTAL,
      G "%0 = input 0 : f32[4]\n%1 = input 1 : f32[4]\n%2 = const 0.5 scalar : f64[]\n%3 = mul %0 %2 : f32[4]\n"
        "%4 = tanh %1 : f32[4]\n%5 = const 1 scalar : f64[]\n%6 = add %4 %5 : f32[4]\n%7 = mul %3 %6 : f32[4]\n"
-       "output %7\n", 1,
-     G "%0 = input 0 : f32[4]\n%1 = input 1 : f32[4]\n%2 = const 2 : f32[]\n"
-       "%3 = mul %1 %2 : f32[4]\n%4 = sigmoid %3 : f32[4]\n%5 = mul %0 %4 : f32[4]\noutput %5\n"},
-    {"(1+tanh u)*0.5 -> sigmoid(2u)", TRANSCENDENTAL,
-     G "%0 = input 0 : f32[4]\n%1 = tanh %0 : f32[4]\n%2 = const 1 : f32[]\n%3 = add %1 %2 : f32[4]\n"
-       "%4 = const 0.5 : f32[]\n%5 = mul %3 %4 : f32[4]\noutput %5\n", 1,
-     G "%0 = input 0 : f32[4]\n%1 = const 2 : f32[]\n%2 = mul %0 %1 : f32[4]\n"
-       "%3 = sigmoid %2 : f32[4]\noutput %3\n"},
-    {"x*(1+tanh u) stays", TRANSCENDENTAL,
-     G "%0 = input 0 : f32[4]\n%1 = tanh %0 : f32[4]\n%2 = const 1 : f32[]\n%3 = add %1 %2 : f32[4]\n"
-       "%4 = mul %0 %3 : f32[4]\noutput %4\n", UNCHANGED},
-    {"x*0.5*(1+tanh u) stays when x broadcasts", TRANSCENDENTAL,
-     G "%0 = input 0 : f32[3,4]\n%1 = input 1 : f32[4]\n%2 = const 0.5 : f32[]\n%3 = mul %0 %2 : f32[3,4]\n"
-       "%4 = tanh %1 : f32[4]\n%5 = const 1 : f32[]\n%6 = add %4 %5 : f32[4]\n%7 = mul %3 %6 : f32[3,4]\n"
        "output %7\n", UNCHANGED},
     {"log(1+exp x) -> max(x,0)+log1p(exp(-|x|)) (softplus)", TRANSCENDENTAL,
      G "%0 = input 0 : f64[4]\n%1 = exp %0 : f64[4]\n%2 = const 1 : f64[]\n%3 = add %2 %1 : f64[4]\n"

@@ -267,8 +267,8 @@ KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor 
  * exp and log within 1 ulp, sigmoid and erf 2, tanh 6.5 (a rational). It
  * also computes some compositions in forms exact in real arithmetic with
  * fewer transcendentals and no overflow or cancellation: tanh(log(1+exp x))
- * (mish), 0.5x(1+tanh u) (GELU) as x sigmoid(2u), log(1+exp x),
- * log(sigmoid x), exp(log x), log(exp x), 1-sigmoid x; each within 4 ulp
+ * (mish), log(1+exp x), log(sigmoid x), exp(log x), log(exp x),
+ * 1-sigmoid x; each within 4 ulp
  * where the exponentials inside are normal floats (the written forms lose
  * every digit somewhere). The interpreter computes them as written. */
 KILN_API kiln_tensor *kiln_neg(kiln_tensor *a);
