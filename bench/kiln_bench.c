@@ -51,8 +51,8 @@ enum { WARMUPS = 2, MAX_REPS = 1000, TINY_BATCH = 1000 };
 static const char usage[] =
     "usage: kiln-bench [--workload NAME] [--device cpu|cuda] [--threads N] [--quick]\n"
     "                  [--reps N] [--compiles N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
-    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny matmul serve (default:\n"
-    "                   the first six and serve; on cuda matmul too, not serve)\n"
+    "  --workload NAME  one of gelu softmax layernorm mlp attention tiny mish rmsnorm silu matmul serve (default:\n"
+    "                   every one but matmul, and serve; on cuda matmul too, not serve)\n"
     "  --device D       cpu (default), or cuda: inputs on the GPU, GPU sizes (exits 2 without one)\n"
     "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
     "  --quick          small sizes, for CI: finishes in seconds\n"

@@ -2,7 +2,7 @@
 """Peer figures for kiln-bench: the standard workloads in PyTorch and numpy.
 
 Times each workload of kiln-bench (gelu, softmax, layernorm, mlp, attention,
-tiny; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
+tiny, mish, rmsnorm, silu; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
 function) and in numpy, with the same thread count for all, and writes the
 kiln-bench/1 JSON schema (docs/bench-json.md) so that `kiln-bench --compare`
 can put these runs beside kiln. Torch is optional: without it only numpy runs.
@@ -35,6 +35,7 @@ SEED = 1234
 WEIGHT_SCALE = 0.03  # as kiln-bench: keeps the mlp's activations near unit size
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 LAYERNORM_EPS = 1e-5
+RMSNORM_EPS = 1e-6
 
 
 # --- the workloads, written once over an ops adapter (numpy or torch) ---
@@ -71,6 +72,18 @@ def tiny(ops, dims, x):
     return x
 
 
+def mish(ops, dims, x):
+    return x * ops.tanh(ops.log(ops.exp(x) + 1.0))
+
+
+def rmsnorm(ops, dims, x, gamma):
+    return x / ops.sqrt(ops.row_mean(x * x) + RMSNORM_EPS) * gamma
+
+
+def silu(ops, dims, x):
+    return x / (1.0 + ops.exp(-x))
+
+
 def matmul(ops, dims, a, b):
     return a @ b
 
@@ -105,6 +118,15 @@ WORKLOADS = [
     Workload("tiny", tiny, (64,), (64,), (64,),
              lambda d: str(d[0]),
              lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("mish", mish, (1 << 16,), (1 << 24,), (1 << 28,),
+             lambda d: f"2^{d[0].bit_length() - 1}",
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("rmsnorm", rmsnorm, (256, 128), (8192, 1024), (16384, 4096),
+             lambda d: "x".join(map(str, d)),
+             lambda d: [(d, 1.0, 0.0), (d[-1:], 1.0, 0.0)], lambda d: None, True),
+    Workload("silu", silu, (1 << 16,), (1 << 24,), (1 << 28,),
+             lambda d: f"2^{d[0].bit_length() - 1}",
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
     Workload("matmul", matmul, (128,), (2048,), (8192,),
              lambda d: f"{d[0]}^3",
              lambda d: [((d[0], d[0]), 1.0, 0.0), ((d[0], d[0]), 1.0 / math.sqrt(d[0]), 0.0)],
@@ -114,7 +136,7 @@ WORKLOADS = [
 
 class NumpyOps:
     def __init__(self, np):
-        self.tanh, self.exp, self.sqrt = np.tanh, np.exp, np.sqrt
+        self.tanh, self.exp, self.sqrt, self.log = np.tanh, np.exp, np.sqrt, np.log
         self.swap_last = lambda x: np.swapaxes(x, -1, -2)
 
     @staticmethod
@@ -132,7 +154,7 @@ class NumpyOps:
 
 class TorchOps:
     def __init__(self, torch):
-        self.tanh, self.exp, self.sqrt = torch.tanh, torch.exp, torch.sqrt
+        self.tanh, self.exp, self.sqrt, self.log = torch.tanh, torch.exp, torch.sqrt, torch.log
         self.swap_last = lambda x: x.transpose(-1, -2)
 
     @staticmethod

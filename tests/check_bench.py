@@ -9,7 +9,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-WORKLOADS = ["gelu", "softmax", "layernorm", "mlp", "attention", "tiny"]
+WORKLOADS = ["gelu", "softmax", "layernorm", "mlp", "attention", "tiny", "mish", "rmsnorm", "silu"]
 FIELDS = ["name", "size", "eager_ms", "traced_ms", "first_call_ms", "disk_hit_ms", "compile_ms", "disk_load_ms",
           "kernels",
           "peak_eager_bytes", "peak_traced_bytes", "max_abs_diff", "limit_ms", "limit_kind", "reps"]
