@@ -27,8 +27,6 @@ typedef struct {
      * least subnormal, grows by what the composition multiplies it by. */
     double max_ulp, max_ulp_tail;
     float core_lo;
-    /* Whether the rewrite must also beat the composition as written. */
-    bool better;
     float centres[6];
 } composite;
 
@@ -66,13 +64,13 @@ static long double sigmoid_neg_ref(long double x) { return 1 / (1 + expl(x)); }
 
 #define ALL -INFINITY
 static const composite composites[] = {
-    {"tanh(softplus)", mish_gate, mish_gate_ref, 4, 4, ALL, true, {-17.0f, 0.0f, 20.0f, -87.0f, 1.0f, -1.0f}},
-    {"mish", mish, mish_ref, 4, 56, -87.3f, true, {-17.0f, 0.0f, 20.0f, -87.0f, 1.0f, -1.0f}},
-    {"softplus", softplus_of, softplus_ref, 4, 4, ALL, true, {-17.0f, 0.0f, 17.0f, 88.7f, -88.0f, -103.0f}},
-    {"log(sigmoid)", log_sigmoid, log_sigmoid_ref, 4, 4, ALL, true, {17.0f, 0.0f, -17.0f, -88.7f, 88.0f, 103.0f}},
-    {"exp(log)", exp_of_log, exp_of_log_ref, 0, 0, ALL, true, {1.0f, 0.0f, 0x1p-126f, 80.0f, -1.0f, 1e30f}},
-    {"log(exp)", log_of_exp, log_of_exp_ref, 0, 0, ALL, true, {1.0f, 0.0f, 88.7f, -87.0f, -104.0f, 1e-7f}},
-    {"1-sigmoid", one_minus_sigmoid, sigmoid_neg_ref, 2, 2, ALL, true, {0.0f, 17.0f, -17.0f, 88.0f, 104.0f, 1.0f}},
+    {"tanh(softplus)", mish_gate, mish_gate_ref, 4, 4, ALL, {-17.0f, 0.0f, 20.0f, -87.0f, 1.0f, -1.0f}},
+    {"mish", mish, mish_ref, 4, 56, -87.3f, {-17.0f, 0.0f, 20.0f, -87.0f, 1.0f, -1.0f}},
+    {"softplus", softplus_of, softplus_ref, 4, 4, ALL, {-17.0f, 0.0f, 17.0f, 88.7f, -88.0f, -103.0f}},
+    {"log(sigmoid)", log_sigmoid, log_sigmoid_ref, 4, 4, ALL, {17.0f, 0.0f, -17.0f, -88.7f, 88.0f, 103.0f}},
+    {"exp(log)", exp_of_log, exp_of_log_ref, 0, 0, ALL, {1.0f, 0.0f, 0x1p-126f, 80.0f, -1.0f, 1e30f}},
+    {"log(exp)", log_of_exp, log_of_exp_ref, 0, 0, ALL, {1.0f, 0.0f, 88.7f, -87.0f, -104.0f, 1e-7f}},
+    {"1-sigmoid", one_minus_sigmoid, sigmoid_neg_ref, 2, 2, ALL, {0.0f, 17.0f, -17.0f, 88.0f, 104.0f, 1.0f}},
 };
 
 /* -- Measuring ------------------------------------------------------------ */
@@ -171,20 +169,22 @@ static tally sweep(const composite *c, int opt_level)
 START_TEST(test_rewrite_within_bounds)
 {
     const composite *c = &composites[_i];
-    tally rewritten = sweep(c, 2), written = sweep(c, 0);
-    printf("%-15s rewritten: max %.3f ulp at %a (tail %.3f at %a); as written: %.3g at %a"
-           " (tail %.3g at %a), %ld wrong specials\n",
-           c->name, rewritten.core, rewritten.core_at, rewritten.tail, rewritten.tail_at,
-           written.core, written.core_at, written.tail, written.tail_at, written.wrong_specials);
+    tally rewritten = sweep(c, 2);
+    printf("%-15s rewritten: max %.3f ulp at %a (tail %.3f at %a)\n", c->name, rewritten.core,
+           rewritten.core_at, rewritten.tail, rewritten.tail_at);
     ck_assert_msg(rewritten.wrong_specials == 0, "%s: %ld wrong special values, first at %a", c->name,
                   rewritten.wrong_specials, rewritten.wrong_at);
     ck_assert_msg(rewritten.core <= c->max_ulp, "%s: %.3f ulp at %a, over %g", c->name,
                   rewritten.core, rewritten.core_at, c->max_ulp);
     ck_assert_msg(rewritten.tail <= c->max_ulp_tail, "%s: %.3f ulp at %a, over %g", c->name,
                   rewritten.tail, rewritten.tail_at, c->max_ulp_tail);
-    if (c->better)
-        ck_assert_msg(rewritten.core < written.core || written.wrong_specials > 0,
-                      "%s: rewritten %.3f ulp, as written %.3f", c->name, rewritten.core, written.core);
+    if (UNDER_VALGRIND()) /* a compile takes seconds there: the bounds alone */
+        return;
+    tally written = sweep(c, 0);
+    printf("%-15s as written: max %.3g ulp at %a (tail %.3g at %a), %ld wrong specials\n", c->name,
+           written.core, written.core_at, written.tail, written.tail_at, written.wrong_specials);
+    ck_assert_msg(rewritten.core < written.core || written.wrong_specials > 0,
+                  "%s: rewritten %.3f ulp, as written %.3f", c->name, rewritten.core, written.core);
 }
 END_TEST
 
