@@ -20,12 +20,7 @@
  * alignment is less than a vector's, so the output stores carry a TBAA tag
  * instead, which the vectorizer copies to its wide stores and no other access
  * shares; after optimisation, codegen_stream_stores makes the aligned wide
- * stores with that tag non-temporal.
- *
- * A row a kernel keeps between passes (kx_staged_view: softmax's
- * exponentials) lives in a scratch array on the thread's stack, which stays
- * in its caches, rather than in the output; the store pass then writes the
- * output once, and may stream it. */
+ * stores with that tag non-temporal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +47,6 @@ typedef struct {
     LLVMValueRef i;          /* the current loop's element index */
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
-    LLVMValueRef *scratch;   /* per view: the row it stages (kx_staged_view) on the stack, or NULL */
     char missing[128];       /* an op this backend lacks, met while building */
 } gen;
 
@@ -293,16 +287,8 @@ static void compute_sizes(gen *g)
 
 static LLVMValueRef expr(gen *g, int e);
 
-/* Element i of the row view v stages. */
-static LLVMValueRef scratch_at(gen *g, const kx_view *v)
-{
-    return LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->scratch[v - g->k->views], &g->i, 1, "");
-}
-
 static LLVMValueRef load(gen *g, const kx_view *v)
 {
-    if (g->scratch[v - g->k->views])
-        return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), scratch_at(g, v), "");
     LLVMValueRef index = g->view_base[v - g->k->views];
     if (v->inner_stride)
         index = LLVMBuildAdd(g->b, index, LLVMBuildMul(g->b, g->i, size_value(g, v->inner_stride), ""), "");
@@ -422,8 +408,7 @@ static void emit_stores(gen *g, int pass)
             continue;
         const kx_view *v = &k->views[st->view];
         LLVMValueRef value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
-        bool staged = g->scratch[st->view] && pass != KX_STORE_PASS;
-        LLVMValueRef store = LLVMBuildStore(g->b, value, staged ? scratch_at(g, v) : address(g, v));
+        LLVMValueRef store = LLVMBuildStore(g->b, value, address(g, v));
         if (g->stream_tag && pass == KX_STORE_PASS)
             LLVMSetMetadata(store, LLVMGetMDKindIDInContext(g->ctx, "tbaa", 4), g->stream_tag);
     }
@@ -471,19 +456,6 @@ static void store_row(gen *g)
 }
 
 /* -- Rows ------------------------------------------------------------------ */
-
-/* The scratch rows of the views the kernel stages, in the body's entry. */
-static void stage_rows(gen *g)
-{
-    for (int v = 0; v < g->k->n_views; v++) {
-        g->scratch[v] = NULL;
-        if (!kx_staged_view(g->k, v))
-            continue;
-        LLVMTypeRef row = LLVMArrayType2(type_of(g->ctx, g->k->views[v].dtype), (uint64_t)g->k->cols);
-        g->scratch[v] = LLVMBuildAlloca(g->b, row, "staged");
-        LLVMSetAlignment(g->scratch[v], 64);
-    }
-}
 
 /* Each view's first element of row: its offset plus the row's outer index
  * times the outer strides. */
@@ -556,7 +528,6 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
     LLVMPositionBuilderAtEnd(g->b, entry);
     compute_sizes(g);
-    stage_rows(g);
     LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, rows);
@@ -634,9 +605,8 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, b
     g.rows = calloc((size_t)k->n_reductions + 1, sizeof *g.rows);
     g.memo = calloc((size_t)k->n_exprs + 1, sizeof *g.memo);
     g.sizes = calloc((size_t)k->sizes.n + 1, sizeof *g.sizes);
-    g.scratch = calloc((size_t)k->n_views + 1, sizeof *g.scratch);
     int status = -1;
-    if (g.view_base && g.rows && g.memo && g.sizes && g.scratch) {
+    if (g.view_base && g.rows && g.memo && g.sizes) {
         char body_name[128], streaming_name[160];
         snprintf(body_name, sizeof body_name, "%s.body", name);
         snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
@@ -656,7 +626,6 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, b
     free(g.rows);
     free(g.memo);
     free(g.sizes);
-    free(g.scratch);
     LLVMDisposeBuilder(g.b);
     return status;
 }

@@ -146,13 +146,6 @@ char *kx_to_text(const kx_kernel *k);
 const char *kx_options_text(const kx_kernel_options *o);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
-/* Whether view v holds a value of the row between passes: stored in a
- * reduction's pass, read back later, and stored again by the store pass
- * (softmax keeps its exponentials in its output). A CPU kernel keeps such a
- * row, of a fixed length up to KX_STAGE_BYTES, in a scratch buffer of its
- * thread instead, so the output is written once. */
-enum { KX_STAGE_BYTES = 64 << 10 };
-bool kx_staged_view(const kx_kernel *k, int v);
 
 /* -- Shape-generic kernels of eager ops ------------------------------------ *
  * One per op and dtypes, with sizes and strides as arguments, so one

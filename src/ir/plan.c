@@ -328,8 +328,6 @@ static bool streams(const plan_step *s, int64_t stream_bytes)
     int64_t bytes = 0, elements = kx_size(k, k->rows, twos) * kx_size(k, k->cols, twos);
     for (int i = 0; i < k->n_stores; i++) {
         const kx_view *v = &k->views[k->stores[i].view];
-        if (k->stores[i].pass != KX_STORE_PASS && kx_staged_view(k, k->stores[i].view))
-            continue; /* kept in a scratch row, not written (LLVM's kernels) */
         if (v->inner_stride != 1 || k->stores[i].pass != KX_STORE_PASS)
             return false;
         bytes += elements * (int64_t)ir_dtype_size(v->dtype);
