@@ -2,8 +2,8 @@
 """Peer figures for kiln-bench: the standard workloads in PyTorch and numpy.
 
 Times each workload of kiln-bench (gelu, softmax, layernorm, mlp, attention,
-tiny, train_mlp, and resnet50, resnet50_b16 and gpt, the models from
-bench/models.py, in torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
+tiny, mish, rmsnorm, silu, train_mlp, and resnet50, resnet50_b16 and gpt,
+the models from bench/models.py, in torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
 function) and in numpy, with the same thread count for all, and writes the
 kiln-bench/1 JSON schema (docs/bench-json.md) so that `kiln-bench --compare`
 can put these runs beside kiln. Torch is optional: without it only numpy runs.
@@ -39,6 +39,7 @@ SEED = 1234
 WEIGHT_SCALE = 0.03  # as kiln-bench: keeps the mlp's activations near unit size
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 LAYERNORM_EPS = 1e-5
+RMSNORM_EPS = 1e-6
 
 
 # --- the workloads, written once over an ops adapter (numpy or torch) ---
@@ -73,6 +74,18 @@ def tiny(ops, dims, x):
     for _ in range(10):
         x = x * 1.0001 + 0.5
     return x
+
+
+def mish(ops, dims, x):
+    return x * ops.tanh(ops.log(ops.exp(x) + 1.0))
+
+
+def rmsnorm(ops, dims, x, gamma):
+    return x / ops.sqrt(ops.row_mean(x * x) + RMSNORM_EPS) * gamma
+
+
+def silu(ops, dims, x):
+    return x / (1.0 + ops.exp(-x))
 
 
 def matmul(ops, dims, a, b):
@@ -143,6 +156,15 @@ WORKLOADS = [
     Workload("tiny", tiny, (64,), (64,), (64,),
              lambda d: str(d[0]),
              lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("mish", mish, (1 << 16,), (1 << 24,), (1 << 28,),
+             lambda d: f"2^{d[0].bit_length() - 1}",
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("rmsnorm", rmsnorm, (256, 128), (8192, 1024), (16384, 4096),
+             lambda d: "x".join(map(str, d)),
+             lambda d: [(d, 1.0, 0.0), (d[-1:], 1.0, 0.0)], lambda d: None, True),
+    Workload("silu", silu, (1 << 16,), (1 << 24,), (1 << 28,),
+             lambda d: f"2^{d[0].bit_length() - 1}",
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
     # One AdamW step (lr 1e-3, weight decay 1e-2) of the mlp on one-hot labels (row i: class 7i mod m).
     Workload("train_mlp", train_mlp, (32, 64, 256), (256, 1024, 4096), (4096, 2048, 8192),
              lambda d: f"{d[0]}x{d[1]}, {d[1]}x{d[2]}",
@@ -168,7 +190,7 @@ WORKLOADS = [
 
 class NumpyOps:
     def __init__(self, np):
-        self.tanh, self.exp, self.sqrt = np.tanh, np.exp, np.sqrt
+        self.tanh, self.exp, self.sqrt, self.log = np.tanh, np.exp, np.sqrt, np.log
         self.swap_last = lambda x: np.swapaxes(x, -1, -2)
 
     @staticmethod

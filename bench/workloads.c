@@ -1,12 +1,12 @@
 /* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention,
- * tiny, resnet50 (batch 1 and 16) and gpt (bench/models.c); and matmul and
- * train_mlp, which kiln-bench alone runs.
+ * tiny, mish, rmsnorm, silu, resnet50 (batch 1 and 16) and gpt
+ * (bench/models.c); and matmul and train_mlp, which kiln-bench alone runs.
  *
  * GPU sizes: gelu 2^28 and softmax 16384x16384 (1 GiB each, far past the
  * H200's 60 MB L2), layer norm 16384x4096 (256 MiB), the mlp of a 4096-token
  * batch through a 2048 -> 8192 -> 2048 layer (275 GFLOP), attention over
  * 8x16 heads of 2048 tokens by 64 (137 GFLOP; its scores take 2 GiB), and
- * matmul 8192^3 (1.1 TFLOP). */
+ * matmul 8192^3 (1.1 TFLOP); mish and silu as gelu, rmsnorm as layer norm. */
 #include "workloads.h"
 
 #include <math.h>
@@ -100,6 +100,30 @@ static int gpt_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
+/* mish as people write it: x * tanh(softplus(x)), three transcendentals in a chain. */
+static int mish_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *x = in[0];
+    out[0] = kiln_mul(x, kiln_tanh(kiln_log(kiln_add_scalar(kiln_exp(x), 1))));
+    return out[0] ? 0 : -1;
+}
+
+/* x * rsqrt(mean(x^2) + eps) * gamma over the last axis (LLaMA's RMSNorm). */
+static int rmsnorm_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const workload_state *s = user;
+    kiln_tensor *x = in[0];
+    kiln_tensor *scale = kiln_rsqrt(kiln_add_scalar(kiln_mean(kiln_mul(x, x), -1, true), 1e-6));
+    out[0] = kiln_mul(kiln_mul(x, scale), s->weights[0]);
+    return out[0] ? 0 : -1;
+}
+
+static int silu_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_silu(in[0]);
+    return out[0] ? 0 : -1;
+}
+
 /* -- Data ------------------------------------------------------------------ */
 
 /* A new f32 tensor of normal values times scale. */
@@ -141,16 +165,28 @@ static int softmax_setup(workload_size size, kiln_tensor **in, workload_state *s
     return all_made(in, 1);
 }
 
+/* layernorm's and rmsnorm's rows x columns */
+static const int64_t norm_shapes[][2] = {{256, 128}, {8192, 1024}, {16384, 4096}};
+
 static int layernorm_setup(workload_size size, kiln_tensor **in, workload_state *s)
 {
-    static const int64_t shapes[][2] = {{256, 128}, {8192, 1024}, {16384, 4096}};
-    const int64_t *shape = shapes[size];
+    const int64_t *shape = norm_shapes[size];
     in[0] = normal(2, shape, 3, 1);
     s->weights[0] = normal(1, shape + 1, 4, 1);
     s->weights[1] = normal(1, shape + 1, 5, 1);
     s->bytes = 8.0 * (double)(shape[0] * shape[1]) + 8.0 * (double)shape[1];
     snprintf(s->size, sizeof s->size, "%lldx%lld", (long long)shape[0], (long long)shape[1]);
     return all_made(in, 1) | all_made(s->weights, 2);
+}
+
+static int rmsnorm_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    const int64_t *shape = norm_shapes[size];
+    in[0] = normal(2, shape, 18, 1);
+    s->weights[0] = normal(1, shape + 1, 19, 1);
+    s->bytes = 8.0 * (double)(shape[0] * shape[1]) + 4.0 * (double)shape[1];
+    snprintf(s->size, sizeof s->size, "%lldx%lld", (long long)shape[0], (long long)shape[1]);
+    return all_made(in, 1) | all_made(s->weights, 1);
 }
 
 static int mlp_setup(workload_size size, kiln_tensor **in, workload_state *s)
@@ -341,6 +377,9 @@ const workload workloads[] = {
     {"mlp", "x@W1+b1 -> gelu -> @W2+b2", 1, mlp_body, mlp_setup},
     {"attention", "softmax(q@k^T/sqrt(d))@v", 3, attention_body, attention_setup},
     {"tiny", "ten x*1.0001+0.5 steps (dispatch overhead)", 1, tiny_body, tiny_setup},
+    {"mish", "x*tanh(log(1+exp(x)))", 1, mish_body, gelu_setup},
+    {"rmsnorm", "x*rsqrt(mean(x*x)+1e-6)*gamma over the last axis", 1, rmsnorm_body, rmsnorm_setup},
+    {"silu", "x*sigmoid(x)", 1, silu_body, gelu_setup},
     {"resnet50", "torchvision's ResNet-50, inference, batch 1", 1, resnet_body, resnet_setup},
     {"resnet50_b16", "torchvision's ResNet-50, inference, batch 16", 1, resnet_body, resnet16_setup},
     {"gpt", "GPT-2 small's 12 blocks, inference, batch 1", 1, gpt_body, gpt_setup},

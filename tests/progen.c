@@ -478,11 +478,56 @@ static bool gen_binary(gen *g, instr *ins, vtype *out)
     return binary_result(ins->op, type_of(g, a), type_of(g, b), out);
 }
 
+/* -- Compositions that src/ir/rewrite.c rewrites ------------------------- */
+
+/* The instruction that made value v, or NULL for an input. */
+static const instr *made_by(const gen *g, int v)
+{
+    return v < g->p->n_inputs ? NULL : &g->p->instrs[v - g->p->n_inputs];
+}
+
+static bool made_by_op(const gen *g, int v, progen_op op)
+{
+    return made_by(g, v) && made_by(g, v)->op == op;
+}
+
+/* Whether op of v is a composition the rewrites know: exp(x) + 1, log of
+ * exp, sigmoid or exp(x) + 1, tanh and exp of log. */
+static bool composes(const gen *g, progen_op op, int v)
+{
+    switch (op) {
+    case PROGEN_ADD_SCALAR: return made_by_op(g, v, PROGEN_EXP);
+    case PROGEN_LOG:
+        return made_by_op(g, v, PROGEN_EXP) || made_by_op(g, v, PROGEN_SIGMOID) ||
+               (made_by_op(g, v, PROGEN_ADD_SCALAR) && made_by(g, v)->x == 1 &&
+                made_by_op(g, made_by(g, v)->a, PROGEN_EXP));
+    case PROGEN_TANH: case PROGEN_EXP: return made_by_op(g, v, PROGEN_LOG);
+    default: return false;
+    }
+}
+
+/* Now and then, for an op that ends such a composition, a value that makes
+ * one with it (mish and softplus come a step at a time); else -1. */
+static int pick_composing(gen *g, progen_op op)
+{
+    bool ends = op == PROGEN_ADD_SCALAR || op == PROGEN_LOG || op == PROGEN_TANH || op == PROGEN_EXP;
+    if (!ends || !chance(&g->r, 2, 3))
+        return -1;
+    int n = 0;
+    for (int v = 0; v < n_values(g); v++)
+        if (composes(g, op, v))
+            g->cand[n++] = v;
+    return n ? choose(g, n) : -1;
+}
+
 static bool gen_scalar(gen *g, instr *ins, vtype *out)
 {
-    ins->a = pick(g, 0, 0);
+    int composing = ins->op == PROGEN_ADD_SCALAR ? pick_composing(g, ins->op) : -1;
+    ins->a = composing >= 0 ? composing : pick(g, 0, 0);
     const vtype *a = type_of(g, ins->a);
     double s = ins->op == PROGEN_POW_SCALAR ? PICK(&g->r, exponents) : PICK(&g->r, scalars);
+    if (composing >= 0)
+        s = 1;
     kiln_dtype dt = scalar_result(a->dtype, s);
     if (ins->op == PROGEN_POW_SCALAR && !is_float(dt) && s < 0)
         s = -s;
@@ -532,7 +577,8 @@ static bool gen_unary(gen *g, instr *ins, vtype *out)
     bool rounds = op == PROGEN_FLOOR || op == PROGEN_CEIL || op == PROGEN_ROUND || op == PROGEN_TRUNC;
     bool keeps = op == PROGEN_NEG || op == PROGEN_ABS || op == PROGEN_RELU || rounds;
     bool predicate = op == PROGEN_ISNAN || op == PROGEN_ISINF || op == PROGEN_LOGICAL_NOT;
-    ins->a = pick(g, keeps ? NUMBERS : 0, 0); /* these refuse bool */
+    int composing = pick_composing(g, op);
+    ins->a = composing >= 0 ? composing : pick(g, keeps ? NUMBERS : 0, 0); /* these refuse bool */
     if (ins->a < 0)
         return false;
     const vtype *a = type_of(g, ins->a);

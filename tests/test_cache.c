@@ -17,10 +17,11 @@
 
 #include "cache/cache.h"
 #include "test_common.h"
+#include "../bench/workloads.h"
 
 extern char **environ;
 
-enum { MAX_WORKLOADS = 8, OUTPUT_MAX = 1 << 16 };
+enum { MAX_WORKLOADS = 16, OUTPUT_MAX = 1 << 16 };
 
 typedef struct {
     char name[32];
@@ -390,10 +391,10 @@ START_TEST(test_second_process_compiles_nothing)
     make_cache_dir(&c);
     static run_result first, second;
     fill(&c, NULL, &first);
-    ck_assert_ran(&first, 6);
+    ck_assert_ran(&first, workload_kernels_count);
     helper(c.root, "on", NULL, NULL, &second);
-    ck_assert_ran(&second, 6);
-    for (int i = 0; i < 6; i++) {
+    ck_assert_ran(&second, workload_kernels_count);
+    for (int i = 0; i < workload_kernels_count; i++) {
         const helper_line *a = &first.lines[i], *b = line_of(&second, a->name);
         ck_assert_msg(a->compiled > 0 && a->from_disk == 0 && a->compiles == 1, "%s first: %s", a->name, first.out);
         ck_assert_msg(b->compiled == 0 && b->from_disk == a->compiled && b->disk_hits == 1 && b->compiles == 0,
@@ -586,7 +587,7 @@ START_TEST(test_killed_writers_leave_nothing_that_loads)
     cache_dir reference;
     make_cache_dir(&reference);
     fill(&reference, NULL, &clean);
-    ck_assert_ran(&clean, 6);
+    ck_assert_ran(&clean, workload_kernels_count);
     remove_cache_dir(&reference);
     srand(7);
     for (int round = 0; round < 12; round++) {
@@ -595,8 +596,8 @@ START_TEST(test_killed_writers_leave_nothing_that_loads)
         assert_all_sound(&c);
     }
     helper(c.root, "on", NULL, NULL, &r);
-    ck_assert_ran(&r, 6);
-    for (int i = 0; i < 6; i++)
+    ck_assert_ran(&r, workload_kernels_count);
+    for (int i = 0; i < workload_kernels_count; i++)
         ck_assert_msg(clean.lines[i].hash == line_of(&r, clean.lines[i].name)->hash, "%s differs",
                       clean.lines[i].name);
     ck_assert_msg(!strstr(r.err, "damaged"), "%s", r.err);
@@ -641,7 +642,8 @@ START_TEST(test_four_processes_fill_one_cache)
     static run_result r;
     tool(c.root, (const char *[]){"verify", NULL}, NULL, &r);
     ck_assert_msg(r.status == 0 && strstr(r.out, " 0 damaged"), "%s", r.out);
-    helper(c.root, "require", NULL, NULL, &r);
+    helper(c.root, "require", (const char *[]){"gelu", "softmax", "layernorm", "mlp", "attention", "tiny", NULL},
+           NULL, &r);
     ck_assert_ran(&r, 6);
     for (int i = 0; i < 6; i++)
         ck_assert_int_eq(r.lines[i].compiled, 0);
@@ -761,7 +763,7 @@ START_TEST(test_full_disk_works_with_one_warning)
     static run_result r;
     run_options full = {.file_size_limit = 256};
     helper(c.root, "on", NULL, &full, &r);
-    ck_assert_ran(&r, 6);
+    ck_assert_ran(&r, workload_kernels_count);
     ck_assert_msg(occurrences(r.err, "warning") == 1 && strstr(r.err, "disk is full"), "%s", r.err);
     int n;
     free(entries(&c, &n));
@@ -785,7 +787,7 @@ START_TEST(test_size_cap_evicts_least_recently_used)
     make_cache_dir(&c);
     static run_result r;
     fill(&c, NULL, &r);
-    ck_assert_ran(&r, 6);
+    ck_assert_ran(&r, workload_kernels_count);
     int n;
     cache_file *files = entries(&c, &n);
     int64_t total = 0;
@@ -814,7 +816,7 @@ START_TEST(test_size_cap_evicts_least_recently_used)
     snprintf(cap, sizeof cap, "KILN_CACHE_MAX_BYTES=%lld", (long long)(total / 2));
     const char *argv[] = {program("KILN_TEST_CACHE_HELPER"), NULL};
     run(argv, (const char *[]){dir_var, "KILN_CACHE=on", cap, NULL}, NULL, &r);
-    ck_assert_ran(&r, 6);
+    ck_assert_ran(&r, workload_kernels_count);
     files = entries(&c, &n);
     int64_t now = 0;
     for (int i = 0; i < n; i++)
@@ -834,7 +836,7 @@ START_TEST(test_other_cpu_entries_are_never_loaded_here)
     make_cache_dir(&c);
     static run_result r;
     helper(c.root, "on", (const char *[]){"--precompile", "cpu:skylake-avx512", NULL}, NULL, &r);
-    ck_assert_ran(&r, 6);
+    ck_assert_ran(&r, workload_kernels_count);
     int n;
     free(entries(&c, &n));
     ck_assert_int_gt(n, 0);
@@ -842,8 +844,8 @@ START_TEST(test_other_cpu_entries_are_never_loaded_here)
     ck_assert_int_eq(occurrences(r.out, "skylake-avx512"), n);
     ck_assert_ptr_nonnull(strstr(r.out, "gelu (f32["));
     helper(c.root, "on", NULL, NULL, &r);
-    ck_assert_ran(&r, 6);
-    for (int i = 0; i < 6; i++)
+    ck_assert_ran(&r, workload_kernels_count);
+    for (int i = 0; i < workload_kernels_count; i++)
         ck_assert_msg(r.lines[i].from_disk == 0 && r.lines[i].compiled > 0, "%s", r.out);
     /* Precompiling again finds the entries there. */
     helper(c.root, "on", (const char *[]){"--precompile", "cpu:skylake-avx512", "gelu", NULL}, NULL, &r);
@@ -866,10 +868,10 @@ START_TEST(test_precompile_for_a_named_machine_serves_its_host)
     static char target[OUTPUT_MAX];
     snprintf(target, sizeof target, "%.*s", (int)strcspn(r.out, "\n"), r.out);
     helper(c.root, "on", (const char *[]){"--precompile", target, NULL}, NULL, &r);
-    ck_assert_ran(&r, 6);
+    ck_assert_ran(&r, workload_kernels_count);
     helper(c.root, "require", NULL, NULL, &r);
-    ck_assert_ran(&r, 6);
-    for (int i = 0; i < 6; i++)
+    ck_assert_ran(&r, workload_kernels_count);
+    for (int i = 0; i < workload_kernels_count; i++)
         ck_assert_msg(r.lines[i].compiled == 0 && r.lines[i].from_disk > 0, "%s", r.out);
     remove_cache_dir(&c);
 }
@@ -913,7 +915,7 @@ START_TEST(test_bundle_ships_a_complete_cache)
     make_cache_dir(&to);
     static run_result clean, r;
     fill(&from, NULL, &clean);
-    ck_assert_ran(&clean, 6);
+    ck_assert_ran(&clean, workload_kernels_count);
     char bundle[128];
     snprintf(bundle, sizeof bundle, "%s/all.kbundle", from.root);
     tool(from.root, (const char *[]){"export", bundle, "--all", NULL}, NULL, &r);
@@ -921,8 +923,8 @@ START_TEST(test_bundle_ships_a_complete_cache)
     tool(to.root, (const char *[]){"import", bundle, NULL}, NULL, &r);
     ck_assert_msg(r.status == 0, "%s", r.err);
     helper(to.root, "require", NULL, NULL, &r);
-    ck_assert_ran(&r, 6);
-    for (int i = 0; i < 6; i++) {
+    ck_assert_ran(&r, workload_kernels_count);
+    for (int i = 0; i < workload_kernels_count; i++) {
         ck_assert_int_eq(r.lines[i].compiled, 0);
         ck_assert_int_eq(r.lines[i].hash, line_of(&clean, r.lines[i].name)->hash);
     }

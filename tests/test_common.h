@@ -52,6 +52,45 @@ static inline int test_run_suite(Suite *s)
         return test_run_suite(make_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE; \
     }
 
+/* The float of bit pattern u, and the reverse. */
+static inline float test_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t test_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* The error of got in ulps of the float nearest want, want being the exact
+ * value to double precision; INFINITY for a wrong special value (NaN for a
+ * number or the reverse, a wrong infinity, a zero of the wrong sign). An
+ * infinity that stands for a finite result counts as 2^128, one ulp past
+ * FLT_MAX. */
+static inline double test_ulp_error(float got, double want)
+{
+    float wantf = (float)want;
+    if (isnan(want) || isnan(got))
+        return isnan(want) && isnan(got) ? 0 : INFINITY;
+    if (isinf(wantf) && got == wantf)
+        return 0;
+    if (isinf(want))
+        return INFINITY;
+    if (wantf == 0 && got == 0)
+        return signbit(wantf) == signbit(got) ? 0 : INFINITY;
+    double g = isinf(got) ? copysign(0x1p128, got) : got;
+    int e = 128;
+    if (!isinf(wantf))
+        frexpf(wantf, &e);
+    double ulp = ldexp(1.0, (e < -125 ? -125 : e) - 24);
+    return fabs(g - want) / ulp;
+}
+
 /* Asserts that a kiln call failed with a message containing each needle. */
 #define ck_assert_kiln_error(...)                                          \
     do {                                                                   \

@@ -956,7 +956,7 @@ END_TEST
 
 /* -- Passes ---------------------------------------------------------------- */
 
-typedef enum { SIMPLIFY, SIMPLIFY_FAST, FOLD, DCE } pass;
+typedef enum { SIMPLIFY, SIMPLIFY_FAST, FOLD, DCE, TRANSCENDENTAL } pass;
 
 static int run_pass(pass p, ir_graph **g)
 {
@@ -965,6 +965,7 @@ static int run_pass(pass p, ir_graph **g)
     case SIMPLIFY_FAST: return ir_pass_simplify(g, true);
     case FOLD: return ir_pass_fold(g, eager_eval_const);
     case DCE: return ir_pass_dce(g);
+    case TRANSCENDENTAL: return ir_pass_transcendental(g);
     }
     return -1;
 }
@@ -1237,6 +1238,79 @@ static const pass_case pass_cases[] = {
      G "%0 = input 0 : f32[4]\n%1 = neg %0 : f32[4]\noutput %1\n"},
     {"dce keeps a graph without dead nodes", DCE,
      G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = log %1 : f32[4]\noutput %2\n", UNCHANGED},
+
+    /* compositions of transcendentals (rewrite.c) */
+    {"tanh(log(1+exp x)) -> one exp and a quotient (mish)", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = const 1 scalar : f64[]\n"
+       "%3 = add %1 %2 : f32[4]\n%4 = log %3 : f32[4]\n%5 = tanh %4 : f32[4]\n%6 = mul %0 %5 : f32[4]\n"
+       "output %6\n", 1,
+     G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = const 4294967296 : f32[]\n"
+       "%3 = minimum %1 %2 : f32[4]\n%4 = const 2 : f32[]\n%5 = add %3 %4 : f32[4]\n"
+       "%6 = mul %3 %5 : f32[4]\n%7 = add %6 %4 : f32[4]\n%8 = div %6 %7 : f32[4]\n"
+       "%9 = mul %0 %8 : f32[4]\noutput %9\n"},
+    {"tanh(log x) stays (x may be negative)", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = log %0 : f32[4]\n%2 = tanh %1 : f32[4]\noutput %2\n", UNCHANGED},
+    {"tanh(log(2+exp x)) stays", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = const 2 : f32[]\n%3 = add %1 %2 : f32[4]\n"
+       "%4 = log %3 : f32[4]\n%5 = tanh %4 : f32[4]\noutput %5\n", UNCHANGED},
+    {"x*0.5*(1+tanh u) stays (gelu: kiln's tanh costs less than its exp)", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = input 1 : f32[4]\n%2 = const 0.5 scalar : f64[]\n%3 = mul %0 %2 : f32[4]\n"
+       "%4 = tanh %1 : f32[4]\n%5 = const 1 scalar : f64[]\n%6 = add %4 %5 : f32[4]\n%7 = mul %3 %6 : f32[4]\n"
+       "output %7\n", UNCHANGED},
+    {"log(1+exp x) -> max(x,0)+log1p(exp(-|x|)) (softplus)", TRANSCENDENTAL,
+     G "%0 = input 0 : f64[4]\n%1 = exp %0 : f64[4]\n%2 = const 1 : f64[]\n%3 = add %2 %1 : f64[4]\n"
+       "%4 = log %3 : f64[4]\noutput %4\n", 1,
+     G "%0 = input 0 : f64[4]\n%1 = exp %0 : f64[4]\n%2 = const 1 : f64[]\n"
+       "%3 = add %2 %1 : f64[4]\n%4 = abs %0 : f64[4]\n%5 = neg %4 : f64[4]\n"
+       "%6 = exp %5 : f64[4]\n%7 = add %6 %2 : f64[4]\n%8 = sub %7 %2 : f64[4]\n"
+       "%9 = div %6 %8 : f64[4]\n%10 = log %7 : f64[4]\n%11 = mul %10 %9 : f64[4]\n"
+       "%12 = eq %2 %7 : bool[4]\n%13 = where %12 %6 %11 : f64[4]\n%14 = const 0 : f64[]\n"
+       "%15 = maximum %0 %14 : f64[4]\n%16 = add %15 %13 : f64[4]\noutput %16\n"},
+    {"log(1+exp(-|x|)) stays (the form softplus becomes)", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = abs %0 : f32[4]\n%2 = neg %1 : f32[4]\n%3 = exp %2 : f32[4]\n"
+       "%4 = const 1 : f32[]\n%5 = add %3 %4 : f32[4]\n%6 = log %5 : f32[4]\noutput %6\n", UNCHANGED},
+    {"log(sigmoid x) -> -(max(-x,0)+log1p(exp(-|x|)))", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = sigmoid %0 : f32[4]\n%2 = log %1 : f32[4]\noutput %2\n", 1,
+     G "%0 = input 0 : f32[4]\n%1 = abs %0 : f32[4]\n%2 = neg %1 : f32[4]\n%3 = exp %2 : f32[4]\n"
+       "%4 = const 1 : f32[]\n%5 = add %3 %4 : f32[4]\n%6 = sub %5 %4 : f32[4]\n%7 = div %3 %6 : f32[4]\n"
+       "%8 = log %5 : f32[4]\n%9 = mul %8 %7 : f32[4]\n%10 = eq %4 %5 : bool[4]\n"
+       "%11 = where %10 %3 %9 : f32[4]\n%12 = neg %0 : f32[4]\n%13 = const 0 : f32[]\n"
+       "%14 = maximum %12 %13 : f32[4]\n%15 = add %14 %11 : f32[4]\n%16 = neg %15 : f32[4]\noutput %16\n"},
+    {"log(tanh x) stays", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = tanh %0 : f32[4]\n%2 = log %1 : f32[4]\noutput %2\n", UNCHANGED},
+    {"exp(log x) -> x >= 0 ? x+0 : NaN", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = log %0 : f32[4]\n%2 = exp %1 : f32[4]\noutput %2\n", 1,
+     G "%0 = input 0 : f32[4]\n%1 = const 0 : f32[]\n%2 = ge %0 %1 : bool[4]\n"
+       "%3 = add %0 %1 : f32[4]\n%4 = const nan : f32[]\n%5 = where %2 %3 %4 : f32[4]\n"
+       "output %5\n"},
+    {"exp(log x) stays for an i32 x", TRANSCENDENTAL,
+     G "%0 = input 0 : i32[4]\n%1 = log %0 : f32[4]\n%2 = exp %1 : f32[4]\noutput %2\n", UNCHANGED},
+    {"log(exp x) -> x+0", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = log %1 : f32[4]\noutput %2\n", 1,
+     G "%0 = input 0 : f32[4]\n%1 = const 0 : f32[]\n%2 = add %0 %1 : f32[4]\noutput %2\n"},
+    {"log(exp x) stays for an i32 x", TRANSCENDENTAL,
+     G "%0 = input 0 : i32[4]\n%1 = exp %0 : f32[4]\n%2 = log %1 : f32[4]\noutput %2\n", UNCHANGED},
+    {"1-sigmoid x -> sigmoid(-x)", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = sigmoid %0 : f32[4]\n%2 = const 1 : f32[]\n%3 = sub %2 %1 : f32[4]\n"
+       "output %3\n", 1,
+     G "%0 = input 0 : f32[4]\n%1 = neg %0 : f32[4]\n%2 = sigmoid %1 : f32[4]\noutput %2\n"},
+    {"-sigmoid x + 1 -> sigmoid(-x)", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = sigmoid %0 : f32[4]\n%2 = neg %1 : f32[4]\n%3 = const 1 scalar : f64[]\n"
+       "%4 = add %2 %3 : f32[4]\noutput %4\n", 1,
+     G "%0 = input 0 : f32[4]\n%1 = neg %0 : f32[4]\n%2 = sigmoid %1 : f32[4]\noutput %2\n"},
+    {"-sigmoid x + 2 stays", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = sigmoid %0 : f32[4]\n%2 = neg %1 : f32[4]\n%3 = const 2 : f32[]\n"
+       "%4 = add %2 %3 : f32[4]\noutput %4\n", UNCHANGED},
+    {"sigmoid x - 1 stays", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = sigmoid %0 : f32[4]\n%2 = const 1 : f32[]\n%3 = sub %1 %2 : f32[4]\n"
+       "output %3\n", UNCHANGED},
+    {"1/(1+exp x) -> sigmoid(-x)", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = const 1 : f32[]\n%3 = add %1 %2 : f32[4]\n"
+       "%4 = div %2 %3 : f32[4]\noutput %4\n", 1,
+     G "%0 = input 0 : f32[4]\n%1 = neg %0 : f32[4]\n%2 = sigmoid %1 : f32[4]\noutput %2\n"},
+    {"2/(1+exp x) stays", TRANSCENDENTAL,
+     G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = const 1 : f32[]\n%3 = add %1 %2 : f32[4]\n"
+       "%4 = const 2 : f32[]\n%5 = div %4 %3 : f32[4]\noutput %5\n", UNCHANGED},
 };
 
 START_TEST(test_pass_rewrites)
@@ -1332,7 +1406,8 @@ END_TEST
 
 static ir_pass_options options(bool fast_math)
 {
-    return (ir_pass_options){.eval = eager_eval_const, .fast_math = fast_math, .verify = true};
+    return (ir_pass_options){.eval = eager_eval_const, .fast_math = fast_math, .verify = true,
+                             .transcendental = true};
 }
 
 START_TEST(test_optimize_runs_every_pass_to_the_end)

@@ -712,6 +712,38 @@ START_TEST(test_softmax_computes_exp_once)
 }
 END_TEST
 
+/* -- Rows ------------------------------------------------------------------ */
+
+/* Softmax against eager over rows of lengths about the vector widths (16
+ * floats with AVX-512), 4096 and 100000, on contiguous and transposed
+ * inputs; under valgrind, where a compile takes seconds, 17 and 100000. */
+static const struct {
+    int64_t cols;
+    bool transposed;
+} ROW_CASES[] = {
+    {1, false},    {7, false},    {7, true},     {15, false},    {16, false},   {17, false},
+    {17, true},    {4096, false}, {4096, true},  {100000, false}, {100000, true},
+};
+
+START_TEST(test_softmax_rows_match_eager)
+{
+    int64_t cols = ROW_CASES[_i].cols, shape[2] = {3, cols}, flipped[2] = {cols, 3};
+    if (UNDER_VALGRIND() && cols != 17 && cols != 100000)
+        return;
+    kiln_scope_begin();
+    kiln_tensor *x = ROW_CASES[_i].transposed ? kiln_transpose(kiln_randn(2, flipped, 41), 0, 1)
+                                              : kiln_randn(2, shape, 41);
+    x = kiln_mul_scalar(x, 8); /* exponentials far apart */
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("softmax_rows", softmax_body, 1, 1, NULL, &o);
+    kiln_tensor *got = NULL, *want = kiln_softmax(x, -1);
+    ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+    assert_close(got, want, 1e-5, 1e-7, "softmax rows");
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- Products with their epilogue ------------------------------------------ */
 
 typedef struct {
@@ -944,6 +976,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_epilogue_writes_in_place);
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     tcase_add_test(wl, test_softmax_computes_exp_once);
+    tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
     tcase_add_test(wl, test_calls_go_on_during_a_compile);
     tcase_add_test(wl, test_deep_chain_on_a_small_stack);
     suite_add_tcase(s, wl);

@@ -193,44 +193,6 @@ static void kernel_free(kernel *k)
 
 /* -- Measuring ulps ----------------------------------------------------- */
 
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t to_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-/* The error of got in ulps of the float nearest want, want being the exact
- * value to double precision; INFINITY for a wrong special value (NaN for a
- * number or the reverse, a wrong infinity, a zero of the wrong sign). An
- * infinity that stands for a finite result counts as 2^128, one ulp past
- * FLT_MAX. */
-static double ulp_error(float got, double want)
-{
-    float wantf = (float)want;
-    if (isnan(want) || isnan(got))
-        return isnan(want) && isnan(got) ? 0 : INFINITY;
-    if (isinf(wantf) && got == wantf)
-        return 0;
-    if (isinf(want))
-        return INFINITY;
-    if (wantf == 0 && got == 0)
-        return signbit(wantf) == signbit(got) ? 0 : INFINITY;
-    double g = isinf(got) ? copysign(0x1p128, got) : got;
-    int e = 128;
-    if (!isinf(wantf))
-        frexpf(wantf, &e);
-    double ulp = ldexp(1.0, (e < -125 ? -125 : e) - 24);
-    return fabs(g - want) / ulp;
-}
-
 typedef struct {
     double (*ref)(double);
     long count;
@@ -247,7 +209,7 @@ static void measure(kernel *k, tally *t, const float *in, float *out, size_t n)
     k->fn(in, out, (int64_t)n);
     for (size_t i = 0; i < n; i++) {
         double want = t->ref(in[i]);
-        double err = ulp_error(out[i], want);
+        double err = test_ulp_error(out[i], want);
         if (isinf(err)) {
             if (t->failures++ == 0) {
                 t->fail_at = in[i];
@@ -289,7 +251,7 @@ static void sweep(ir_op op, double (*ref)(double), const char *name, double max_
 
     size_t n = 0;
     for (uint64_t u = 0; u <= UINT32_MAX; u += stride) {
-        in[n++] = from_bits((uint32_t)u);
+        in[n++] = test_f32_from_bits((uint32_t)u);
         if (n == BLOCK) {
             measure(&k, &t, in, out, n);
             n = 0;
@@ -299,13 +261,13 @@ static void sweep(ir_op op, double (*ref)(double), const char *name, double max_
 
     n = 0;
     for (int i = 0; i < COUNT(special_bits); i++)
-        in[n++] = from_bits(special_bits[i]);
+        in[n++] = test_f32_from_bits(special_bits[i]);
     measure(&k, &t, in, out, n);
     for (int c = 0; c < ncentres; c++) {
         int w = c == 0 ? window << 4 : window;
         n = 0;
         for (int d = -w; d <= w; d++)
-            in[n++] = from_bits(to_bits(centres[c]) + (uint32_t)d);
+            in[n++] = test_f32_from_bits(test_f32_bits(centres[c]) + (uint32_t)d);
         measure(&k, &t, in, out, n);
     }
 
@@ -366,11 +328,11 @@ START_TEST(f32_tanh_bounded_and_odd)
     float *in = malloc(BLOCK * sizeof *in), *out = malloc(BLOCK * sizeof *out);
     ck_assert(in && out);
     uint32_t step = UNDER_VALGRIND() ? SWEEP_STRIDE_VALGRIND / 64 : SANITIZED ? 7 : 1;
-    for (uint32_t u = to_bits(4.0f); u < to_bits(16.0f); u += BLOCK / 2 * step) {
+    for (uint32_t u = test_f32_bits(4.0f); u < test_f32_bits(16.0f); u += BLOCK / 2 * step) {
         int n = 0;
-        for (uint32_t v = u; v < u + BLOCK / 2 * step && v < to_bits(16.0f); v += step) {
-            in[n++] = from_bits(v);
-            in[n++] = -from_bits(v);
+        for (uint32_t v = u; v < u + BLOCK / 2 * step && v < test_f32_bits(16.0f); v += step) {
+            in[n++] = test_f32_from_bits(v);
+            in[n++] = -test_f32_from_bits(v);
         }
         k.fn(in, out, n);
         for (int i = 0; i < n; i += 2) {
@@ -546,7 +508,7 @@ START_TEST(f32_sin_cos)
         kernel_free(&k);
         for (int i = 0; i < n; i++) {
             float want = fns[c](x[i]);
-            ck_assert_msg((isnan(y[i]) && isnan(want)) || to_bits(y[i]) == to_bits(want),
+            ck_assert_msg((isnan(y[i]) && isnan(want)) || test_f32_bits(y[i]) == test_f32_bits(want),
                           "%s(%a) = %a, libm says %a", op_name(ops[c]), x[i], y[i], want);
         }
     }

@@ -306,7 +306,13 @@ KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor 
  * compute in floating point (integers and bools give f32). exp, log, erf, sin
  * and cos are within 1 ulp of the correctly rounded result, sigmoid within 3,
  * tanh within 3.5 (SLEEF's vector functions). Compiled f32 code has its own:
- * exp and log within 1 ulp, sigmoid and erf 2, tanh 6.5 (a rational). */
+ * exp and log within 1 ulp, sigmoid and erf 2, tanh 6.5 (a rational). It
+ * also computes some compositions in forms exact in real arithmetic with
+ * fewer transcendentals and no overflow or cancellation: tanh(log(1+exp x))
+ * (mish), log(1+exp x), log(sigmoid x), exp(log x), log(exp x),
+ * 1-sigmoid x; each within 4 ulp
+ * where the exponentials inside are normal floats (the written forms lose
+ * every digit somewhere). The interpreter computes them as written. */
 KILN_API kiln_tensor *kiln_neg(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_abs(kiln_tensor *a);
 KILN_API kiln_tensor *kiln_exp(kiln_tensor *a);

@@ -20,4 +20,18 @@ bool ir_grow(void **items, int *cap, int need, size_t size);
  * 0; -CORE_NOMEM; or -CORE_INTERNAL with why in err. */
 int ir_lower(const ir_graph *g, bool split_sums, ir_plan *plan, char *err, size_t err_size);
 
+/* passes.c: every pass rebuilds the graph. A rewrite answers node n of the
+ * old graph, its operands renamed into out, with a node of out, or IR_NONE
+ * to have n copied. */
+typedef ir_ref (*ir_rewrite_fn)(ir_graph *out, const ir_node *n, const ir_ref *operands, void *ctx);
+
+/* A copy of in keeping the nodes marked live (all if live is NULL), each
+ * offered to rewrite first; counts rewrites in *changes. NULL when out of
+ * memory. */
+ir_graph *ir_rebuild(const ir_graph *in, const bool *live, ir_rewrite_fn rewrite, void *ctx,
+                     int *changes);
+
+/* Frees *g and puts next in its place; changes, or -1 when next is NULL. */
+int ir_replace(ir_graph **g, ir_graph *next, int changes);
+
 #endif

@@ -273,6 +273,7 @@ typedef struct {
     ir_eval_fn eval;   /* NULL: no constant folding */
     bool fast_math;    /* allow rewrites that are not exact in IEEE arithmetic */
     bool verify;       /* run ir_verify after every pass */
+    bool transcendental; /* rewrite compositions of transcendentals (rewrite.c) */
 } ir_pass_options;
 
 /* Constant folding, algebraic simplification, common subexpressions and dead
@@ -284,5 +285,8 @@ int ir_optimize(ir_graph **g, const ir_pass_options *opt, char *err, size_t err_
 int ir_pass_fold(ir_graph **g, ir_eval_fn eval);
 int ir_pass_simplify(ir_graph **g, bool fast_math);
 int ir_pass_dce(ir_graph **g);
+/* rewrite.c: compositions of transcendentals in cheaper or more accurate
+ * forms, within the errors kiln.h states rather than bit for bit. */
+int ir_pass_transcendental(ir_graph **g);
 
 #endif

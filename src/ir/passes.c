@@ -20,9 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/ir.h"
-
-typedef ir_ref (*rewrite_fn)(ir_graph *out, const ir_node *n, const ir_ref *operands, void *ctx);
+#include "ir/internal.h"
 
 static ir_ref emit_like(ir_graph *out, const ir_node *n, const ir_ref *operands)
 {
@@ -31,8 +29,8 @@ static ir_ref emit_like(ir_graph *out, const ir_node *n, const ir_ref *operands)
 
 /* A copy of in keeping the nodes marked live (all if live is NULL), each
  * offered to rewrite first. Counts rewrites in *changes. */
-static ir_graph *rebuild(const ir_graph *in, const bool *live, rewrite_fn rewrite, void *ctx,
-                         int *changes)
+ir_graph *ir_rebuild(const ir_graph *in, const bool *live, ir_rewrite_fn rewrite, void *ctx,
+                     int *changes)
 {
     ir_graph *out = ir_graph_new();
     ir_ref *map = malloc((in->count ? in->count : 1) * sizeof *map);
@@ -77,7 +75,7 @@ fail:
     return NULL;
 }
 
-static int replace(ir_graph **g, ir_graph *next, int changes)
+int ir_replace(ir_graph **g, ir_graph *next, int changes)
 {
     if (!next)
         return -1;
@@ -111,8 +109,8 @@ static ir_ref fold(ir_graph *out, const ir_node *n, const ir_ref *operands, void
 int ir_pass_fold(ir_graph **g, ir_eval_fn eval)
 {
     int changes = 0;
-    ir_graph *next = rebuild(*g, NULL, fold, (void *)eval, &changes);
-    return replace(g, next, changes);
+    ir_graph *next = ir_rebuild(*g, NULL, fold, (void *)eval, &changes);
+    return ir_replace(g, next, changes);
 }
 
 /* -- Algebraic simplification ---------------------------------------------- */
@@ -270,8 +268,8 @@ int ir_pass_simplify(ir_graph **g, bool fast_math)
 {
     simplify_ctx ctx = {fast_math};
     int changes = 0;
-    ir_graph *next = rebuild(*g, NULL, simplify, &ctx, &changes);
-    return replace(g, next, changes);
+    ir_graph *next = ir_rebuild(*g, NULL, simplify, &ctx, &changes);
+    return ir_replace(g, next, changes);
 }
 
 /* -- Dead code ------------------------------------------------------------- */
@@ -297,9 +295,9 @@ int ir_pass_dce(ir_graph **g)
             live[ir_operands(in, n)[i]] = true;
     }
     int changes = 0;
-    ir_graph *next = rebuild(in, live, NULL, NULL, &changes);
+    ir_graph *next = ir_rebuild(in, live, NULL, NULL, &changes);
     free(live);
-    return replace(g, next, dead);
+    return ir_replace(g, next, dead);
 }
 
 /* -- All of them ----------------------------------------------------------- */
@@ -322,6 +320,9 @@ int ir_optimize(ir_graph **g, const ir_pass_options *opt, char *err, size_t err_
     for (int round = 0; round < MAX_ROUNDS; round++) {
         int changes = 0;
         if (opt->eval && !after_pass(ir_pass_fold(g, opt->eval), g, opt, &changes, err, err_size))
+            return -1;
+        if (opt->transcendental &&
+            !after_pass(ir_pass_transcendental(g), g, opt, &changes, err, err_size))
             return -1;
         if (!after_pass(ir_pass_simplify(g, opt->fast_math), g, opt, &changes, err, err_size) ||
             !after_pass(ir_pass_dce(g), g, opt, &changes, err, err_size))

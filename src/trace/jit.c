@@ -352,7 +352,9 @@ static int optimise(const kiln_fn *f, ir_graph **g)
     if (f->opts.opt_level == 0)
         return 0;
     char err[512] = "";
-    ir_pass_options opt = {.eval = eager_eval_const, .fast_math = f->opts.fast_math};
+    /* The interpreter stays bit for bit eager's: it is what tests compare against. */
+    ir_pass_options opt = {.eval = eager_eval_const, .fast_math = f->opts.fast_math,
+                           .transcendental = f->opts.backend != KILN_BACKEND_INTERP};
 #ifndef NDEBUG
     opt.verify = true;
 #endif
