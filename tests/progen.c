@@ -997,9 +997,13 @@ static int64_t window_count(int64_t n, int64_t k, int64_t s, int64_t p, int64_t 
 }
 
 /* x and a made weight [O, C / groups, KH, KW] (and bias [O], or none);
- * perm holds stride, padding, dilation (two each) and groups. */
+ * perm holds stride, padding, dilation (two each) and groups. Not where
+ * programs make no tensors: a made weight lives on the CPU, and programs
+ * without making ops are the ones run on CUDA. */
 static bool gen_conv2d(gen *g, instr *ins, vtype *out)
 {
+    if (!(g->o.ops & PROGEN_OP_BIT(PROGEN_FROM_DATA)))
+        return false;
     ins->a = pick_image(g, PROGEN_DTYPE_BIT(KILN_F32) | PROGEN_DTYPE_BIT(KILN_F64), true);
     if (ins->a < 0 || g->p->n_instrs + 3 > g->target)
         return false;
