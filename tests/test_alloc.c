@@ -1,5 +1,7 @@
 /* The CPU allocator's cache of freed large blocks (src/core/alloc.c): bounded,
- * and when full it drops the blocks freed longest ago, not the new one.
+ * and when full it drops the blocks freed longest ago, not the new one; its
+ * per-thread lists of small blocks serve any size of a block's class and
+ * keep a bounded number.
  * Links the core module statically to see the cache. With the cache off
  * (KILN_CPU_CACHE_BYTES=0, as under valgrind, or AddressSanitizer) there is
  * nothing to check. */
@@ -44,12 +46,46 @@ START_TEST(test_blocks_larger_than_the_cache_are_not_kept)
 }
 END_TEST
 
+START_TEST(test_a_small_block_serves_its_whole_class)
+{
+    if (core_alloc_cache_limit() == 0)
+        return;
+    unsigned char *p = core_alloc(65);
+    ck_assert_ptr_nonnull(p);
+    core_free(p, 65);
+    unsigned char *q = core_alloc(128); /* the same 64-byte class: the block kept is reused */
+    ck_assert_ptr_eq(q, p);
+    memset(q, 0xa5, 128); /* and holds the class's largest size */
+    core_free(q, 128);
+    void *other = core_alloc(129);
+    ck_assert_ptr_ne(other, p);
+    core_free(other, 129);
+}
+END_TEST
+
+START_TEST(test_a_thread_keeps_few_small_blocks)
+{
+    if (core_alloc_cache_limit() == 0)
+        return;
+    enum { N = 1000 };
+    static void *blocks[N];
+    for (int i = 0; i < N; i++)
+        ck_assert_ptr_nonnull(blocks[i] = core_alloc(300));
+    for (int i = 0; i < N; i++)
+        core_free(blocks[i], 300);
+    int kept = core_alloc_small_kept(300);
+    ck_assert_msg(kept > 0 && kept <= 64, "%d blocks of 300 bytes kept after freeing %d", kept, N);
+}
+END_TEST
+
 static Suite *alloc_suite(void)
 {
     Suite *s = suite_create("alloc");
     TCase *tc = tcase_create("cache");
     tcase_add_test(tc, test_full_cache_keeps_the_newest_blocks);
     tcase_add_test(tc, test_blocks_larger_than_the_cache_are_not_kept);
+    tcase_add_test(tc, test_a_small_block_serves_its_whole_class);
+    tcase_add_test(tc, test_a_thread_keeps_few_small_blocks);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -89,6 +89,8 @@ void core_free(void *p, size_t bytes);
  * bytes it holds now. */
 int64_t core_alloc_cache_limit(void);
 int64_t core_alloc_cached_bytes(void);
+/* How many freed small blocks of bytes' size class this thread keeps. */
+int core_alloc_small_kept(size_t bytes);
 /* Fault injection for tests: after n more successful allocations every
  * allocation fails; n < 0 turns it off. */
 void core_alloc_fail_after(int64_t n);

@@ -127,7 +127,8 @@ kiln_tensor *tensor_new_on(const char *fn, kiln_device device, kiln_dtype dt, in
     int64_t numel;
     if (check_dtype(fn, dt) < 0 || check_shape(fn, ndim, shape, &numel) < 0)
         return NULL;
-    char why[512] = "out of memory";
+    char why[512];
+    why[0] = '\0'; /* not the whole buffer: this is every op's and every call's allocation */
     kiln_tensor *t = tensor_alloc(dt, ndim, shape, numel);
     if (!t)
         goto fail;
@@ -144,8 +145,8 @@ fail:
     char buf[CORE_SHAPE_STR_MAX];
     core_shape_str(buf, ndim, shape);
     if (device == KILN_CUDA)
-        core_fail(strstr(why, "out of memory") ? CORE_NOMEM : CORE_DEVICE, fn, "cannot allocate %s %s on CUDA: %s",
-                  buf, kiln_dtype_name(dt), why);
+        core_fail(!why[0] || strstr(why, "out of memory") ? CORE_NOMEM : CORE_DEVICE, fn,
+                  "cannot allocate %s %s on CUDA: %s", buf, kiln_dtype_name(dt), why[0] ? why : "out of memory");
     else
         core_fail(CORE_NOMEM, fn, "out of memory allocating %s %s", buf, kiln_dtype_name(dt));
     return NULL;

@@ -178,9 +178,8 @@ bool ir_shape_numel(int ndim, const int64_t *shape, int64_t *numel)
             empty = true;
             continue;
         }
-        if (nonzero > IR_MAX_NUMEL / shape[d])
+        if (__builtin_mul_overflow(nonzero, shape[d], &nonzero) || nonzero > IR_MAX_NUMEL)
             return false;
-        nonzero *= shape[d];
     }
     *numel = empty ? 0 : nonzero;
     return true;

@@ -119,6 +119,7 @@ typedef struct {
     int64_t coef;
     uint8_t exp[IR_MAX_SYMBOLS]; /* the power of each symbol */
 } ir_term;
+_Static_assert(sizeof(((ir_term *)0)->exp) == sizeof(uint64_t), "ir_poly_eval reads a term's powers as one word");
 
 typedef struct {
     int n;

@@ -217,7 +217,9 @@ int64_t ir_poly_eval(const ir_poly *p, const int64_t *symbols)
     int64_t sum = 0;
     for (int i = 0; i < p->n; i++) {
         int64_t term = p->terms[i].coef;
-        for (int s = 0; s < IR_MAX_SYMBOLS; s++)
+        uint64_t powers; /* all zero for the constant term: kernels evaluate their sizes every launch */
+        memcpy(&powers, p->terms[i].exp, sizeof powers);
+        for (int s = 0; powers && s < IR_MAX_SYMBOLS; s++)
             for (int e = 0; e < p->terms[i].exp[s]; e++)
                 if (__builtin_mul_overflow(term, symbols[s], &term))
                     return IR_SIZE_NONE;

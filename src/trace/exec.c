@@ -278,10 +278,10 @@ static kiln_tensor *output_for(const executable *x, const ir_node *n, kiln_tenso
     int64_t buf[KILN_MAX_DIMS];
     const int64_t *shape = shape_now(x, n, symbols, buf);
     kiln_tensor *out;
-    if (!t) {
-        out = eager_empty("kiln_call", x->device, n->dtype, n->ndim, shape);
-    } else if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
-               eager_is_contiguous(t) && t->device == x->device) {
+    if (!t)
+        return eager_empty("kiln_call", x->device, n->dtype, n->ndim, shape); /* owned by no scope */
+    if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
+        eager_is_contiguous(t) && t->device == x->device) {
         out = kiln_reshape(t, n->ndim, shape);
     } else {
         kiln_tensor *copy = t->device == x->device ? eager_copy("kiln_call", t) : kiln_to_device(t, x->device);
@@ -389,7 +389,9 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
     const plan_step *s = &x->plan.steps[i];
     const ir_node *n = &x->graph->nodes[s->node];
     void *buffers[KX_MAX_BUFFERS + 2];
-    kiln_tensor *staged[KX_MAX_BUFFERS] = {NULL};
+    kiln_tensor *staged[KX_MAX_BUFFERS];
+    for (int b = 0; b < s->n_inputs; b++)
+        staged[b] = NULL;
     kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL, src->symbols);
     kg_matmul_args layout;
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
@@ -460,8 +462,10 @@ static kiln_tensor *run_step(const executable *x, ir_ref r, const interp_sources
 {
     int step = x->backend ? x->plan.step_of[r] : -1;
     const plan_step *s = step >= 0 ? &x->plan.steps[step] : NULL;
-    if (!s || (!s->kernel && s->blocked_with < 0))
-        return interp_node(x->graph, r, src, values);
+    if (!s || (!s->kernel && s->blocked_with < 0)) {
+        kiln_tensor *source = interp_source(x->graph, r, src);
+        return source ? kiln_retain(source) : interp_node(x->graph, r, src, values);
+    }
     if (s->blocked_with < 0)
         return run_kernel(x, step, src, values);
     if (!s->kernel)

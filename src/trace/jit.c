@@ -74,7 +74,9 @@ kiln_spec kiln_spec_of(const kiln_tensor *t)
     kiln_spec s = {0};
     if (!t)
         return s;
-    s = (kiln_spec){.dtype = t->dtype, .ndim = t->ndim, .device = t->device};
+    s.dtype = t->dtype;
+    s.ndim = t->ndim;
+    s.device = t->device;
     memcpy(s.shape, t->shape, (size_t)t->ndim * sizeof *s.shape);
     return s;
 }
@@ -113,7 +115,7 @@ static bool covers(const kiln_fn *f, const specialization *s, const kiln_spec *s
 static int find_spec(const kiln_fn *f, const kiln_spec *sig, int64_t *symbols)
 {
     for (int k = 0; k < f->n_specs; k++) {
-        int i = (f->last + k) % f->n_specs;
+        int i = f->last + k < f->n_specs ? f->last + k : f->last + k - f->n_specs; /* no division per call */
         const specialization *s = f->specs[i];
         if (s->root && passes(f, s, sig, symbols) && covers(f, s, sig))
             return i;
