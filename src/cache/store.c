@@ -694,22 +694,50 @@ static void parse_counts(const char *text, int64_t *hits, int64_t *misses)
     }
 }
 
-/* Counters are rewritten whole, under a lock on the directory: the stats
- * file is replaced, never written through, so a link planted there is
- * replaced too. */
+/* Adds to the counts in the stats file at path in place: false where that
+ * file is not this user's plain regular file (missing, a link planted there,
+ * a second name of another file), which is then replaced instead. In place
+ * costs a disk hit no file creation and rename. */
+static bool count_in_place(const char *path, int64_t hits, int64_t misses)
+{
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    char text[128] = "";
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
+        close(fd);
+        return false;
+    }
+    ssize_t got = core_pread_full(fd, text, sizeof text - 1, 0);
+    text[got > 0 ? got : 0] = '\0';
+    int64_t h = 0, m = 0;
+    parse_counts(text, &h, &m);
+    int len = snprintf(text, sizeof text, "hits %lld\nmisses %lld\n", (long long)(h + hits), (long long)(m + misses));
+    if (pwrite(fd, text, (size_t)len, 0) == len)
+        (void)ftruncate(fd, len);
+    close(fd);
+    return true;
+}
+
+/* Counters are rewritten whole, under a lock on the directory; a stats file
+ * that is not a plain file of this user's is replaced, never written
+ * through, so a link planted there is replaced too. */
 void cache_count(const char *dir, int64_t hits, int64_t misses)
 {
     int lock = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (lock < 0)
         return;
     if (flock(lock, LOCK_EX) == 0) {
-        int64_t h, m;
-        cache_counts_read(dir, &h, &m);
         char path[CACHE_PATH_MAX + 16], text[128];
         snprintf(path, sizeof path, "%s/stats", dir);
-        int len = snprintf(text, sizeof text, "hits %lld\nmisses %lld\n", (long long)(h + hits),
-                           (long long)(m + misses));
-        (void)core_write_file(path, text, (size_t)len, 0600); /* counts are worth no warning */
+        if (!count_in_place(path, hits, misses)) {
+            int64_t h, m;
+            cache_counts_read(dir, &h, &m);
+            int len = snprintf(text, sizeof text, "hits %lld\nmisses %lld\n", (long long)(h + hits),
+                               (long long)(m + misses));
+            (void)core_write_file(path, text, (size_t)len, 0600); /* counts are worth no warning */
+        }
         flock(lock, LOCK_UN);
     }
     close(lock);
