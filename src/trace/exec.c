@@ -270,18 +270,30 @@ static const int64_t *shape_now(const executable *x, const ir_node *n, const int
     return shape;
 }
 
-/* The output of node n for a kernel that writes over value t (NULL: one
- * that does not). The kernel reads t's values from its output, so that is t
- * itself when t alone holds its whole contiguous storage, else a copy. */
-static kiln_tensor *output_for(const executable *x, const ir_node *n, kiln_tensor *t, const int64_t *symbols)
+/* Inputs, captures and constants: their values are the caller's and the
+ * executable's own tensors, borrowed for the call rather than retained (two
+ * atomic operations a source a call saved), and never written over. */
+static bool borrowed(const ir_graph *g, ir_ref r)
+{
+    ir_op op = g->nodes[r].op;
+    return op == OP_INPUT || op == OP_CAPTURE || op == OP_CONST;
+}
+
+/* The output of node n for a kernel that writes over value reuses (IR_NONE:
+ * one that does not). The kernel reads that value from its output, so that
+ * is the value itself when it alone holds its whole contiguous storage, else
+ * a copy. */
+static kiln_tensor *output_for(const executable *x, const ir_node *n, ir_ref reuses, kiln_tensor *const *values,
+                               const int64_t *symbols)
 {
     int64_t buf[KILN_MAX_DIMS];
     const int64_t *shape = shape_now(x, n, symbols, buf);
     kiln_tensor *out;
-    if (!t)
+    if (reuses == IR_NONE)
         return eager_empty("kiln_call", x->device, n->dtype, n->ndim, shape); /* owned by no scope */
-    if (atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 && t->offset == 0 &&
-        eager_is_contiguous(t) && t->device == x->device) {
+    kiln_tensor *t = values[reuses];
+    if (!borrowed(x->graph, reuses) && atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 &&
+        t->offset == 0 && eager_is_contiguous(t) && t->device == x->device) {
         out = kiln_reshape(t, n->ndim, shape);
     } else {
         kiln_tensor *copy = t->device == x->device ? eager_copy("kiln_call", t) : kiln_to_device(t, x->device);
@@ -392,7 +404,7 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
     kiln_tensor *staged[KX_MAX_BUFFERS];
     for (int b = 0; b < s->n_inputs; b++)
         staged[b] = NULL;
-    kiln_tensor *out = output_for(x, n, s->reuses != IR_NONE ? values[s->reuses] : NULL, src->symbols);
+    kiln_tensor *out = output_for(x, n, s->reuses, values, src->symbols);
     kg_matmul_args layout;
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
               (s->product == IR_NONE || product_operands(x, s, values, src->symbols, buffers, &layout));
@@ -464,13 +476,13 @@ static kiln_tensor *run_step(const executable *x, ir_ref r, const interp_sources
     const plan_step *s = step >= 0 ? &x->plan.steps[step] : NULL;
     if (!s || (!s->kernel && s->blocked_with < 0)) {
         kiln_tensor *source = interp_source(x->graph, r, src);
-        return source ? kiln_retain(source) : interp_node(x->graph, r, src, values);
+        return source ? source : interp_node(x->graph, r, src, values);
     }
     if (s->blocked_with < 0)
         return run_kernel(x, step, src, values);
     if (!s->kernel)
         return run_product_in_blocks(x, r, src, values);
-    return output_for(x, &x->graph->nodes[r], values[s->reuses], src->symbols);
+    return output_for(x, &x->graph->nodes[r], s->reuses, values, src->symbols);
 }
 
 static void release_dead_operands(const executable *x, ir_ref r, kiln_tensor **values)
@@ -479,7 +491,7 @@ static void release_dead_operands(const executable *x, ir_ref r, kiln_tensor **v
     const ir_ref *used = ir_plan_uses(&x->plan, r, &n);
     for (uint32_t i = 0; i < n; i++) {
         ir_ref o = used[i];
-        if (x->plan.last_use[o] == r && values[o]) {
+        if (x->plan.last_use[o] == r && values[o] && !borrowed(x->graph, o)) {
             kiln_release(values[o]);
             values[o] = NULL;
         }
@@ -590,7 +602,8 @@ int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols
         for (int i = 0; i < g->n_outputs; i++)
             out[i] = (kiln_release(out[i]), NULL);
     for (uint32_t i = 0; i < p->n_visit; i++)
-        kiln_release(values[p->visit[i]]);
+        if (!borrowed(g, p->visit[i]))
+            kiln_release(values[p->visit[i]]);
     if (values != stack)
         free(values);
     return status;

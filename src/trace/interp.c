@@ -60,8 +60,6 @@ kiln_tensor *interp_node(const ir_graph *g, ir_ref r, const interp_sources *s, k
     const ir_node *n = &g->nodes[r];
     if (ir_ops[n->op].flags & FLAG_RANDOM)
         return eager_random(n, s->stream, s->rng_base, s->device);
-    if (ir_ops[n->op].kind == KIND_SOURCE)
-        return kiln_retain(interp_source(g, r, s));
     kiln_tensor *stack[MAX_STACK_OPERANDS] = {NULL};
     kiln_tensor **operands = n->n_operands <= MAX_STACK_OPERANDS ? stack : malloc(n->n_operands * sizeof *operands);
     if (!operands) {

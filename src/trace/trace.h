@@ -58,8 +58,9 @@ void interp_consts_free(const ir_graph *g, kiln_tensor **consts);
 /* Source node r's tensor (borrowed), or NULL for a node that is not one (or
  * a random one, whose values interp_node draws). */
 kiln_tensor *interp_source(const ir_graph *g, ir_ref r, const interp_sources *s);
-/* Node r run with the eager ops on its operands' values (indexed by node):
- * a new unowned tensor, or NULL with the op's error set. */
+/* Node r (not a source interp_source gives) run with the eager ops on its
+ * operands' values (indexed by node): a new unowned tensor, or NULL with the
+ * op's error set. */
 kiln_tensor *interp_node(const ir_graph *g, ir_ref r, const interp_sources *s, kiln_tensor *const *values);
 
 /* -- exec.c: the executor ---------------------------------------------------- *
