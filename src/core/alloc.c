@@ -14,8 +14,9 @@
  * dropped by every op and every traced call: a short per-thread list per
  * 64-byte class keeps the last few freed, so that most are a pop and a push
  * rather than a trip through malloc and free (a third of the instructions of
- * a traced call on 64 floats). Those blocks are malloc'd at their class's full
- * size, so that any request of the class fits. A thread's lists are freed
+ * a traced call on 64 floats). Those blocks are allocated at their class's
+ * full size, so that any request of the class fits, and 64-byte aligned, so
+ * that the vectors of a small tensor's data never straddle cache lines. A thread's lists are freed
  * when it exits, the main thread's when the library unloads.
  *
  * With KILN_CPU_CACHE_BYTES=0, and in AddressSanitizer builds, every block
@@ -93,8 +94,8 @@ static void *small_alloc(size_t bytes)
 {
     int c = small_class(bytes);
     small_block *b = small.head[c];
-    if (!b)
-        return malloc((size_t)(c + 1) * CLASS_BYTES);
+    if (!b) /* aligned as large blocks are: a small tensor's vectors then never straddle cache lines */
+        return aligned_alloc(ALIGN, (size_t)(c + 1) * CLASS_BYTES);
     small.head[c] = b->next;
     small.count[c]--;
     return b;
