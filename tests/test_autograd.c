@@ -475,6 +475,37 @@ START_TEST(accumulates)
 }
 END_TEST
 
+/* A scope's tensor released early leaves its scope even while kiln holds it
+ * (a gradient record's saved operand, a leaf's gradient, an optimizer's
+ * parameter), so the scope's end never releases it a second time and what
+ * kiln holds stays alive. */
+START_TEST(early_release_of_tensors_kiln_holds)
+{
+    kiln_tensor *x = leaf(1, (int64_t[]){5}, 5);
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_exp(x), *loss = kiln_sum(kiln_mul(y, y), KILN_ALL, false); /* mul saves y */
+    kiln_release(y);
+    ck_assert_int_eq(kiln_backward(loss), 0);
+    kiln_tensor *g = kiln_grad(x);
+    ck_assert_ptr_nonnull(g);
+    kiln_release(g);
+    kiln_scope_end();
+    ck_assert_str_eq(kiln_last_error(), "");
+    assert_close(kiln_grad(x), kiln_mul_scalar(kiln_exp(kiln_mul_scalar(x, 2)), 2), 1e-12, 0, "2 exp(2x)");
+
+    kiln_scope_begin();
+    kiln_tensor *p = kiln_randn(1, (int64_t[]){3}, 6);
+    ck_assert_int_eq(kiln_requires_grad(p, true), 0);
+    kiln_optimizer *o = kiln_sgd(&p, 1, 0.5, 0, 0, false);
+    ck_assert_ptr_nonnull(o);
+    kiln_release(p);
+    kiln_scope_end();
+    ck_assert_str_eq(kiln_last_error(), "");
+    kiln_optimizer_free(o);
+    ck_assert_str_eq(kiln_last_error(), "");
+}
+END_TEST
+
 START_TEST(backward_with_seeds)
 {
     kiln_tensor *x = leaf(2, (int64_t[]){2, 3}, 2);
@@ -960,6 +991,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, random_programs_compiled);
     tcase_add_test(tc, accumulates);
     tcase_add_test(tc, backward_with_seeds);
+    tcase_add_test(tc, early_release_of_tensors_kiln_holds);
     tcase_add_test(tc, no_grad_and_detach);
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, traced_accumulates);

@@ -261,6 +261,26 @@ START_TEST(test_captured_tensor_is_read_by_reference)
 }
 END_TEST
 
+/* A scope's tensor a function captures, released early inside the scope,
+ * leaves the scope: the function's own reference keeps it alive. */
+START_TEST(test_captured_tensor_released_early_stays_alive)
+{
+    kiln_scope_begin();
+    kiln_tensor *w = kiln_full(KILN_F32, 1, (int64_t[]){3}, 2);
+    kiln_fn *f = kiln_jit("scale", scale_by_captured, 1, 1, w, NULL);
+    kiln_tensor *x = kiln_arange(1, 4, 1, KILN_F32), *out;
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    kiln_release(w);
+    kiln_scope_end();
+    ck_assert_str_eq(kiln_last_error(), "");
+    x = kiln_arange(1, 4, 1, KILN_F32);
+    ck_assert_int_eq(kiln_call(f, &x, &out), 0);
+    ck_assert_double_eq(kiln_item(kiln_sum(out, KILN_ALL, false)), 12);
+    kiln_fn_free(f);
+    ck_assert_str_eq(kiln_last_error(), "");
+}
+END_TEST
+
 /* w += 1, then y = x * w: the body reads the assigned value. */
 static int step(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
@@ -1096,6 +1116,7 @@ static Suite *trace_suite(void)
     TCase *tc = tcase_create("semantics");
     tcase_add_checked_fixture(tc, test_scoped_setup, test_scoped_teardown);
     tcase_add_test(tc, test_new_signature_retraces_and_old_one_hits);
+    tcase_add_test(tc, test_captured_tensor_released_early_stays_alive);
     tcase_add_test(tc, test_retrace_limit_falls_back_eagerly_or_fails_in_strict_mode);
     tcase_add_test(tc, test_precompile_prepares_without_running);
     tcase_add_test(tc, test_captured_tensor_is_read_by_reference);

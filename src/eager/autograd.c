@@ -78,8 +78,8 @@ static void node_free(grad_node *n)
 {
     for (int i = 0; i < n->n_in; i++) {
         node_release(n->in[i].fn);
-        kiln_release(n->in[i].leaf);
-        kiln_release(n->in[i].saved);
+        eager_unhold(n->in[i].leaf);
+        eager_unhold(n->in[i].saved);
     }
     kiln_release(n->out);
     core_free(n, node_size(n->n_in));
@@ -123,7 +123,7 @@ void grad_forget(kiln_tensor *t)
 {
     node_release(t->grad_fn);
     t->grad_fn = NULL;
-    kiln_release(t->grad);
+    eager_unhold(t->grad);
     t->grad = NULL;
 }
 
@@ -145,11 +145,13 @@ static kiln_tensor *detached(kiln_tensor *t)
 static kiln_tensor *saved(kiln_tensor *t)
 {
     if (!t->literal)
-        return kiln_retain(t);
+        return eager_hold(t);
     const void *v = t->storage->data;
     double value = t->dtype == KILN_I64 ? (double)*(const int64_t *)v
                  : t->dtype == KILN_F32 ? *(const float *)v : *(const double *)v;
-    return eager_scalar_literal(t->dtype, value);
+    kiln_tensor *copy = eager_scalar_literal(t->dtype, value), *held = eager_hold(copy);
+    kiln_release(copy);
+    return held;
 }
 
 static void input_init(grad_input *gi, kiln_tensor *t, bool save)
@@ -161,7 +163,7 @@ static void input_init(grad_input *gi, kiln_tensor *t, bool save)
         gi->fn = t->grad_fn;
         atomic_fetch_add_explicit(&gi->fn->refs, 1, memory_order_relaxed);
     } else if (ir_dtype_is_float(t->dtype) && t->requires_grad) {
-        gi->leaf = kiln_retain(t);
+        gi->leaf = eager_hold(t);
     }
     if (save) {
         gi->saved = saved(t);
@@ -246,8 +248,8 @@ static trace_grad *traced_find(const kiln_tensor *leaf)
 
 static void traced_remove(trace_grad *e)
 {
-    kiln_release(e->grad);
-    kiln_release(e->leaf);
+    eager_unhold(e->grad);
+    eager_unhold(e->leaf);
     *e = traced.items[--traced.count];
     if (traced.count == 0) {
         free(traced.items);
@@ -266,7 +268,7 @@ static int traced_add(kiln_tensor *leaf, kiln_tensor *grad)
         traced.items = grown;
         traced.cap = cap;
     }
-    traced.items[traced.count++] = (trace_grad){eager_active_trace(), kiln_retain(leaf), kiln_retain(grad)};
+    traced.items[traced.count++] = (trace_grad){eager_active_trace(), eager_hold(leaf), eager_hold(grad)};
     return 0;
 }
 
@@ -298,8 +300,8 @@ int grad_replace(kiln_tensor *t, kiln_tensor *g)
     kiln_tensor **slot = grad_slot(t);
     if (!slot)
         return traced_add(t, g);
-    kiln_retain(g);
-    kiln_release(*slot);
+    eager_hold(g);
+    eager_unhold(*slot);
     *slot = g;
     return 0;
 }
@@ -314,8 +316,8 @@ static int leaf_accumulate(kiln_tensor *leaf, kiln_tensor *g)
     kiln_tensor *sum = *slot ? kiln_add(*slot, g) : kiln_contiguous(g);
     if (!sum)
         return -1;
-    kiln_release(*slot);
-    *slot = kiln_retain(sum);
+    eager_unhold(*slot);
+    *slot = eager_hold(sum);
     return 0;
 }
 
@@ -408,8 +410,8 @@ static int node_accumulate(grad_node *n, kiln_tensor *g)
     kiln_tensor *sum = n->acc ? kiln_add(n->acc, g) : g;
     if (!sum)
         return -1;
-    kiln_release(n->acc);
-    n->acc = kiln_retain(sum);
+    eager_unhold(n->acc);
+    n->acc = eager_hold(sum);
     return 0;
 }
 
@@ -471,7 +473,7 @@ static int walk(node_list *order)
         n->acc = NULL;
         if (g && status == 0)
             status = node_backward(n, g);
-        kiln_release(g);
+        eager_unhold(g);
     }
     return status;
 }
@@ -567,7 +569,7 @@ int kiln_backward_with(kiln_tensor *const *outputs, kiln_tensor *const *grads, i
     if (status == 0)
         status = seed_all(outputs, grads, n);
     for (int k = 0; status < 0 && k < order.count; k++) { /* a failed seed leaves sums behind */
-        kiln_release(order.items[k]->acc);
+        eager_unhold(order.items[k]->acc);
         order.items[k]->acc = NULL;
     }
     if (status == 0)
@@ -639,7 +641,7 @@ int kiln_zero_grad(kiln_tensor *t)
         if (e)
             traced_remove(e);
     } else {
-        kiln_release(t->grad);
+        eager_unhold(t->grad);
         t->grad = NULL;
     }
     core_succeeded();

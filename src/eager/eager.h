@@ -28,6 +28,7 @@ struct kiln_tensor {
     uint32_t magic;
     _Atomic int refs;
     _Atomic int scoped;   /* references that scopes hold (entries in them) */
+    _Atomic int held;     /* references kiln's own structures hold (eager_hold) */
     kiln_dtype dtype;
     kiln_device device;
     int ndim;
@@ -82,6 +83,13 @@ kiln_tensor *eager_copy(const char *fn, const kiln_tensor *t);
 kiln_tensor *eager_own(kiln_tensor *t);
 /* Removes t from the scope that owns it, if any: the caller owns it now. */
 void eager_disown(kiln_tensor *t);
+/* A reference kept by kiln itself (a gradient record, a gradient, an
+ * optimizer's parameter, a function's capture), which kiln_release never
+ * takes for a scope's: a scope's tensor released early then leaves its scope
+ * even while kiln holds it. eager_hold returns t (NULL for NULL or a dead
+ * tensor); eager_unhold drops such a reference. */
+kiln_tensor *eager_hold(kiln_tensor *t);
+void eager_unhold(kiln_tensor *t);
 
 /* -- Tracing hooks --------------------------------------------------------- *
  * While a trace is active on a thread, every op called on that thread checks

@@ -78,7 +78,7 @@ void kiln_optimizer_free(kiln_optimizer *o)
     if (!o)
         return;
     for (int i = 0; o->params && i < o->n; i++)
-        kiln_release(o->params[i]);
+        eager_unhold(o->params[i]);
     for (int i = 0; o->state && i < o->n_state; i++)
         kiln_release(o->state[i]);
     free(o->params);
@@ -103,7 +103,7 @@ static kiln_optimizer *optimizer_new(const char *fn, opt_kind kind, kiln_tensor 
     }
     kiln_scope_begin();
     for (; o->n < n; o->n++)
-        o->params[o->n] = kiln_retain(params[o->n]);
+        o->params[o->n] = eager_hold(params[o->n]);
     bool made = true;
     for (int i = 0; i < n * per_param; i++)
         made &= (o->state[o->n_state++] = zeros_like(params[i / per_param])) != NULL;

@@ -98,6 +98,7 @@ static kiln_tensor *tensor_alloc(kiln_dtype dt, int ndim, const int64_t *shape, 
     t->magic = TENSOR_ALIVE;
     atomic_init(&t->refs, 1);
     atomic_init(&t->scoped, 0);
+    atomic_init(&t->held, 0);
     t->dtype = dt;
     t->device = KILN_CPU;
     t->ndim = ndim;
@@ -261,10 +262,31 @@ void kiln_release(kiln_tensor *t)
         dead_tensor("kiln_release");
         return;
     }
-    /* Every reference left is a scope's (kiln_cast to the same dtype gave
-     * a scope a second one): the one released is a scope's, released early. */
-    if (atomic_load(&t->scoped) >= atomic_load(&t->refs))
+    /* Every reference left but kiln's own is a scope's (kiln_cast to the
+     * same dtype gave a scope a second one): the one released is a scope's,
+     * released early. */
+    if (atomic_load(&t->scoped) >= atomic_load(&t->refs) - atomic_load(&t->held))
         scope_forget(t);
+    release(t);
+}
+
+kiln_tensor *eager_hold(kiln_tensor *t)
+{
+    if (!kiln_retain(t))
+        return NULL;
+    atomic_fetch_add_explicit(&t->held, 1, memory_order_relaxed);
+    return t;
+}
+
+void eager_unhold(kiln_tensor *t)
+{
+    if (!t)
+        return;
+    if (!eager_alive(t)) {
+        dead_tensor("kiln_release");
+        return;
+    }
+    atomic_fetch_sub_explicit(&t->held, 1, memory_order_relaxed);
     release(t);
 }
 

@@ -620,7 +620,7 @@ int kiln_onnx_export(kiln_fn *f, const kiln_spec *in, const char *path)
     arena_free(&e.a);
     ir_graph_free(g);
     for (int i = 0; i < n_captures; i++)
-        kiln_release(captures[i]);
+        eager_unhold(captures[i]);
     free(captures);
     return status < 0 ? status : 0;
 }

@@ -147,7 +147,7 @@ static void release_all(ir_graph *g, kiln_tensor **captures, int n_captures)
 {
     ir_graph_free(g);
     for (int i = 0; i < n_captures; i++)
-        kiln_release(captures[i]);
+        eager_unhold(captures[i]);
     free(captures);
 }
 

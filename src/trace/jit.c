@@ -345,7 +345,7 @@ static int64_t eager_bytes(const ir_graph *g)
 static void release_captures(kiln_tensor **captures, int n_captures)
 {
     for (int i = 0; i < n_captures; i++)
-        kiln_release(captures[i]);
+        eager_unhold(captures[i]);
     free(captures);
 }
 
@@ -476,7 +476,7 @@ static executable *make_exec(tracing *t, ir_graph *sym, kiln_tensor *const *capt
     snprintf(stage, sizeof stage, t->breaks ? "segment%d-after" : "after", t->breaks);
     dump_graph(f, t->serial, stage, sym);
     for (int i = 0; i < n_captures; i++)
-        own[i] = kiln_retain(captures[i]);
+        own[i] = eager_hold(captures[i]);
     executable *x = exec_new(sym, own, n_captures, &o, why, sizeof why, &status);
     if (x && why[0])
         fprintf(stderr, "kiln: warning: '%s': compiling failed (%s); interpreting this signature\n", f->name, why);

@@ -86,9 +86,9 @@ static int capture_index(recorder *rec, kiln_tensor *t)
         rec->captures = grown;
         rec->cap = cap;
     }
-    rec->captures[rec->n_captures] = (capture){kiln_retain(t), IR_NONE, false, 0};
+    rec->captures[rec->n_captures] = (capture){eager_hold(t), IR_NONE, false, 0};
     if (capture_node(rec, rec->n_captures) == IR_NONE) {
-        kiln_release(t);
+        eager_unhold(t);
         return -1;
     }
     return rec->n_captures++;
@@ -345,7 +345,7 @@ static void destroy(eager_trace *trace)
     free(rec->shape_reads);
     free(rec->tracers);
     for (int i = 0; i < rec->n_captures; i++)
-        kiln_release(rec->captures[i].tensor);
+        eager_unhold(rec->captures[i].tensor);
     free(rec->captures);
     ir_graph_free(rec->graph);
     free(rec);

@@ -131,8 +131,8 @@ void *jit_user(const kiln_fn *f);
 /* f's name, borrowed. */
 const char *jit_name(const kiln_fn *f);
 /* f traced for sig (its body run on tracers, no graph break allowed) and
- * optimised as a specialization would be: the graph and its captures (new
- * references) in *out. 0, or a negative status with the error set. */
+ * optimised as a specialization would be: the graph and its captures
+ * (references held, eager_hold's: drop them with eager_unhold) in *out. 0, or a negative status with the error set. */
 int jit_trace_graph(kiln_fn *f, const kiln_spec *sig, ir_graph **out, kiln_tensor ***captures, int *n_captures);
 
 #endif
