@@ -124,6 +124,18 @@ static void add_floats(model *m, const char *name, int ndim, const int64_t *shap
     m->init_ptrs[m->n_inits++] = t;
 }
 
+/* The last initializer's values as little-endian raw data, as PyTorch
+ * writes its weights (borrowed). */
+static void use_raw_data(model *m)
+{
+    Onnx__TensorProto *t = m->init_ptrs[m->n_inits - 1];
+    t->has_raw_data = true;
+    t->raw_data.data = (uint8_t *)t->float_data;
+    t->raw_data.len = t->n_float_data * sizeof(float);
+    t->float_data = NULL;
+    t->n_float_data = 0;
+}
+
 /* The model serialized (malloc'd). */
 static uint8_t *pack(model *m, size_t *size)
 {
@@ -173,7 +185,7 @@ static const char *save(model *m, const char *name)
 static const int64_t x_shape[2] = {2, 3}, w_shape[2] = {3, 4}, b_shape[1] = {4}, y_shape[2] = {2, 4};
 static const float w_data[12] = {0, .1f, .2f, .3f, .4f, .5f, .6f, .7f, .8f, .9f, 1, 1.1f}, b_data[4] = {1, -3, 1, -9};
 
-/* y = relu(x @ w + b), x [2,3]. */
+/* y = relu(x @ w + b), x [2,3]; w as raw data, b as floats. */
 static void dense_model(model *m)
 {
     model_init(m);
@@ -183,6 +195,7 @@ static void dense_model(model *m)
     add_value(m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
     add_value(m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, y_shape);
     add_floats(m, "w", 2, w_shape, w_data, 12);
+    use_raw_data(m);
     add_floats(m, "b", 1, b_shape, b_data, 4);
 }
 
@@ -224,6 +237,37 @@ START_TEST(test_load_and_call)
         ck_assert_int_eq(st.eager_fallbacks, 0);
         kiln_fn_free(f);
     }
+}
+END_TEST
+
+/* A graph given in two pieces (the second file's graph holding b) is one
+ * graph, as protobuf merges them: the loader's skeleton, which reads the
+ * initializers' raw data from the mapped file, leaves such files to
+ * protobuf-c whole. */
+START_TEST(test_graph_in_two_pieces)
+{
+    model m;
+    dense_model(&m);
+    m.n_inits = 1; /* w only */
+    size_t size, more_size;
+    uint8_t *bytes = pack(&m, &size);
+    model_free(&m);
+    model_init(&m);
+    add_floats(&m, "b", 1, b_shape, b_data, 4);
+    use_raw_data(&m);
+    uint8_t *more = pack(&m, &more_size);
+    bytes = realloc(bytes, size + more_size);
+    memcpy(bytes + size, more, more_size);
+    write_all(tmp_path("pieces.onnx"), bytes, size + more_size);
+    free(bytes);
+    free(more);
+    kiln_fn *f = kiln_onnx_load(tmp_path("pieces.onnx"), NULL);
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    float want[8] = {3.0f, 0, 3.6f, 0, 6.6f, 3.8f, 9.0f, 0.2f};
+    kiln_tensor *x = dense_input(), *y = NULL;
+    ck_assert_msg(kiln_call(f, &x, &y) == 0, "%s", kiln_last_error());
+    assert_close(y, kiln_from_data(KILN_F32, 2, y_shape, want), 1e-6, 1e-6, "pieces");
+    kiln_fn_free(f);
 }
 END_TEST
 
@@ -388,8 +432,11 @@ START_TEST(test_huge_dims)
     m.shapes[0].dim[1]->dim_value = INT64_C(1) << 62;
     assert_load_fails(save(&m, "huge_input.onnx"), "input 'x'", "declares size");
     dense_model(&m);
-    m.init_ptrs[0]->n_float_data = 11;
-    assert_load_fails(save(&m, "short_init.onnx"), "'w'", "12 elements by its shape");
+    m.init_ptrs[0]->raw_data.len = 11 * sizeof(float);
+    assert_load_fails(save(&m, "short_raw.onnx"), "'w' has 12 elements by its shape", "raw data of 44 bytes");
+    dense_model(&m);
+    m.init_ptrs[1]->n_float_data = 3;
+    assert_load_fails(save(&m, "short_init.onnx"), "'b' has 4 elements by its shape", "typed values of 3");
 }
 END_TEST
 
@@ -548,6 +595,7 @@ static Suite *onnx_suite(void)
         tcase_set_timeout(tc, 600);
     }
     tcase_add_test(load, test_load_and_call);
+    tcase_add_test(load, test_graph_in_two_pieces);
     tcase_add_test(load, test_default_io_names);
     tcase_add_test(load, test_shape_arithmetic_folds);
     tcase_add_test(load, test_garbage_and_wrong_types);

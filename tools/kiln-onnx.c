@@ -110,7 +110,7 @@ static int make_inputs(const options *o, const kiln_fn *f, kiln_tensor **in, kil
     int n_declared = -1;
     for (int i = 0; i < n_in; i++) {
         const char *name = kiln_fn_io_name(f, false, i), *file = file_for(o, name);
-        if (!file && n_declared < 0 && (n_declared = onnx_declared_inputs(o->model, declared, MAX_IO, o->batch)) < 0)
+        if (!file && n_declared < 0 && (n_declared = onnx_declared_inputs(f, declared, MAX_IO, o->batch)) < 0)
             return fail("input shapes"), -1;
         if (file)
             in[i] = kiln_load_npy(file);
@@ -200,12 +200,23 @@ static double median_ms(kiln_fn *f, kiln_tensor *const *in, int runs)
     return times[runs / 2];
 }
 
-/* Load and first call timed: printed as the child of bench prints them. */
-static int first_call(const options *o, double *load_ms, double *call_ms, kiln_fn **keep)
+/* A load and a first call, and where their time went. */
+typedef struct {
+    double load_ms, call_ms;
+    onnx_load_times load;
+    double build_ms; /* of the call: tracing, optimising, compiling or loading kernels */
+} first_times;
+
+static const char first_format[] = "load_ms %lf first_call_ms %lf map_ms %lf unpack_ms %lf tensors_ms %lf "
+                                   "graph_ms %lf build_ms %lf";
+
+/* Load and first call timed; f kept in *keep where given. */
+static int first_call(const options *o, first_times *t, kiln_fn **keep)
 {
     double start = core_now_ms();
     kiln_fn *f = kiln_onnx_load(o->model, NULL);
-    *load_ms = core_now_ms() - start;
+    t->load_ms = core_now_ms() - start;
+    t->load = onnx_last_load_times();
     if (!f)
         return fail("load");
     kiln_tensor *in[MAX_IO] = {NULL}, *out[MAX_IO] = {NULL};
@@ -215,8 +226,11 @@ static int first_call(const options *o, double *load_ms, double *call_ms, kiln_f
     start = core_now_ms();
     if (status == 0 && kiln_call(f, in, out) < 0)
         status = fail("first call");
-    *call_ms = core_now_ms() - start;
+    t->call_ms = core_now_ms() - start;
     kiln_scope_end();
+    kiln_fn_stats_t st;
+    kiln_fn_stats(f, &st);
+    t->build_ms = st.compile_ms;
     if (keep && status == 0)
         *keep = f;
     else
@@ -224,9 +238,19 @@ static int first_call(const options *o, double *load_ms, double *call_ms, kiln_f
     return status;
 }
 
+static void print_first(const char *what, const first_times *t)
+{
+    printf("  %s: load %.3f ms + first call %.3f ms = %.3f ms\n", what, t->load_ms, t->call_ms,
+           t->load_ms + t->call_ms);
+    printf("    load: map the file %.3f, unpack %.3f, initializers to tensors %.3f, check and order the graph "
+           "%.3f ms\n", t->load.map_ms, t->load.unpack_ms, t->load.tensors_ms, t->load.graph_ms);
+    printf("    first call: trace, optimise, compile or load kernels %.3f, run %.3f ms\n", t->build_ms,
+           t->call_ms - t->build_ms);
+}
+
 /* A first call in a fresh process (this program again), whose kernels come
  * from the disk cache the calls before filled. */
-static int fresh_process_ms(const options *o, char *const *argv, double *load_ms, double *call_ms)
+static int fresh_process(const options *o, char *const *argv, first_times *t)
 {
     int fds[2];
     if (pipe(fds) < 0)
@@ -244,7 +268,7 @@ static int fresh_process_ms(const options *o, char *const *argv, double *load_ms
         _exit(127);
     }
     close(fds[1]);
-    char buf[256] = "";
+    char buf[512] = "";
     ssize_t got = pid > 0 ? read(fds[0], buf, sizeof buf - 1) : -1;
     close(fds[0]);
     int wstatus = 0;
@@ -252,23 +276,26 @@ static int fresh_process_ms(const options *o, char *const *argv, double *load_ms
         waitpid(pid, &wstatus, 0);
     buf[got > 0 ? got : 0] = 0;
     return pid > 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 &&
-                   sscanf(buf, "load_ms %lf first_call_ms %lf", load_ms, call_ms) == 2
+                   sscanf(buf, first_format, &t->load_ms, &t->call_ms, &t->load.map_ms, &t->load.unpack_ms,
+                          &t->load.tensors_ms, &t->load.graph_ms, &t->build_ms) == 7
                ? 0
                : -1;
 }
 
 static int cmd_bench(const options *o, char *const *argv)
 {
-    double load_ms, call_ms;
+    first_times first = {0}, fresh = {0};
     if (o->first_call_only) {
-        if (first_call(o, &load_ms, &call_ms, NULL) != 0)
+        if (first_call(o, &first, NULL) != 0)
             return 1;
-        printf("load_ms %.3f first_call_ms %.3f\n", load_ms, call_ms);
+        printf(first_format, first.load_ms, first.call_ms, first.load.map_ms, first.load.unpack_ms,
+               first.load.tensors_ms, first.load.graph_ms, first.build_ms);
+        printf("\n");
         return 0;
     }
     int runs = o->runs ? o->runs : 20;
     kiln_fn *f = NULL;
-    if (first_call(o, &load_ms, &call_ms, &f) != 0)
+    if (first_call(o, &first, &f) != 0)
         return 1;
     setenv("KILN_JIT", "0", 1);
     kiln_fn *eager = kiln_onnx_load(o->model, NULL);
@@ -282,20 +309,17 @@ static int cmd_bench(const options *o, char *const *argv)
     kiln_scope_end();
     if (eager_ms < 0 || traced_ms < 0)
         status = fail("bench");
-    double disk_load_ms = -1, disk_call_ms = -1;
-    bool fresh = status == 0 && fresh_process_ms(o, argv, &disk_load_ms, &disk_call_ms) == 0;
+    bool fresh_ok = status == 0 && fresh_process(o, argv, &fresh) == 0;
     if (status == 0) {
         char batch[32] = "the declared sizes";
         if (o->batch > 0)
             snprintf(batch, sizeof batch, "batch %lld", (long long)o->batch);
         printf("%s, %s, %d threads\n", o->model, batch, core_threads());
-        printf("  load                    %10.3f ms\n", load_ms);
-        printf("  first call (trace, compile or load kernels) %10.3f ms\n", call_ms);
+        print_first("this process", &first);
         printf("  eager call, median      %10.3f ms\n", eager_ms);
         printf("  compiled call, median   %10.3f ms   (%.2fx eager)\n", traced_ms, eager_ms / traced_ms);
-        if (fresh)
-            printf("  fresh process: load %.3f ms + first call from the disk cache %.3f ms = %.3f ms\n",
-                   disk_load_ms, disk_call_ms, disk_load_ms + disk_call_ms);
+        if (fresh_ok)
+            print_first("fresh process, kernels from the disk cache", &fresh);
         else
             printf("  fresh process: not measured (the disk cache is off, or the child failed)\n");
     }

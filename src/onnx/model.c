@@ -11,6 +11,12 @@
 
 enum { MIN_OPSET = 1, MAX_OPSET = 17 };
 static const char *const load_fn = "kiln_onnx_load";
+static _Thread_local onnx_load_times last_times;
+
+onnx_load_times onnx_last_load_times(void)
+{
+    return last_times;
+}
 
 /* -- Messages ---------------------------------------------------------------- */
 
@@ -207,9 +213,10 @@ static int check_node(const onnx_model *m, onnx_node *node)
 
 /* Values: the graph's inputs, its initializers, then each node's results,
  * each defined once. */
-static int define_values(onnx_model *m, name_table *t, int *defined_by)
+static int define_values(onnx_model *m, name_table *t, int *defined_by, const onnx_mapped *mf)
 {
     const Onnx__GraphProto *g = m->proto->graph;
+    double start = core_now_ms();
     for (size_t i = 0; i < g->n_initializer; i++) {
         bool added = false;
         const char *name = g->initializer[i]->name ? g->initializer[i]->name : "";
@@ -217,9 +224,10 @@ static int define_values(onnx_model *m, name_table *t, int *defined_by)
         if (!added)
             return core_fail(CORE_FORMAT, load_fn, "'%s': initializer '%s' is given twice", m->name, name);
         defined_by[v] = -1;
-        if (!(m->constants[v] = onnx_tensor_to_kiln(load_fn, name, g->initializer[i])))
+        if (!(m->constants[v] = onnx_tensor_to_kiln(load_fn, name, g->initializer[i], onnx_mapped_raw(mf, i))))
             return core_error_status();
     }
+    last_times.tensors_ms = core_now_ms() - start;
     for (size_t i = 0; i < g->n_input; i++) {
         const char *name = g->input[i]->name ? g->input[i]->name : "";
         bool added = false;
@@ -377,7 +385,7 @@ static int make_nodes(onnx_model *m)
     return 0;
 }
 
-static int build(onnx_model *m)
+static int build(onnx_model *m, const onnx_mapped *mf)
 {
     const Onnx__GraphProto *g = m->proto->graph;
     if (make_nodes(m) < 0 || check_opset(m) < 0)
@@ -394,7 +402,7 @@ static int build(onnx_model *m)
     int status = defined_by && m->constants && m->inputs && m->outputs && m->last_use ? table_init(&t, cap)
                                                                                        : core_fail_status(CORE_NOMEM, load_fn);
     if (status == 0)
-        status = define_values(m, &t, defined_by);
+        status = define_values(m, &t, defined_by, mf);
     m->n_values = t.n;
     m->value_names = t.names;
     if (status == 0)
@@ -517,26 +525,27 @@ kiln_fn *kiln_onnx_load(const char *path, const kiln_jit_options *opts)
         core_fail_null_arg(load_fn, "path");
         return NULL;
     }
-    size_t size;
-    uint8_t *bytes = onnx_read_file(load_fn, path, &size);
-    onnx_model *m = bytes ? calloc(1, sizeof *m) : NULL;
-    if (bytes && !m)
-        core_fail_status(CORE_NOMEM, load_fn);
+    onnx_mapped mf;
+    if (onnx_map_model(load_fn, path, &mf) < 0)
+        return NULL;
+    onnx_model *m = calloc(1, sizeof *m);
     if (!m) {
-        free(bytes);
+        onnx__model_proto__free_unpacked(mf.proto, NULL);
+        onnx_unmap_model(&mf);
+        core_fail_status(CORE_NOMEM, load_fn);
         return NULL;
     }
-    m->proto = onnx__model_proto__unpack(NULL, size, bytes);
-    free(bytes);
+    m->proto = mf.proto;
     name_model(m, path);
     int status = 0;
-    if (!m->proto)
-        status = core_fail(CORE_FORMAT, load_fn, "'%s' is not a serialized ONNX model (truncated, or not protobuf, or "
-                           "a field of the wrong type)", path);
-    else if (!m->proto->graph)
+    if (!m->proto->graph)
         status = core_fail(CORE_FORMAT, load_fn, "'%s' has no graph", path);
+    last_times = (onnx_load_times){.map_ms = mf.map_ms, .unpack_ms = mf.unpack_ms};
+    double start = core_now_ms();
     if (status == 0)
-        status = build(m);
+        status = build(m, &mf);
+    last_times.graph_ms = core_now_ms() - start - last_times.tensors_ms;
+    onnx_unmap_model(&mf);
     char **names = status == 0 ? io_names(m) : NULL;
     if (status == 0 && !names)
         status = core_fail_status(CORE_NOMEM, load_fn);
@@ -562,24 +571,19 @@ static bool given_by_initializer(const Onnx__GraphProto *g, const char *name)
     return false;
 }
 
-int onnx_declared_inputs(const char *path, kiln_spec *specs, int max, int64_t batch)
+int onnx_declared_inputs(const kiln_fn *f, kiln_spec *specs, int max, int64_t batch)
 {
     const char *fn = "onnx_declared_inputs";
-    kiln_fn *f = kiln_onnx_load(path, NULL); /* checks the model whole */
-    if (!f)
-        return core_error_status();
     const onnx_model *m = jit_user(f);
     const Onnx__GraphProto *g = m->proto->graph;
-    int n = 0, status = 0;
-    for (size_t i = 0; i < g->n_input && status == 0; i++) {
+    int n = 0;
+    for (size_t i = 0; i < g->n_input; i++) {
         const Onnx__ValueInfoProto *v = g->input[i];
         if (given_by_initializer(g, v->name))
             continue;
-        if (n == max || !v->type || !v->type->tensor_type || !v->type->tensor_type->shape) {
-            status = core_fail(CORE_VALUE, fn, "'%s': input '%s' %s", path, v->name,
-                               n == max ? "is one too many" : "declares no shape");
-            break;
-        }
+        if (n == max || !v->type || !v->type->tensor_type || !v->type->tensor_type->shape)
+            return core_fail(CORE_VALUE, fn, "'%s': input '%s' %s", m->name, v->name,
+                             n == max ? "is one too many" : "declares no shape");
         const Onnx__TypeProto__Tensor *t = v->type->tensor_type;
         kiln_spec *s = &specs[n++];
         memset(s, 0, sizeof *s);
@@ -591,6 +595,5 @@ int onnx_declared_inputs(const char *path, kiln_spec *specs, int max, int64_t ba
             s->shape[d] = d == 0 && batch > 0 ? batch : fixed ? dim->dim_value : 1;
         }
     }
-    kiln_fn_free(f);
-    return status < 0 ? status : n;
+    return n;
 }

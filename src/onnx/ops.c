@@ -774,7 +774,7 @@ static int run_constant(onnx_call *c)
         return onnx_fail(c, CORE_FORMAT, "has %zu attributes; Constant takes one", p->n_attribute);
     const Onnx__AttributeProto *a = p->attribute[0];
     if (!strcmp(a->name, "value") && a->t)
-        return done(c, eager_own(onnx_tensor_to_kiln("kiln_onnx", c->m->value_names[c->node->out[0]], a->t)));
+        return done(c, eager_own(onnx_tensor_to_kiln("kiln_onnx", c->m->value_names[c->node->out[0]], a->t, NULL)));
     if (!strcmp(a->name, "value_float"))
         return done(c, scalar_of(KILN_F32, a->f));
     if (!strcmp(a->name, "value_int"))
@@ -796,7 +796,7 @@ static int run_constant_of_shape(onnx_call *c)
     kiln_dtype dt = KILN_F32;
     double v = 0;
     if (a && a->t) {
-        kiln_tensor *t = onnx_tensor_to_kiln("kiln_onnx", "value", a->t);
+        kiln_tensor *t = onnx_tensor_to_kiln("kiln_onnx", "value", a->t, NULL);
         if (!t)
             return core_error_status();
         dt = kiln_dtype_of(t);
