@@ -206,6 +206,17 @@ static kiln_tensor *dense_input(void)
 
 /* -- Loading and running ------------------------------------------------------------ */
 
+/* The model at path, to run eagerly (mode 0) or compiled (1). */
+static kiln_fn *load_in_mode(const char *path, int mode)
+{
+    if (mode == 0)
+        setenv("KILN_JIT", "0", 1);
+    kiln_fn *f = kiln_onnx_load(path, NULL);
+    unsetenv("KILN_JIT");
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    return f;
+}
+
 START_TEST(test_load_and_call)
 {
     model m;
@@ -213,11 +224,7 @@ START_TEST(test_load_and_call)
     const char *path = save(&m, "dense.onnx");
     float want[8] = {3.0f, 0, 3.6f, 0, 6.6f, 3.8f, 9.0f, 0.2f};
     for (int mode = 0; mode < 2; mode++) {
-        if (mode == 0)
-            setenv("KILN_JIT", "0", 1);
-        kiln_fn *f = kiln_onnx_load(path, NULL);
-        unsetenv("KILN_JIT");
-        ck_assert_msg(f != NULL, "%s", kiln_last_error());
+        kiln_fn *f = load_in_mode(path, mode);
         int n_in = -1, n_out = -1;
         ck_assert_int_eq(kiln_fn_arity(f, &n_in, &n_out), 0);
         ck_assert_int_eq(n_in, 1);
@@ -322,6 +329,80 @@ START_TEST(test_shape_arithmetic_folds)
     ck_assert_int_eq(st.eager_fallbacks, 0);
     ck_assert_int_eq(st.traces, 1);
     kiln_fn_free(f);
+}
+END_TEST
+
+/* -- CUDA inputs -------------------------------------------------------------------- */
+
+/* y = reshape(relu(x @ w + b) + c, [4, 2]), c a Constant node's 4 floats,
+ * the shape an int64 initializer in raw data. */
+static void device_model(model *m)
+{
+    static const float c[4] = {1, 2, 3, 4};
+    static int64_t two = 2, target[2] = {4, 2};
+    dense_model(m);
+    free(m->node_ptrs[2]->output[0]); /* Relu's result, no longer y */
+    m->node_ptrs[2]->output[0] = strdup("r");
+    Onnx__NodeProto *constant = add_node(m, "Constant", "c", "", "c");
+    Onnx__AttributeProto *a = &m->attrs[m->n_attrs];
+    onnx__attribute_proto__init(a);
+    a->name = "value_floats";
+    a->has_type = true;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
+    a->floats = (float *)c;
+    a->n_floats = 4;
+    m->attr_ptrs[m->n_attrs] = a;
+    constant->attribute = &m->attr_ptrs[m->n_attrs++];
+    constant->n_attribute = 1;
+    add_node(m, "Add", "plus_c", "r c", "s");
+    add_node(m, "Reshape", "fold", "s shape", "y");
+    m->dims[1][0].dim_value = 4; /* y's declared shape */
+    m->dims[1][1].dim_value = 2;
+    add_floats(m, "shape", 1, &two, (const float *)target, 2);
+    use_raw_data(m);
+    Onnx__TensorProto *t = m->init_ptrs[m->n_inits - 1];
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    t->raw_data.len = sizeof target;
+}
+
+/* The CUDA copy of initializer name f's model keeps, or NULL. */
+static const kiln_tensor *cuda_constant(const kiln_fn *f, const char *name)
+{
+    const onnx_model *m = jit_user(f);
+    for (int i = 0; m->cuda_constants && i < m->n_values; i++)
+        if (!strcmp(m->value_names[i], name))
+            return m->cuda_constants[i];
+    return NULL;
+}
+
+/* A model called with CUDA inputs runs on CUDA: its initializers are moved
+ * there once, at the first such call, and kept; a Constant node's result
+ * goes with them. */
+START_TEST(test_cuda_inputs)
+{
+    ck_assert_msg(kiln_cuda_available() == 1, "%s", kiln_last_error());
+    model m;
+    device_model(&m);
+    const char *path = save(&m, "device.onnx");
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_fn *f = load_in_mode(path, mode);
+        kiln_tensor *x = dense_input(), *on_cpu = NULL, *y = NULL;
+        ck_assert_msg(kiln_call(f, &x, &on_cpu) == 0, "%s", kiln_last_error());
+        ck_assert_ptr_null(cuda_constant(f, "w"));
+        kiln_tensor *x_cuda = kiln_to_device(x, KILN_CUDA);
+        const kiln_tensor *w_cuda = NULL;
+        for (int call = 0; call < 2; call++) {
+            ck_assert_msg(kiln_call(f, &x_cuda, &y) == 0, "mode %d call %d: %s", mode, call, kiln_last_error());
+            ck_assert_int_eq(kiln_device_of(y), KILN_CUDA);
+            assert_close(kiln_to_device(y, KILN_CPU), on_cpu, 1e-6, 1e-6, "on CUDA");
+            if (call == 0)
+                w_cuda = cuda_constant(f, "w");
+            ck_assert_ptr_nonnull(w_cuda);
+            ck_assert_ptr_eq(cuda_constant(f, "w"), w_cuda);
+            ck_assert_int_eq(kiln_device_of(w_cuda), KILN_CUDA);
+        }
+        kiln_fn_free(f);
+    }
 }
 END_TEST
 
@@ -609,6 +690,15 @@ static Suite *onnx_suite(void)
     tcase_add_test(export, test_export_round_trip);
     tcase_add_test(export, test_export_refuses);
     suite_add_tcase(s, export);
+    /* suite onnx-cuda-emulated: the stand-in driver runs the kernels */
+    const char *device = getenv("KILN_TEST_DEVICE");
+    if (device && !strcmp(device, "cuda")) {
+        TCase *cuda = tcase_create("cuda");
+        tcase_add_checked_fixture(cuda, setup, teardown);
+        tcase_set_timeout(cuda, 600);
+        tcase_add_test(cuda, test_cuda_inputs);
+        suite_add_tcase(s, cuda);
+    }
     return s;
 }
 

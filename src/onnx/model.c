@@ -107,6 +107,10 @@ static void model_free(void *p)
         return;
     for (int i = 0; m->constants && i < m->n_values; i++)
         kiln_release(m->constants[i]);
+    for (int i = 0; m->cuda_constants && i < m->n_values; i++)
+        kiln_release(m->cuda_constants[i]);
+    free(m->cuda_constants);
+    pthread_mutex_destroy(&m->lock);
     for (int k = 0; m->nodes && k < m->n_nodes; k++) {
         free(m->nodes[k].in);
         free(m->nodes[k].out);
@@ -420,9 +424,33 @@ static int build(onnx_model *m, const onnx_mapped *mf)
 
 /* -- Running it --------------------------------------------------------------- */
 
-/* Runs node k over values v (references the body owns), pausing the trace
- * when every operand is a constant. */
-static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
+/* Known operands of a node on device d that are on the CPU (a Constant
+ * node's result, or one computed from constants) are moved there (the trace
+ * paused: the copy is a constant too); 0-d ones go with CUDA operands as
+ * they are. */
+static int move_known(const onnx_node *node, kiln_device d, kiln_tensor **in, const bool *known, kiln_tensor **v)
+{
+    for (int j = 0; j < node->n_in; j++) {
+        if (node->in[j] >= 0)
+            in[j] = v[node->in[j]]; /* an operand given twice is moved once */
+        if (!in[j] || !known[j] || kiln_device_of(in[j]) == d || kiln_ndim(in[j]) == 0)
+            continue;
+        eager_trace *trace = eager_active_trace();
+        eager_trace_activate(NULL);
+        kiln_tensor *moved = kiln_to_device(in[j], d);
+        eager_trace_activate(trace);
+        if (!moved)
+            return core_error_status();
+        eager_disown(moved);
+        kiln_release(v[node->in[j]]);
+        v[node->in[j]] = in[j] = moved;
+    }
+    return 0;
+}
+
+/* Runs node k over values v (references the body owns) for inputs on device
+ * d, pausing the trace when every operand is a constant. */
+static int run_node(const onnx_model *m, int k, kiln_device d, kiln_tensor **v, bool *known)
 {
     const onnx_node *node = &m->nodes[k];
     kiln_tensor *in[ONNX_MAX_OPERANDS] = {NULL}, *out[ONNX_MAX_OPERANDS] = {NULL};
@@ -433,6 +461,8 @@ static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
         all_known &= in_known[j];
     }
     onnx_call c = {.m = m, .node = node, .in = in, .known = in_known, .out = out};
+    if (!all_known && d != KILN_CPU && move_known(node, d, in, in_known, v) < 0)
+        return onnx_fail(&c, -core_error_status(), "moving a constant operand to CUDA: %s", kiln_last_error());
     eager_trace *trace = eager_active_trace();
     /* the trace must still learn that the sizes were read: they become fixed */
     for (int j = 0; node->op->shape_only && j < node->n_in; j++)
@@ -461,21 +491,80 @@ static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
     return status < 0 ? status : 0;
 }
 
+/* The device of the inputs: CUDA when any is there (a tracer's device is its
+ * trace's). */
+static kiln_device inputs_device(const onnx_model *m, kiln_tensor *const *in)
+{
+    for (int i = 0; i < m->n_inputs; i++) {
+        kiln_device d = in[i]->trace ? in[i]->trace->device : kiln_device_of(in[i]);
+        if (d != KILN_CPU)
+            return d;
+    }
+    return KILN_CPU;
+}
+
+/* The constants moved to CUDA, as new references no scope owns, the trace
+ * paused; NULL with the error set. */
+static kiln_tensor **constants_to_cuda(const onnx_model *m)
+{
+    kiln_tensor **moved = calloc((size_t)m->n_values + 1, sizeof *moved);
+    if (!moved) {
+        core_fail_status(CORE_NOMEM, "kiln_onnx");
+        return NULL;
+    }
+    eager_trace *trace = eager_active_trace();
+    eager_trace_activate(NULL);
+    int i = 0;
+    for (; i < m->n_values; i++) {
+        if (!m->constants[i])
+            continue;
+        if (!(moved[i] = kiln_to_device(m->constants[i], KILN_CUDA)))
+            break;
+        eager_disown(moved[i]);
+    }
+    eager_trace_activate(trace);
+    if (i == m->n_values)
+        return moved;
+    for (int j = 0; j < i; j++)
+        kiln_release(moved[j]);
+    free(moved);
+    return NULL;
+}
+
+/* The model's constants on device d, moved there once, by the first call
+ * that asks; NULL with the error set. */
+static kiln_tensor *const *constants_on(onnx_model *m, kiln_device d)
+{
+    if (d == KILN_CPU)
+        return m->constants;
+    pthread_mutex_lock(&m->lock);
+    if (!m->cuda_constants)
+        m->cuda_constants = constants_to_cuda(m);
+    kiln_tensor *const *constants = m->cuda_constants;
+    pthread_mutex_unlock(&m->lock);
+    return constants;
+}
+
 static int run_model(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
-    const onnx_model *m = user;
+    onnx_model *m = user;
+    kiln_device d = inputs_device(m, in);
+    kiln_tensor *const *constants = constants_on(m, d);
     kiln_tensor **v = calloc((size_t)m->n_values + 1, sizeof *v);
     bool *known = calloc((size_t)m->n_values + 1, sizeof *known);
-    int status = v && known ? 0 : core_fail_status(CORE_NOMEM, "kiln_onnx");
+    int status = !constants ? core_fail(CORE_DEVICE, "kiln_onnx", "'%s': moving the initializers to CUDA: %s",
+                                        m->name, kiln_last_error())
+                 : v && known ? 0
+                              : core_fail_status(CORE_NOMEM, "kiln_onnx");
     for (int i = 0; status == 0 && i < m->n_values; i++)
-        if (m->constants[i]) {
-            v[i] = kiln_retain(m->constants[i]);
+        if (constants[i]) {
+            v[i] = kiln_retain(constants[i]);
             known[i] = true;
         }
     for (int i = 0; status == 0 && i < m->n_inputs; i++)
         v[m->inputs[i]] = kiln_retain(in[i]);
     for (int k = 0; status == 0 && k < m->n_nodes; k++) {
-        status = run_node(m, k, v, known);
+        status = run_node(m, k, d, v, known);
         for (int j = 0; j < m->nodes[k].n_in; j++) {
             int value = m->nodes[k].in[j];
             if (value >= 0 && m->last_use[value] == k) {
@@ -536,6 +625,7 @@ kiln_fn *kiln_onnx_load(const char *path, const kiln_jit_options *opts)
         return NULL;
     }
     m->proto = mf.proto;
+    pthread_mutex_init(&m->lock, NULL);
     name_model(m, path);
     int status = 0;
     if (!m->proto->graph)

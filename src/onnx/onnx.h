@@ -3,6 +3,8 @@
 #ifndef KILN_ONNX_H
 #define KILN_ONNX_H
 
+#include <pthread.h>
+
 #include "onnx.pb-c.h"
 #include "trace/trace.h"
 
@@ -83,6 +85,8 @@ typedef struct {
     int n_values;
     const char **value_names; /* borrowed from proto */
     kiln_tensor **constants;  /* per value: an initializer's tensor, else NULL */
+    kiln_tensor **cuda_constants; /* the same on CUDA, moved at the first call with CUDA inputs */
+    pthread_mutex_t lock;     /* guards cuda_constants */
     onnx_node *nodes;         /* in an order where operands come first */
     int n_nodes;
     int *inputs, n_inputs;    /* the marked function's, as values */
