@@ -66,18 +66,36 @@ static Onnx__NodeProto *add_node(model *m, const char *op, const char *name, con
     return n;
 }
 
-static void add_int_attr(model *m, Onnx__NodeProto *n, const char *name, int64_t v)
+/* A new attribute of type appended to n's: each node's attributes are added
+ * one after another. */
+static Onnx__AttributeProto *add_attr(model *m, Onnx__NodeProto *n, const char *name,
+                                      Onnx__AttributeProto__AttributeType type)
 {
     Onnx__AttributeProto *a = &m->attrs[m->n_attrs];
     onnx__attribute_proto__init(a);
     a->name = (char *)name;
     a->has_type = true;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->type = type;
+    m->attr_ptrs[m->n_attrs] = a;
+    if (!n->n_attribute)
+        n->attribute = &m->attr_ptrs[m->n_attrs];
+    n->n_attribute++;
+    m->n_attrs++;
+    return a;
+}
+
+static void add_int_attr(model *m, Onnx__NodeProto *n, const char *name, int64_t v)
+{
+    Onnx__AttributeProto *a = add_attr(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     a->has_i = true;
     a->i = v;
-    m->attr_ptrs[m->n_attrs] = a;
-    n->attribute = &m->attr_ptrs[m->n_attrs++];
-    n->n_attribute = 1;
+}
+
+static void add_ints_attr(model *m, Onnx__NodeProto *n, const char *name, const int64_t *v, size_t count)
+{
+    Onnx__AttributeProto *a = add_attr(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    a->ints = (int64_t *)v;
+    a->n_ints = count;
 }
 
 /* A graph input (output false) or output of elem type and shape. */
@@ -332,6 +350,53 @@ START_TEST(test_shape_arithmetic_folds)
 }
 END_TEST
 
+/* A max pool with dilated windows, padding and ceil mode against a loop
+ * over each window's elements within the input (PyTorch's sizes: a last
+ * window starts within the input or its first pad). */
+START_TEST(test_dilated_max_pool)
+{
+    enum { H = 7, W = 8, K = 3, S = 2, D = 2, P = 1 };
+    static const int64_t in_shape[4] = {1, 1, H, W}, k[2] = {K, K}, st[2] = {S, S}, dil[2] = {D, D},
+                         pads[4] = {P, P, P, P};
+    int64_t oh = (H + 2 * P - D * (K - 1) - 1 + S - 1) / S + 1, ow = (W + 2 * P - D * (K - 1) - 1 + S - 1) / S + 1;
+    oh -= (oh - 1) * S >= H + P;
+    ow -= (ow - 1) * S >= W + P;
+    int64_t out_shape[4] = {1, 1, oh, ow};
+    model m;
+    model_init(&m);
+    Onnx__NodeProto *n = add_node(&m, "MaxPool", "pool", "x", "y");
+    add_ints_attr(&m, n, "kernel_shape", k, 2);
+    add_ints_attr(&m, n, "strides", st, 2);
+    add_ints_attr(&m, n, "dilations", dil, 2);
+    add_ints_attr(&m, n, "pads", pads, 4);
+    add_int_attr(&m, n, "ceil_mode", 1);
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, in_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, out_shape);
+    const char *path = save(&m, "dilated.onnx");
+    float x[H * W], want[64];
+    for (int i = 0; i < H * W; i++)
+        x[i] = (float)((i * 37) % 23) - 11;
+    for (int64_t r = 0; r < oh; r++)
+        for (int64_t c = 0; c < ow; c++) {
+            float best = -INFINITY;
+            for (int i = 0; i < K; i++)
+                for (int j = 0; j < K; j++) {
+                    int64_t y = r * S - P + i * D, xx = c * S - P + j * D;
+                    if (y >= 0 && y < H && xx >= 0 && xx < W && x[y * W + xx] > best)
+                        best = x[y * W + xx];
+                }
+            want[r * ow + c] = best;
+        }
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_fn *f = load_in_mode(path, mode);
+        kiln_tensor *in = kiln_from_data(KILN_F32, 4, in_shape, x), *y = NULL;
+        ck_assert_msg(kiln_call(f, &in, &y) == 0, "%s", kiln_last_error());
+        assert_close(y, kiln_from_data(KILN_F32, 4, out_shape, want), 0, 0, "dilated max pool");
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
 /* -- CUDA inputs -------------------------------------------------------------------- */
 
 /* y = reshape(relu(x @ w + b) + c, [4, 2]), c a Constant node's 4 floats,
@@ -344,16 +409,9 @@ static void device_model(model *m)
     free(m->node_ptrs[2]->output[0]); /* Relu's result, no longer y */
     m->node_ptrs[2]->output[0] = strdup("r");
     Onnx__NodeProto *constant = add_node(m, "Constant", "c", "", "c");
-    Onnx__AttributeProto *a = &m->attrs[m->n_attrs];
-    onnx__attribute_proto__init(a);
-    a->name = "value_floats";
-    a->has_type = true;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
+    Onnx__AttributeProto *a = add_attr(m, constant, "value_floats", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
     a->floats = (float *)c;
     a->n_floats = 4;
-    m->attr_ptrs[m->n_attrs] = a;
-    constant->attribute = &m->attr_ptrs[m->n_attrs++];
-    constant->n_attribute = 1;
     add_node(m, "Add", "plus_c", "r c", "s");
     add_node(m, "Reshape", "fold", "s shape", "y");
     m->dims[1][0].dim_value = 4; /* y's declared shape */
@@ -677,6 +735,7 @@ static Suite *onnx_suite(void)
     }
     tcase_add_test(load, test_load_and_call);
     tcase_add_test(load, test_graph_in_two_pieces);
+    tcase_add_test(load, test_dilated_max_pool);
     tcase_add_test(load, test_default_io_names);
     tcase_add_test(load, test_shape_arithmetic_folds);
     tcase_add_test(load, test_garbage_and_wrong_types);

@@ -1159,17 +1159,37 @@ static int run_mod(onnx_call *c)
     return done(c, kiln_where(moved, kiln_sub(r, b), r));
 }
 
+/* auto_pad SAME_UPPER (upper) and SAME_LOWER: the pads that make each
+ * spatial size of the result ceil(input / stride), the odd one at the end
+ * (UPPER) or at the beginning. */
+static void same_pads(const onnx_call *c, bool upper, int s, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *dilation, int64_t *pads)
+{
+    const int64_t *shape = kiln_shape(c->in[0]);
+    for (int d = 0; d < s; d++) {
+        int64_t in = shape[2 + d], out = (in + stride[d] - 1) / stride[d];
+        int64_t total = (out - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1 - in;
+        total = total > 0 ? total : 0;
+        pads[d] = upper ? total / 2 : total - total / 2;
+        pads[s + d] = total - pads[d];
+    }
+}
+
 /* Conv and the pools take 1-d or 2-d windows (N, C, then the spatial
  * axes); a 1-d one runs as 2-d of height 1. ONNX's pads are [begins...,
- * ends...]: as 2-d, [top, left, bottom, right]. *spatial: 1 or 2. */
-static int window_params(onnx_call *c, int64_t *kernel, int64_t *stride, int64_t *pads, int64_t *dilation,
-                         int *spatial)
+ * ends...]: as 2-d, [top, left, bottom, right]. *spatial: 1 or 2. A Conv's
+ * window is its weight's (weight; NULL for the pools) where kernel_shape is
+ * not given. */
+static int window_params(onnx_call *c, const kiln_tensor *weight, int64_t *kernel, int64_t *stride, int64_t *pads,
+                         int64_t *dilation, int *spatial)
 {
     int64_t v[MAX_INTS];
     char buf[16];
     const char *auto_pad = attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
-    if (strcmp(auto_pad, "NOTSET") && strcmp(auto_pad, "VALID"))
-        return onnx_fail(c, CORE_UNSUPPORTED, "auto_pad '%s' is not supported (give pads)", auto_pad);
+    bool same = !strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER");
+    if (strcmp(auto_pad, "NOTSET") && strcmp(auto_pad, "VALID") && !same)
+        return onnx_fail(c, CORE_VALUE, "auto_pad '%s' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER",
+                         auto_pad);
     int s = *spatial = kiln_ndim(c->in[0]) - 2;
     if (s != 1 && s != 2)
         return onnx_fail(c, CORE_UNSUPPORTED, "%d-d windows are not supported (kiln convolves and pools 1-d and 2-d)",
@@ -1189,6 +1209,10 @@ static int window_params(onnx_call *c, int64_t *kernel, int64_t *stride, int64_t
         for (int k = 0; k < lists[i].count; k++)
             lists[i].out[k] = n < 0 ? lists[i].fallback : v[k];
     }
+    for (int d = 0; weight && !onnx_attr(c, "kernel_shape") && d < s && kiln_ndim(weight) == s + 2; d++)
+        kernel[d] = kiln_shape(weight)[2 + d];
+    if (same)
+        same_pads(c, !strcmp(auto_pad, "SAME_UPPER"), s, kernel, stride, dilation, pads);
     if (s == 1) {
         int64_t p0 = pads[0], p1 = pads[1];
         kernel[1] = kernel[0], stride[1] = stride[0], dilation[1] = dilation[0];
@@ -1224,7 +1248,7 @@ static int run_conv(onnx_call *c)
 {
     int64_t kernel[2], stride[2], pads[4], dilation[2], group;
     int spatial;
-    if (attr_int(c, "group", 1, &group) < 0 || window_params(c, kernel, stride, pads, dilation, &spatial) < 0)
+    if (attr_int(c, "group", 1, &group) < 0 || window_params(c, c->in[1], kernel, stride, pads, dilation, &spatial) < 0)
         return core_error_status();
     kiln_tensor *x = pad_explicitly(lift(c->in[0], spatial), pads, 0, false);
     kiln_conv2d_params p = {{stride[0], stride[1]}, {pads[0], pads[1]}, {dilation[0], dilation[1]}, group};
@@ -1232,21 +1256,79 @@ static int run_conv(onnx_call *c)
     return done(c, lower(y, spatial));
 }
 
+/* An average over the window's elements within x, x padded by pads that
+ * kiln's pools cannot take (unequal, or wider than half the window): the
+ * padded sums over the padded counts, both as averages over whole windows. */
+static kiln_tensor *average_of_padded(kiln_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                      const int64_t *pads, int64_t ceil_mode)
+{
+    int64_t p[4] = {pads[0], pads[1], pads[2], pads[3]}, q[4] = {pads[0], pads[1], pads[2], pads[3]};
+    kiln_pool2d_params whole = {{kernel[0], kernel[1]}, {stride[0], stride[1]}, {0, 0}, ceil_mode != 0, true};
+    kiln_tensor *sums = kiln_avg_pool2d(pad_explicitly(x, p, 0, true), &whole);
+    kiln_tensor *counts = kiln_avg_pool2d(pad_explicitly(kiln_ones_like(x), q, 0, true), &whole);
+    return kiln_div(sums, counts);
+}
+
+/* The spatial size of a pool's result along an axis of padded size n, the
+ * window spanning span; in ceil mode a last window must start within the
+ * input or its first pad (begin). */
+static int64_t pooled_size(int64_t n, int64_t span, int64_t stride, int64_t begin, int64_t ceil_mode)
+{
+    int64_t out = (n - span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+    if (ceil_mode && (out - 1) * stride >= n - begin)
+        out--;
+    return out;
+}
+
+/* A max pool whose window is dilated: the maximum, over the window's
+ * offsets, of x (padded with -inf) read with the pool's strides from each. */
+static kiln_tensor *dilated_max(const onnx_call *c, kiln_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                const int64_t *pads, const int64_t *dilation, int64_t ceil_mode)
+{
+    int64_t p[4] = {pads[0], pads[1], pads[2], pads[3]}, out[2], extra[4] = {0};
+    x = pad_explicitly(x, p, -INFINITY, true);
+    for (int d = 0; x && d < 2; d++) {
+        int64_t n = kiln_shape(x)[2 + d], span = (kernel[d] - 1) * dilation[d] + 1;
+        out[d] = pooled_size(n, span, stride[d], pads[d], ceil_mode);
+        if (out[d] < 1) {
+            onnx_fail(c, CORE_VALUE, "the window (%lld with dilation %lld) is wider than the padded input (%lld)",
+                      (long long)kernel[d], (long long)dilation[d], (long long)n);
+            return NULL;
+        }
+        int64_t need = (out[d] - 1) * stride[d] + span - n;
+        extra[2 + d] = need > 0 ? need : 0; /* ceil mode: the last windows run past the end */
+    }
+    x = x ? pad_explicitly(x, extra, -INFINITY, true) : NULL;
+    kiln_tensor *y = NULL;
+    for (int64_t i = 0; x && i < kernel[0]; i++)
+        for (int64_t j = 0; j < kernel[1]; j++) {
+            int64_t top = i * dilation[0], left = j * dilation[1];
+            kiln_tensor *rows = kiln_slice(x, 2, top, top + (out[0] - 1) * stride[0] + 1, stride[0]);
+            kiln_tensor *window = kiln_slice(rows, 3, left, left + (out[1] - 1) * stride[1] + 1, stride[1]);
+            y = y ? kiln_maximum(y, window) : window;
+        }
+    return y;
+}
+
 static int pool(onnx_call *c, bool max)
 {
     int64_t kernel[2], stride[2], pads[4], dilation[2], ceil_mode, include_pad, storage;
     int spatial;
-    if (window_params(c, kernel, stride, pads, dilation, &spatial) < 0 || attr_int(c, "ceil_mode", 0, &ceil_mode) < 0 ||
+    if (window_params(c, NULL, kernel, stride, pads, dilation, &spatial) < 0 || attr_int(c, "ceil_mode", 0, &ceil_mode) < 0 ||
         attr_int(c, "count_include_pad", 0, &include_pad) < 0 || attr_int(c, "storage_order", 0, &storage) < 0)
         return core_error_status();
-    if (dilation[0] != 1 || dilation[1] != 1 || c->node->n_out > 1 || storage)
-        return onnx_fail(c, CORE_UNSUPPORTED, "dilations, storage_order and the Indices result are not supported");
+    if (c->node->n_out > 1 || storage)
+        return onnx_fail(c, CORE_UNSUPPORTED, "storage_order and the Indices result are not supported");
+    if (dilation[0] != 1 || dilation[1] != 1) {
+        if (!max)
+            return onnx_fail(c, CORE_VALUE, "AveragePool takes no dilations");
+        return done(c, lower(dilated_max(c, lift(c->in[0], spatial), kernel, stride, pads, dilation, ceil_mode), spatial));
+    }
     /* kiln pads a window by at most half of it, and equally on both sides */
     bool wide = pads[0] > kernel[0] / 2 || pads[2] > kernel[0] / 2 || pads[1] > kernel[1] / 2 || pads[3] > kernel[1] / 2;
     bool unequal = pads[0] != pads[2] || pads[1] != pads[3];
     if (!max && !include_pad && (wide || unequal))
-        return onnx_fail(c, CORE_UNSUPPORTED, "pads wider than half the window, or unequal, are not supported without "
-                         "count_include_pad");
+        return done(c, lower(average_of_padded(lift(c->in[0], spatial), kernel, stride, pads, ceil_mode), spatial));
     kiln_tensor *x = pad_explicitly(lift(c->in[0], spatial), pads, max ? -INFINITY : 0, wide);
     kiln_pool2d_params p = {{kernel[0], kernel[1]}, {stride[0], stride[1]}, {pads[0], pads[1]}, ceil_mode != 0,
                             include_pad != 0};
