@@ -491,15 +491,17 @@ static int run_node(const onnx_model *m, int k, kiln_device d, kiln_tensor **v, 
     return status < 0 ? status : 0;
 }
 
-/* The device of the inputs: CUDA when any is there (a tracer's device is its
- * trace's). */
+kiln_device onnx_device_of(const kiln_tensor *t)
+{
+    return t && t->trace ? t->trace->device : kiln_device_of(t);
+}
+
+/* The device of the inputs: CUDA when any is there. */
 static kiln_device inputs_device(const onnx_model *m, kiln_tensor *const *in)
 {
-    for (int i = 0; i < m->n_inputs; i++) {
-        kiln_device d = in[i]->trace ? in[i]->trace->device : kiln_device_of(in[i]);
-        if (d != KILN_CPU)
-            return d;
-    }
+    for (int i = 0; i < m->n_inputs; i++)
+        if (onnx_device_of(in[i]) != KILN_CPU)
+            return onnx_device_of(in[i]);
     return KILN_CPU;
 }
 

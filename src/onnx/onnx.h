@@ -114,6 +114,10 @@ struct onnx_op {
     bool shape_only;   /* its results depend on its operands' shapes alone (Shape): constants */
 };
 
+/* The device t's values are on; a tracer's is its trace's (where the
+ * call's inputs are). */
+kiln_device onnx_device_of(const kiln_tensor *t);
+
 /* The op named op_type in the default domain, or NULL. */
 const onnx_op *onnx_find_op(const char *op_type);
 

@@ -811,6 +811,219 @@ static int run_constant_of_shape(onnx_call *c)
     return done(c, kiln_full(dt, n, shape, v));
 }
 
+/* -- Resize and Upsample -------------------------------------------------------- */
+
+typedef enum { COORD_HALF_PIXEL, COORD_PYTORCH_HALF_PIXEL, COORD_ALIGN_CORNERS, COORD_ASYMMETRIC,
+               COORD_TF_HALF_PIXEL_FOR_NN } coord_mode;
+typedef enum { NEAREST_ROUND_PREFER_FLOOR, NEAREST_ROUND_PREFER_CEIL, NEAREST_FLOOR, NEAREST_CEIL } nearest_mode;
+
+typedef struct {
+    bool linear;
+    coord_mode coord;
+    nearest_mode nearest;
+} resize_mode;
+
+/* Looks name up in names (n of them): its index, or -1. */
+static int name_index(const char *name, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
+}
+
+static int resize_attributes(onnx_call *c, resize_mode *r)
+{
+    static const char *const modes[] = {"nearest", "linear"};
+    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                         "tf_half_pixel_for_nn"};
+    static const char *const nearests[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    char mode[32], coord[32], nearest[32];
+    int m = name_index(attr_string(c, "mode", "nearest", mode, sizeof mode), modes, 2);
+    int k = name_index(attr_string(c, "coordinate_transformation_mode", "half_pixel", coord, sizeof coord), coords, 5);
+    int n = name_index(attr_string(c, "nearest_mode", "round_prefer_floor", nearest, sizeof nearest), nearests, 4);
+    if (m < 0)
+        return onnx_fail(c, CORE_UNSUPPORTED, "mode '%s' is not supported (kiln resizes nearest and linear)", mode);
+    if (k < 0)
+        return onnx_fail(c, CORE_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported", coord);
+    if (n < 0)
+        return onnx_fail(c, CORE_VALUE, "nearest_mode '%s' is none of ONNX's", nearest);
+    *r = (resize_mode){m == 1, (coord_mode)k, (nearest_mode)n};
+    return 0;
+}
+
+/* The values of operand i (floats, at most MAX_INTS) into v: how many, or a
+ * negative status. */
+static int const_floats(const onnx_call *c, int i, double *v)
+{
+    kiln_tensor *t = kiln_cast(c->in[i], KILN_F64);
+    if (t && kiln_numel(t) > MAX_INTS)
+        return onnx_fail(c, CORE_UNSUPPORTED, "operand %d ('%s') has %lld values; kiln takes at most %d", i,
+                         operand_name(c, i), (long long)kiln_numel(t), MAX_INTS);
+    if (!t || kiln_copy_to_host(t, v, (size_t)kiln_numel(t) * sizeof *v) < 0)
+        return core_error_status();
+    return (int)kiln_numel(t);
+}
+
+/* Where output position x of an axis resized from in by scale reads the
+ * input, in input coordinates. The resized length is in * scale unrounded,
+ * as ONNX's reference takes it. */
+static double source_coordinate(coord_mode mode, int64_t x, double scale, int64_t in)
+{
+    double out = (double)in * scale;
+    switch (mode) {
+    case COORD_HALF_PIXEL:
+        return (x + 0.5) / scale - 0.5;
+    case COORD_PYTORCH_HALF_PIXEL:
+        return out > 1 ? (x + 0.5) / scale - 0.5 : 0;
+    case COORD_ALIGN_CORNERS:
+        return out > 1 ? x * (double)(in - 1) / (out - 1) : 0;
+    case COORD_TF_HALF_PIXEL_FOR_NN:
+        return (x + 0.5) / scale;
+    default:
+        return x / scale;
+    }
+}
+
+static int64_t nearest_index(nearest_mode mode, double x)
+{
+    switch (mode) {
+    case NEAREST_FLOOR:
+        return (int64_t)floor(x);
+    case NEAREST_CEIL:
+        return (int64_t)ceil(x);
+    case NEAREST_ROUND_PREFER_CEIL:
+        return x - floor(x) == 0.5 ? (int64_t)ceil(x) : (int64_t)llround(x);
+    default:
+        return x - floor(x) == 0.5 ? (int64_t)floor(x) : (int64_t)llround(x);
+    }
+}
+
+static int64_t clamp_index(int64_t i, int64_t n)
+{
+    return i < 0 ? 0 : i >= n ? n - 1 : i;
+}
+
+/* A constant of n values, made with the trace paused and put on the device of
+ * like (a tracer's: its trace's), owned by the current scope. */
+static kiln_tensor *constant_like(const kiln_tensor *like, kiln_dtype dt, int ndim, const int64_t *shape,
+                                  const void *data)
+{
+    eager_trace *trace = eager_active_trace();
+    eager_trace_activate(NULL);
+    kiln_tensor *t = kiln_to_device(kiln_from_data(dt, ndim, shape, data), onnx_device_of(like));
+    eager_trace_activate(trace);
+    return t;
+}
+
+/* x resized along axis to out positions: nearest picks one input position
+ * each, linear blends two. An axis the mapping leaves as it is is x. */
+static kiln_tensor *resize_axis(kiln_tensor *x, int axis, int64_t out, double scale, const resize_mode *r)
+{
+    int64_t in = kiln_shape(x)[axis], *lo = malloc((size_t)out * sizeof *lo), *hi = malloc((size_t)out * sizeof *hi);
+    double *w = malloc(2 * (size_t)out * sizeof *w); /* hi's weights, then lo's */
+    bool same = out == in;
+    for (int64_t i = 0; lo && hi && w && i < out; i++) {
+        double at = source_coordinate(r->coord, i, scale, in);
+        lo[i] = clamp_index(r->linear ? (int64_t)floor(at) : nearest_index(r->nearest, at), in);
+        hi[i] = clamp_index((int64_t)floor(at) + 1, in);
+        w[i] = r->linear && lo[i] != hi[i] ? at - floor(at) : 0;
+        w[out + i] = 1 - w[i];
+        same &= lo[i] == i && w[i] == 0;
+    }
+    kiln_tensor *y = NULL;
+    if (!lo || !hi || !w)
+        core_fail_status(CORE_NOMEM, "kiln_onnx");
+    else if (same)
+        y = x;
+    else if (!r->linear)
+        y = kiln_index_select(x, axis, constant_like(x, KILN_I64, 1, &out, lo));
+    else {
+        int64_t shape[KILN_MAX_DIMS];
+        for (int d = 0; d < kiln_ndim(x); d++)
+            shape[d] = d == axis ? out : 1;
+        kiln_dtype dt = kiln_dtype_of(x);
+        kiln_tensor *w_hi = kiln_cast(constant_like(x, KILN_F64, kiln_ndim(x), shape, w), dt);
+        kiln_tensor *w_lo = kiln_cast(constant_like(x, KILN_F64, kiln_ndim(x), shape, w + out), dt);
+        kiln_tensor *a = kiln_index_select(x, axis, constant_like(x, KILN_I64, 1, &out, lo));
+        kiln_tensor *b = kiln_index_select(x, axis, constant_like(x, KILN_I64, 1, &out, hi));
+        y = kiln_add(kiln_mul(a, w_lo), kiln_mul(b, w_hi));
+    }
+    free(lo);
+    free(hi);
+    free(w);
+    return y;
+}
+
+/* x resized to sizes (scales[d] the ratio each axis's coordinates use). */
+static int resize(onnx_call *c, const resize_mode *r, const double *scales, const int64_t *sizes)
+{
+    kiln_tensor *y = c->in[0];
+    if (r->linear && !ir_dtype_is_float(kiln_dtype_of(y)))
+        return onnx_fail(c, CORE_UNSUPPORTED, "linear resizing of %s is not supported", kiln_dtype_name(kiln_dtype_of(y)));
+    for (int d = 0; y && d < kiln_ndim(c->in[0]); d++) {
+        if (sizes[d] < 1 || !(scales[d] > 0))
+            return onnx_fail(c, CORE_VALUE, "axis %d would be resized to %lld (scale %g)", d, (long long)sizes[d],
+                             scales[d]);
+        y = resize_axis(y, d, sizes[d], scales[d], r);
+    }
+    return done(c, y == c->in[0] ? same(y) : y);
+}
+
+static int run_resize(onnx_call *c)
+{
+    resize_mode r;
+    if (resize_attributes(c, &r) < 0)
+        return core_error_status();
+    if (c->m->opset < 11)
+        return onnx_fail(c, CORE_UNSUPPORTED, "Resize before opset 11 is not supported");
+    int nd = kiln_ndim(c->in[0]);
+    const int64_t *shape = kiln_shape(c->in[0]);
+    double scales[MAX_INTS];
+    int64_t sizes[MAX_INTS];
+    bool by_sizes = c->node->n_in > 3 && c->in[3] && kiln_numel(c->in[3]) > 0;
+    int n = by_sizes ? const_ints(c, 3, sizes) : c->node->n_in > 2 && c->in[2] ? const_floats(c, 2, scales) : -1;
+    if (n == -1 || (n >= 0 && n != nd))
+        return onnx_fail(c, CORE_VALUE, "%s %d %s for %d dimensions", n < 0 ? "neither scales nor sizes:" : "",
+                         n < 0 ? 0 : n, by_sizes ? "sizes" : "scales", nd);
+    if (n < 0)
+        return n;
+    for (int d = 0; d < nd; d++) {
+        if (by_sizes)
+            scales[d] = (double)sizes[d] / (double)shape[d];
+        else
+            sizes[d] = (int64_t)floor((double)shape[d] * scales[d]);
+    }
+    return resize(c, &r, scales, sizes);
+}
+
+/* Upsample (opsets 7 to 9, Resize's predecessor): scales as an attribute or
+ * operand, the output position x reading x / scale. */
+static int run_upsample(onnx_call *c)
+{
+    char mode[32];
+    const char *name = attr_string(c, "mode", "nearest", mode, sizeof mode);
+    resize_mode r = {!strcmp(name, "linear"), COORD_ASYMMETRIC, NEAREST_FLOOR};
+    if (!r.linear && strcmp(name, "nearest"))
+        return onnx_fail(c, CORE_UNSUPPORTED, "mode '%s' is not supported (nearest and linear are)", name);
+    const Onnx__AttributeProto *a = onnx_attr(c, "scales");
+    int nd = kiln_ndim(c->in[0]), n = -1;
+    double scales[MAX_INTS];
+    int64_t sizes[MAX_INTS];
+    if (c->node->n_in > 1)
+        n = const_floats(c, 1, scales);
+    else if (a && a->n_floats <= MAX_INTS)
+        for (n = 0; n < (int)a->n_floats; n++)
+            scales[n] = a->floats[n];
+    if (n < -1)
+        return n;
+    if (n != nd)
+        return onnx_fail(c, CORE_VALUE, "%d scales for %d dimensions", n < 0 ? 0 : n, nd);
+    for (int d = 0; d < nd; d++)
+        sizes[d] = (int64_t)floor((double)kiln_shape(c->in[0])[d] * scales[d]);
+    return resize(c, &r, scales, sizes);
+}
+
 static int run_reshape(onnx_call *c)
 {
     int64_t shape[MAX_INTS], allowzero;
@@ -1610,6 +1823,8 @@ static const onnx_op onnx_ops[] = {
     {"ReduceSumSquare", run_reduce_sum_square, 1, 1, 1, 1, "axes keepdims ", false},
     {"Relu", run_relu, 1, 1, 1, 1, "", false},
     {"Reshape", run_reshape, 1, 2, 1, 1, "allowzero shape ", false},
+    {"Resize", run_resize, 1, 4, 1, 1,
+     "coordinate_transformation_mode cubic_coeff_a exclude_outside extrapolation_value mode nearest_mode ", false},
     {"Round", run_round, 1, 1, 1, 1, "", false},
     {"ScatterElements", run_scatter_elements, 3, 3, 1, 1, "axis reduction ", false},
     {"Selu", run_selu, 1, 1, 1, 1, "alpha gamma ", false},
@@ -1639,6 +1854,7 @@ static const onnx_op onnx_ops[] = {
     {"Transpose", run_transpose, 1, 1, 1, 1, "perm ", false},
     {"Trilu", run_trilu, 1, 2, 1, 1, "upper ", false},
     {"Unsqueeze", run_unsqueeze, 1, 2, 1, 1, "axes ", false},
+    {"Upsample", run_upsample, 1, 2, 1, 1, "mode scales ", false},
     {"Where", run_where, 3, 3, 1, 1, "", false},
     {"Xor", run_xor, 2, 2, 1, 1, "broadcast axis ", false},
 };
