@@ -1482,6 +1482,96 @@ static kiln_tensor *average_of_padded(kiln_tensor *x, const int64_t *kernel, con
     return kiln_div(sums, counts);
 }
 
+/* x [N, C, H, W] with stride - 1 zeros between neighbours along H and W:
+ * [N, C, (H - 1) sh + 1, (W - 1) sw + 1]. */
+static kiln_tensor *spread(kiln_tensor *x, const int64_t *stride)
+{
+    if (stride[0] == 1 && stride[1] == 1)
+        return x;
+    const int64_t *s = kiln_shape(x);
+    int64_t n = s[0], ch = s[1], h = s[2], w = s[3];
+    int64_t apart[6] = {n, ch, h, 1, w, 1}, after[6] = {0, stride[1] - 1, 0, 0, 0, stride[0] - 1};
+    int64_t joined[4] = {n, ch, h * stride[0], w * stride[1]};
+    kiln_tensor *y = kiln_pad(kiln_reshape(x, 6, apart), 6, after, KILN_PAD_CONSTANT, 0);
+    y = kiln_reshape(y, 4, joined);
+    return kiln_slice(kiln_slice(y, 2, 0, (h - 1) * stride[0] + 1, 1), 3, 0, (w - 1) * stride[1] + 1, 1);
+}
+
+/* ConvTranspose's weight [C_in, C_out / g, kh, kw] as the convolution's that
+ * computes it: [C_out, C_in / g, kh, kw], each group's transposed, the window
+ * flipped. */
+static kiln_tensor *transposed_weight(kiln_tensor *w, int64_t groups)
+{
+    const int64_t *s = kiln_shape(w);
+    int64_t split[5] = {groups, s[0] / groups, s[1], s[2], s[3]}, joined[4] = {groups * s[1], s[0] / groups, s[2], s[3]};
+    kiln_tensor *t = kiln_transpose(kiln_reshape(w, 5, split), 1, 2);
+    return kiln_flip(kiln_flip(kiln_reshape(kiln_contiguous(t), 4, joined), 2), 3);
+}
+
+/* ConvTranspose's pads where output_shape or auto_pad SAME_* gives them:
+ * the total split, its odd one at the end for SAME_UPPER, else at the start. */
+static int transpose_pads(onnx_call *c, const int64_t *kernel, const int64_t *stride, const int64_t *dilation,
+                          const int64_t *out_pad, int spatial, int64_t *pads)
+{
+    int64_t shape[MAX_INTS];
+    char buf[16];
+    const char *auto_pad = attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
+    int n = attr_ints(c, "output_shape", shape);
+    bool same = !strncmp(auto_pad, "SAME_", 5);
+    if (n < -1)
+        return n;
+    if (n < 0 && !same)
+        return 0;
+    if (n >= 0 && n != spatial)
+        return onnx_fail(c, CORE_VALUE, "output_shape has %d values, not %d", n, spatial);
+    const int64_t *in = kiln_shape(c->in[0]);
+    for (int d = 0; d < spatial; d++) {
+        int64_t want = n >= 0 ? shape[d] : in[2 + d] * stride[d];
+        int64_t total = stride[d] * (in[2 + d] - 1) + out_pad[d] + (kernel[d] - 1) * dilation[d] + 1 - want;
+        /* halves rounded down, as ONNX's reference does (a negative total
+         * widens the output at its end) */
+        int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);
+        pads[d] = !strcmp(auto_pad, "SAME_UPPER") ? half : total - half;
+        pads[spatial + d] = total - pads[d];
+    }
+    return 0;
+}
+
+static int run_conv_transpose(onnx_call *c)
+{
+    int64_t kernel[2], stride[2], pads[4], dilation[2], group, out_pad[2] = {0, 0}, v[MAX_INTS];
+    int spatial;
+    if (attr_int(c, "group", 1, &group) < 0 || window_params(c, c->in[1], kernel, stride, pads, dilation, &spatial) < 0)
+        return core_error_status();
+    int n = attr_ints(c, "output_padding", v);
+    if (n < -1)
+        return n;
+    if (n >= 0 && n != spatial)
+        return onnx_fail(c, CORE_VALUE, "output_padding has %d values, not %d", n, spatial);
+    for (int d = 0; d < n; d++)
+        out_pad[spatial == 1 ? 1 : d] = v[d];
+    if (spatial == 1) { /* window_params made them 2-d; output_shape and SAME pads are found in 1-d */
+        int64_t k1[1] = {kernel[1]}, s1[1] = {stride[1]}, d1[1] = {dilation[1]}, o1[1] = {out_pad[1]},
+                p1[2] = {pads[1], pads[3]};
+        if (transpose_pads(c, k1, s1, d1, o1, 1, p1) < 0)
+            return core_error_status();
+        pads[1] = p1[0], pads[3] = p1[1];
+    } else if (transpose_pads(c, kernel, stride, dilation, out_pad, 2, pads) < 0)
+        return core_error_status();
+    kiln_tensor *x = spread(lift(c->in[0], spatial), stride), *w = lift(c->in[1], spatial);
+    if (kiln_ndim(w) != 4 || kiln_shape(w)[0] % group)
+        return onnx_fail(c, CORE_VALUE, "the weight's first size is not a multiple of group %lld", (long long)group);
+    /* the convolution's input: the spread one padded so that every tap that
+     * reaches an output is there, less ONNX's pads, plus output_padding */
+    int64_t reach[2] = {(kernel[0] - 1) * dilation[0], (kernel[1] - 1) * dilation[1]};
+    int64_t around[4] = {reach[1] - pads[1], reach[1] - pads[3] + out_pad[1], reach[0] - pads[0],
+                         reach[0] - pads[2] + out_pad[0]};
+    x = kiln_pad(x, 4, around, KILN_PAD_CONSTANT, 0);
+    kiln_conv2d_params p = {{1, 1}, {0, 0}, {dilation[0], dilation[1]}, group};
+    kiln_tensor *y = kiln_conv2d(x, transposed_weight(w, group), c->node->n_in > 2 ? c->in[2] : NULL, &p);
+    return done(c, lower(y, spatial));
+}
+
 /* The spatial size of a pool's result along an axis of padded size n, the
  * window spanning span; in ceil mode a last window must start within the
  * input or its first pad (begin). */
@@ -1758,6 +1848,8 @@ static const onnx_op onnx_ops[] = {
                                           "value_string value_strings ", false},
     {"ConstantOfShape", run_constant_of_shape, 1, 1, 1, 1, "value ", false},
     {"Conv", run_conv, 2, 3, 1, 1, "auto_pad dilations group kernel_shape pads strides ", false},
+    {"ConvTranspose", run_conv_transpose, 2, 3, 1, 1,
+     "auto_pad dilations group kernel_shape output_padding output_shape pads strides ", false},
     {"Cos", run_cos, 1, 1, 1, 1, "", false},
     {"Cosh", run_cosh, 1, 1, 1, 1, "", false},
     {"CumSum", run_cumsum, 2, 2, 1, 1, "exclusive reverse ", false},
