@@ -48,22 +48,23 @@ static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 /* The bytes of one field's value after its tag, checked to lie within end. */
 static bool field_value(const uint8_t **p, const uint8_t *end, uint32_t wire, const uint8_t **value, size_t *len)
 {
-    uint64_t n;
+    uint64_t n = 0;
     const uint8_t *start = *p;
     if (wire == WIRE_VARINT && !read_varint(p, end, &n))
         return false;
     if (wire == WIRE_FIXED64 || wire == WIRE_FIXED32)
-        *p += wire == WIRE_FIXED64 ? 8 : 4;
-    if (wire == WIRE_BYTES) {
-        if (!read_varint(p, end, &n) || n > (uint64_t)(end - *p))
+        n = wire == WIRE_FIXED64 ? 8 : 4;
+    else if (wire == WIRE_BYTES) {
+        if (!read_varint(p, end, &n))
             return false;
         start = *p;
+    } else if (wire != WIRE_VARINT)
+        return false; /* groups: not in onnx.proto */
+    if (wire != WIRE_VARINT) {
+        if (n > (uint64_t)(end - *p))
+            return false;
         *p += n;
     }
-    if (wire != WIRE_VARINT && wire != WIRE_FIXED64 && wire != WIRE_FIXED32 && wire != WIRE_BYTES)
-        return false; /* groups: not in onnx.proto */
-    if (*p > end)
-        return false;
     *value = start;
     *len = (size_t)(*p - start);
     return true;
