@@ -423,6 +423,25 @@ static void device_model(model *m)
     t->raw_data.len = sizeof target;
 }
 
+/* y = x [1, 1, 2, 3] resized linearly to [1, 1, 4, 6]: positions and weights
+ * are constants the handler makes. */
+static const char *resize_model(void)
+{
+    static const int64_t in_shape[4] = {1, 1, 2, 3}, out_shape[4] = {1, 1, 4, 6}, four = 4;
+    static const float scales[4] = {1, 1, 2, 2};
+    model m;
+    model_init(&m);
+    Onnx__NodeProto *n = add_node(&m, "Resize", "up", "x - scales", "y");
+    Onnx__AttributeProto *a = add_attr(&m, n, "mode", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->has_s = true;
+    a->s.data = (uint8_t *)"linear";
+    a->s.len = 6;
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, in_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, out_shape);
+    add_floats(&m, "scales", 1, &four, scales, 4);
+    return save(&m, "resize.onnx");
+}
+
 /* The CUDA copy of initializer name f's model keeps, or NULL. */
 static const kiln_tensor *cuda_constant(const kiln_fn *f, const char *name)
 {
@@ -435,7 +454,7 @@ static const kiln_tensor *cuda_constant(const kiln_fn *f, const char *name)
 
 /* A model called with CUDA inputs runs on CUDA: its initializers are moved
  * there once, at the first such call, and kept; a Constant node's result
- * goes with them. */
+ * goes with them, and so do constants a handler makes (Resize's). */
 START_TEST(test_cuda_inputs)
 {
     ck_assert_msg(kiln_cuda_available() == 1, "%s", kiln_last_error());
@@ -459,6 +478,18 @@ START_TEST(test_cuda_inputs)
             ck_assert_ptr_eq(cuda_constant(f, "w"), w_cuda);
             ck_assert_int_eq(kiln_device_of(w_cuda), KILN_CUDA);
         }
+        kiln_fn_free(f);
+    }
+    const char *resize = resize_model();
+    static const int64_t in_shape[4] = {1, 1, 2, 3};
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_fn *f = load_in_mode(resize, mode);
+        kiln_tensor *x = kiln_reshape(kiln_arange(0, 6, 1, KILN_F32), 4, in_shape), *on_cpu = NULL, *y = NULL;
+        kiln_tensor *x_cuda = kiln_to_device(x, KILN_CUDA);
+        ck_assert_msg(kiln_call(f, &x, &on_cpu) == 0, "%s", kiln_last_error());
+        ck_assert_msg(kiln_call(f, &x_cuda, &y) == 0, "resize, mode %d: %s", mode, kiln_last_error());
+        ck_assert_int_eq(kiln_device_of(y), KILN_CUDA);
+        assert_close(kiln_to_device(y, KILN_CPU), on_cpu, 1e-6, 1e-6, "resized on CUDA");
         kiln_fn_free(f);
     }
 }
