@@ -960,7 +960,8 @@ static int resize(onnx_call *c, const resize_mode *r, const double *scales, cons
 {
     kiln_tensor *y = c->in[0];
     if (r->linear && !ir_dtype_is_float(kiln_dtype_of(y)))
-        return onnx_fail(c, CORE_UNSUPPORTED, "linear resizing of %s is not supported", kiln_dtype_name(kiln_dtype_of(y)));
+        return onnx_fail(c, CORE_UNSUPPORTED, "linear resizing of %s is not supported",
+                         kiln_dtype_name(kiln_dtype_of(y)));
     for (int d = 0; y && d < kiln_ndim(c->in[0]); d++) {
         if (sizes[d] < 1 || !(scales[d] > 0))
             return onnx_fail(c, CORE_VALUE, "axis %d would be resized to %lld (scale %g)", d, (long long)sizes[d],
@@ -1503,7 +1504,8 @@ static kiln_tensor *spread(kiln_tensor *x, const int64_t *stride)
 static kiln_tensor *transposed_weight(kiln_tensor *w, int64_t groups)
 {
     const int64_t *s = kiln_shape(w);
-    int64_t split[5] = {groups, s[0] / groups, s[1], s[2], s[3]}, joined[4] = {groups * s[1], s[0] / groups, s[2], s[3]};
+    int64_t split[5] = {groups, s[0] / groups, s[1], s[2], s[3]};
+    int64_t joined[4] = {groups * s[1], s[0] / groups, s[2], s[3]};
     kiln_tensor *t = kiln_transpose(kiln_reshape(w, 5, split), 1, 2);
     return kiln_flip(kiln_flip(kiln_reshape(kiln_contiguous(t), 4, joined), 2), 3);
 }
@@ -1617,7 +1619,8 @@ static int pool(onnx_call *c, bool max)
 {
     int64_t kernel[2], stride[2], pads[4], dilation[2], ceil_mode, include_pad, storage;
     int spatial;
-    if (window_params(c, NULL, kernel, stride, pads, dilation, &spatial) < 0 || attr_int(c, "ceil_mode", 0, &ceil_mode) < 0 ||
+    if (window_params(c, NULL, kernel, stride, pads, dilation, &spatial) < 0 ||
+        attr_int(c, "ceil_mode", 0, &ceil_mode) < 0 ||
         attr_int(c, "count_include_pad", 0, &include_pad) < 0 || attr_int(c, "storage_order", 0, &storage) < 0)
         return core_error_status();
     if (c->node->n_out > 1 || storage)
@@ -1625,7 +1628,8 @@ static int pool(onnx_call *c, bool max)
     if (dilation[0] != 1 || dilation[1] != 1) {
         if (!max)
             return onnx_fail(c, CORE_VALUE, "AveragePool takes no dilations");
-        return done(c, lower(dilated_max(c, lift(c->in[0], spatial), kernel, stride, pads, dilation, ceil_mode), spatial));
+        kiln_tensor *y = dilated_max(c, lift(c->in[0], spatial), kernel, stride, pads, dilation, ceil_mode);
+        return done(c, lower(y, spatial));
     }
     /* kiln pads a window by at most half of it, and equally on both sides */
     bool wide = pads[0] > kernel[0] / 2 || pads[2] > kernel[0] / 2 || pads[1] > kernel[1] / 2 || pads[3] > kernel[1] / 2;
