@@ -554,10 +554,12 @@ static int run_model(kiln_tensor *const *in, kiln_tensor **out, void *user)
     kiln_tensor *const *constants = constants_on(m, d);
     kiln_tensor **v = calloc((size_t)m->n_values + 1, sizeof *v);
     bool *known = calloc((size_t)m->n_values + 1, sizeof *known);
-    int status = !constants ? core_fail(CORE_DEVICE, "kiln_onnx", "'%s': moving the initializers to CUDA: %s",
-                                        m->name, kiln_last_error())
-                 : v && known ? 0
-                              : core_fail_status(CORE_NOMEM, "kiln_onnx");
+    int status = 0;
+    if (!constants)
+        status = core_fail(CORE_DEVICE, "kiln_onnx", "'%s': moving the initializers to CUDA: %s", m->name,
+                           kiln_last_error());
+    else if (!v || !known)
+        status = core_fail_status(CORE_NOMEM, "kiln_onnx");
     for (int i = 0; status == 0 && i < m->n_values; i++)
         if (constants[i]) {
             v[i] = kiln_retain(constants[i]);
