@@ -4,12 +4,15 @@ torch.manual_seed(0)) with their outputs on fixed inputs, and kiln-onnx runs
 them; kiln's outputs must match within each model's tolerance.
 
     onnx_models.py KILN_ONNX WORK_DIR [--batch N] [--bench]
+    onnx_models.py --bench-torch MODEL.onnx --batch N [--runs N] [--threads N]
 
 Models: torch.nn.TransformerEncoder (4 layers, d 256, 4 heads), and, where
 torchvision is, resnet50 and mobilenet_v3_small. A model whose operators
 kiln lacks is reported and skipped (not a failure); exit 77 when PyTorch is
-absent. --bench also times PyTorch eager and TorchScript on the same input
-and runs `kiln-onnx bench` for comparison.
+absent. --bench also runs `kiln-onnx bench --torch` on each model, with this
+script as its companion: --bench-torch rebuilds the model a file's name
+names (resnet50.onnx: resnet50) and prints PyTorch eager's and
+TorchScript's median times on it at batch N, as kiln-onnx reads them.
 """
 import argparse
 import os
@@ -48,7 +51,7 @@ except ImportError:
     print("note: torchvision is absent (Debian: python3-torchvision): resnet50 and mobilenet_v3_small left out")
 
 
-def median_ms(fn, x, runs=20):
+def median_ms(fn, x, runs):
     with torch.no_grad():
         fn(x)
         times = []
@@ -84,22 +87,55 @@ def check(tool, work, name, maker, tol, batch, bench):
     print(f"{name}: batch {batch}, max |kiln - PyTorch| {err.max():.3g} (tolerance {abs_} + {rel} |y|): "
           f"{'ok' if ok else 'MISMATCH'}")
     if bench:
-        traced = torch.jit.trace(model, x)
-        print(f"  PyTorch eager {median_ms(model, x):.3f} ms, TorchScript {median_ms(traced, x):.3f} ms")
-        subprocess.run([tool, "bench", path, "--batch", str(batch)])
+        env = dict(os.environ, KILN_PYTHON=sys.executable)
+        runs = ["--runs", "2"] if bench == "quick" else []
+        timed = subprocess.run([tool, "bench", path, "--batch", str(batch), "--torch", __file__] + runs, env=env,
+                               capture_output=True, text=True)
+        print(timed.stdout + timed.stderr, end="")
+        if timed.returncode != 0 or "TorchScript, median" not in timed.stdout:
+            print(f"{name}: kiln-onnx bench --torch failed")
+            return False
     return ok
+
+
+def bench_torch(args):
+    """PyTorch's times on the model args.bench_torch names, for kiln-onnx bench --torch."""
+    name = os.path.splitext(os.path.basename(args.bench_torch))[0]
+    found = [m for m in MODELS if m[0] == name]
+    if not found:
+        print(f"onnx_models.py: no model named {name} (there are {', '.join(m[0] for m in MODELS)})",
+              file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    model, shape = found[0][1]()
+    model.eval()
+    x = torch.randn(args.batch, *shape)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, x)
+    print(f"torch_eager_ms {median_ms(model, x, args.runs):.3f}")
+    print(f"torchscript_ms {median_ms(traced, x, args.runs):.3f}")
+    return 0
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("tool")
-    ap.add_argument("work")
+    ap.add_argument("tool", nargs="?")
+    ap.add_argument("work", nargs="?")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--bench-torch", metavar="MODEL")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("KILN_THREADS", torch.get_num_threads())))
     args = ap.parse_args()
-    torch.set_num_threads(int(os.environ.get("KILN_THREADS", torch.get_num_threads())))
+    torch.set_num_threads(args.threads)
+    if args.bench_torch:
+        return bench_torch(args)
+    if not args.tool or not args.work:
+        ap.error("KILN_ONNX and WORK_DIR, please")
     with tempfile.TemporaryDirectory(dir=args.work) as work:
-        ok = all([check(args.tool, work, *m, args.batch, args.bench) for m in MODELS])
+        # the transformer is timed briefly even without --bench: kiln-onnx bench --torch must work
+        ok = all([check(args.tool, work, *m, args.batch, args.bench or ("quick" if m[0] == "transformer_encoder"
+                                                                          else False)) for m in MODELS])
     return 0 if ok else 1
 
 

@@ -66,18 +66,36 @@ static Onnx__NodeProto *add_node(model *m, const char *op, const char *name, con
     return n;
 }
 
-static void add_int_attr(model *m, Onnx__NodeProto *n, const char *name, int64_t v)
+/* A new attribute of type appended to n's: each node's attributes are added
+ * one after another. */
+static Onnx__AttributeProto *add_attr(model *m, Onnx__NodeProto *n, const char *name,
+                                      Onnx__AttributeProto__AttributeType type)
 {
     Onnx__AttributeProto *a = &m->attrs[m->n_attrs];
     onnx__attribute_proto__init(a);
     a->name = (char *)name;
     a->has_type = true;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->type = type;
+    m->attr_ptrs[m->n_attrs] = a;
+    if (!n->n_attribute)
+        n->attribute = &m->attr_ptrs[m->n_attrs];
+    n->n_attribute++;
+    m->n_attrs++;
+    return a;
+}
+
+static void add_int_attr(model *m, Onnx__NodeProto *n, const char *name, int64_t v)
+{
+    Onnx__AttributeProto *a = add_attr(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     a->has_i = true;
     a->i = v;
-    m->attr_ptrs[m->n_attrs] = a;
-    n->attribute = &m->attr_ptrs[m->n_attrs++];
-    n->n_attribute = 1;
+}
+
+static void add_ints_attr(model *m, Onnx__NodeProto *n, const char *name, const int64_t *v, size_t count)
+{
+    Onnx__AttributeProto *a = add_attr(m, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    a->ints = (int64_t *)v;
+    a->n_ints = count;
 }
 
 /* A graph input (output false) or output of elem type and shape. */
@@ -122,6 +140,18 @@ static void add_floats(model *m, const char *name, int ndim, const int64_t *shap
     t->float_data = (float *)data;
     t->n_float_data = n;
     m->init_ptrs[m->n_inits++] = t;
+}
+
+/* The last initializer's values as little-endian raw data, as PyTorch
+ * writes its weights (borrowed). */
+static void use_raw_data(model *m)
+{
+    Onnx__TensorProto *t = m->init_ptrs[m->n_inits - 1];
+    t->has_raw_data = true;
+    t->raw_data.data = (uint8_t *)t->float_data;
+    t->raw_data.len = t->n_float_data * sizeof(float);
+    t->float_data = NULL;
+    t->n_float_data = 0;
 }
 
 /* The model serialized (malloc'd). */
@@ -173,7 +203,7 @@ static const char *save(model *m, const char *name)
 static const int64_t x_shape[2] = {2, 3}, w_shape[2] = {3, 4}, b_shape[1] = {4}, y_shape[2] = {2, 4};
 static const float w_data[12] = {0, .1f, .2f, .3f, .4f, .5f, .6f, .7f, .8f, .9f, 1, 1.1f}, b_data[4] = {1, -3, 1, -9};
 
-/* y = relu(x @ w + b), x [2,3]. */
+/* y = relu(x @ w + b), x [2,3]; w as raw data, b as floats. */
 static void dense_model(model *m)
 {
     model_init(m);
@@ -183,6 +213,7 @@ static void dense_model(model *m)
     add_value(m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
     add_value(m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, y_shape);
     add_floats(m, "w", 2, w_shape, w_data, 12);
+    use_raw_data(m);
     add_floats(m, "b", 1, b_shape, b_data, 4);
 }
 
@@ -193,6 +224,17 @@ static kiln_tensor *dense_input(void)
 
 /* -- Loading and running ------------------------------------------------------------ */
 
+/* The model at path, to run eagerly (mode 0) or compiled (1). */
+static kiln_fn *load_in_mode(const char *path, int mode)
+{
+    if (mode == 0)
+        setenv("KILN_JIT", "0", 1);
+    kiln_fn *f = kiln_onnx_load(path, NULL);
+    unsetenv("KILN_JIT");
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    return f;
+}
+
 START_TEST(test_load_and_call)
 {
     model m;
@@ -200,11 +242,7 @@ START_TEST(test_load_and_call)
     const char *path = save(&m, "dense.onnx");
     float want[8] = {3.0f, 0, 3.6f, 0, 6.6f, 3.8f, 9.0f, 0.2f};
     for (int mode = 0; mode < 2; mode++) {
-        if (mode == 0)
-            setenv("KILN_JIT", "0", 1);
-        kiln_fn *f = kiln_onnx_load(path, NULL);
-        unsetenv("KILN_JIT");
-        ck_assert_msg(f != NULL, "%s", kiln_last_error());
+        kiln_fn *f = load_in_mode(path, mode);
         int n_in = -1, n_out = -1;
         ck_assert_int_eq(kiln_fn_arity(f, &n_in, &n_out), 0);
         ck_assert_int_eq(n_in, 1);
@@ -224,6 +262,37 @@ START_TEST(test_load_and_call)
         ck_assert_int_eq(st.eager_fallbacks, 0);
         kiln_fn_free(f);
     }
+}
+END_TEST
+
+/* A graph given in two pieces (the second file's graph holding b) is one
+ * graph, as protobuf merges them: the loader's skeleton, which reads the
+ * initializers' raw data from the mapped file, leaves such files to
+ * protobuf-c whole. */
+START_TEST(test_graph_in_two_pieces)
+{
+    model m;
+    dense_model(&m);
+    m.n_inits = 1; /* w only */
+    size_t size, more_size;
+    uint8_t *bytes = pack(&m, &size);
+    model_free(&m);
+    model_init(&m);
+    add_floats(&m, "b", 1, b_shape, b_data, 4);
+    use_raw_data(&m);
+    uint8_t *more = pack(&m, &more_size);
+    bytes = realloc(bytes, size + more_size);
+    memcpy(bytes + size, more, more_size);
+    write_all(tmp_path("pieces.onnx"), bytes, size + more_size);
+    free(bytes);
+    free(more);
+    kiln_fn *f = kiln_onnx_load(tmp_path("pieces.onnx"), NULL);
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    float want[8] = {3.0f, 0, 3.6f, 0, 6.6f, 3.8f, 9.0f, 0.2f};
+    kiln_tensor *x = dense_input(), *y = NULL;
+    ck_assert_msg(kiln_call(f, &x, &y) == 0, "%s", kiln_last_error());
+    assert_close(y, kiln_from_data(KILN_F32, 2, y_shape, want), 1e-6, 1e-6, "pieces");
+    kiln_fn_free(f);
 }
 END_TEST
 
@@ -278,6 +347,151 @@ START_TEST(test_shape_arithmetic_folds)
     ck_assert_int_eq(st.eager_fallbacks, 0);
     ck_assert_int_eq(st.traces, 1);
     kiln_fn_free(f);
+}
+END_TEST
+
+/* A max pool with dilated windows, padding and ceil mode against a loop
+ * over each window's elements within the input (PyTorch's sizes: a last
+ * window starts within the input or its first pad). */
+START_TEST(test_dilated_max_pool)
+{
+    enum { H = 7, W = 8, K = 3, S = 2, D = 2, P = 1 };
+    static const int64_t in_shape[4] = {1, 1, H, W}, k[2] = {K, K}, st[2] = {S, S}, dil[2] = {D, D},
+                         pads[4] = {P, P, P, P};
+    int64_t oh = (H + 2 * P - D * (K - 1) - 1 + S - 1) / S + 1, ow = (W + 2 * P - D * (K - 1) - 1 + S - 1) / S + 1;
+    oh -= (oh - 1) * S >= H + P;
+    ow -= (ow - 1) * S >= W + P;
+    int64_t out_shape[4] = {1, 1, oh, ow};
+    model m;
+    model_init(&m);
+    Onnx__NodeProto *n = add_node(&m, "MaxPool", "pool", "x", "y");
+    add_ints_attr(&m, n, "kernel_shape", k, 2);
+    add_ints_attr(&m, n, "strides", st, 2);
+    add_ints_attr(&m, n, "dilations", dil, 2);
+    add_ints_attr(&m, n, "pads", pads, 4);
+    add_int_attr(&m, n, "ceil_mode", 1);
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, in_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, out_shape);
+    const char *path = save(&m, "dilated.onnx");
+    float x[H * W], want[64];
+    for (int i = 0; i < H * W; i++)
+        x[i] = (float)((i * 37) % 23) - 11;
+    for (int64_t r = 0; r < oh; r++)
+        for (int64_t c = 0; c < ow; c++) {
+            float best = -INFINITY;
+            for (int i = 0; i < K; i++)
+                for (int j = 0; j < K; j++) {
+                    int64_t y = r * S - P + i * D, xx = c * S - P + j * D;
+                    if (y >= 0 && y < H && xx >= 0 && xx < W && x[y * W + xx] > best)
+                        best = x[y * W + xx];
+                }
+            want[r * ow + c] = best;
+        }
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_fn *f = load_in_mode(path, mode);
+        kiln_tensor *in = kiln_from_data(KILN_F32, 4, in_shape, x), *y = NULL;
+        ck_assert_msg(kiln_call(f, &in, &y) == 0, "%s", kiln_last_error());
+        assert_close(y, kiln_from_data(KILN_F32, 4, out_shape, want), 0, 0, "dilated max pool");
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
+/* -- CUDA inputs -------------------------------------------------------------------- */
+
+/* y = reshape(relu(x @ w + b) + c, [4, 2]), c a Constant node's 4 floats,
+ * the shape an int64 initializer in raw data. */
+static void device_model(model *m)
+{
+    static const float c[4] = {1, 2, 3, 4};
+    static int64_t two = 2, target[2] = {4, 2};
+    dense_model(m);
+    free(m->node_ptrs[2]->output[0]); /* Relu's result, no longer y */
+    m->node_ptrs[2]->output[0] = strdup("r");
+    Onnx__NodeProto *constant = add_node(m, "Constant", "c", "", "c");
+    Onnx__AttributeProto *a = add_attr(m, constant, "value_floats", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+    a->floats = (float *)c;
+    a->n_floats = 4;
+    add_node(m, "Add", "plus_c", "r c", "s");
+    add_node(m, "Reshape", "fold", "s shape", "y");
+    m->dims[1][0].dim_value = 4; /* y's declared shape */
+    m->dims[1][1].dim_value = 2;
+    add_floats(m, "shape", 1, &two, (const float *)target, 2);
+    use_raw_data(m);
+    Onnx__TensorProto *t = m->init_ptrs[m->n_inits - 1];
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    t->raw_data.len = sizeof target;
+}
+
+/* y = x [1, 1, 2, 3] resized linearly to [1, 1, 4, 6]: positions and weights
+ * are constants the handler makes. */
+static const char *resize_model(void)
+{
+    static const int64_t in_shape[4] = {1, 1, 2, 3}, out_shape[4] = {1, 1, 4, 6}, four = 4;
+    static const float scales[4] = {1, 1, 2, 2};
+    model m;
+    model_init(&m);
+    Onnx__NodeProto *n = add_node(&m, "Resize", "up", "x - scales", "y");
+    Onnx__AttributeProto *a = add_attr(&m, n, "mode", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->has_s = true;
+    a->s.data = (uint8_t *)"linear";
+    a->s.len = 6;
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, in_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, out_shape);
+    add_floats(&m, "scales", 1, &four, scales, 4);
+    return save(&m, "resize.onnx");
+}
+
+/* The CUDA copy of initializer name f's model keeps, or NULL. */
+static const kiln_tensor *cuda_constant(const kiln_fn *f, const char *name)
+{
+    const onnx_model *m = jit_user(f);
+    for (int i = 0; m->cuda_constants && i < m->n_values; i++)
+        if (!strcmp(m->value_names[i], name))
+            return m->cuda_constants[i];
+    return NULL;
+}
+
+/* A model called with CUDA inputs runs on CUDA: its initializers are moved
+ * there once, at the first such call, and kept; a Constant node's result
+ * goes with them, and so do constants a handler makes (Resize's). */
+START_TEST(test_cuda_inputs)
+{
+    ck_assert_msg(kiln_cuda_available() == 1, "%s", kiln_last_error());
+    model m;
+    device_model(&m);
+    const char *path = save(&m, "device.onnx");
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_fn *f = load_in_mode(path, mode);
+        kiln_tensor *x = dense_input(), *on_cpu = NULL, *y = NULL;
+        ck_assert_msg(kiln_call(f, &x, &on_cpu) == 0, "%s", kiln_last_error());
+        ck_assert_ptr_null(cuda_constant(f, "w"));
+        kiln_tensor *x_cuda = kiln_to_device(x, KILN_CUDA);
+        const kiln_tensor *w_cuda = NULL;
+        for (int call = 0; call < 2; call++) {
+            ck_assert_msg(kiln_call(f, &x_cuda, &y) == 0, "mode %d call %d: %s", mode, call, kiln_last_error());
+            ck_assert_int_eq(kiln_device_of(y), KILN_CUDA);
+            assert_close(kiln_to_device(y, KILN_CPU), on_cpu, 1e-6, 1e-6, "on CUDA");
+            if (call == 0)
+                w_cuda = cuda_constant(f, "w");
+            ck_assert_ptr_nonnull(w_cuda);
+            ck_assert_ptr_eq(cuda_constant(f, "w"), w_cuda);
+            ck_assert_int_eq(kiln_device_of(w_cuda), KILN_CUDA);
+        }
+        kiln_fn_free(f);
+    }
+    const char *resize = resize_model();
+    static const int64_t in_shape[4] = {1, 1, 2, 3};
+    for (int mode = 0; mode < 2; mode++) {
+        kiln_fn *f = load_in_mode(resize, mode);
+        kiln_tensor *x = kiln_reshape(kiln_arange(0, 6, 1, KILN_F32), 4, in_shape), *on_cpu = NULL, *y = NULL;
+        kiln_tensor *x_cuda = kiln_to_device(x, KILN_CUDA);
+        ck_assert_msg(kiln_call(f, &x, &on_cpu) == 0, "%s", kiln_last_error());
+        ck_assert_msg(kiln_call(f, &x_cuda, &y) == 0, "resize, mode %d: %s", mode, kiln_last_error());
+        ck_assert_int_eq(kiln_device_of(y), KILN_CUDA);
+        assert_close(kiln_to_device(y, KILN_CPU), on_cpu, 1e-6, 1e-6, "resized on CUDA");
+        kiln_fn_free(f);
+    }
 }
 END_TEST
 
@@ -388,8 +602,11 @@ START_TEST(test_huge_dims)
     m.shapes[0].dim[1]->dim_value = INT64_C(1) << 62;
     assert_load_fails(save(&m, "huge_input.onnx"), "input 'x'", "declares size");
     dense_model(&m);
-    m.init_ptrs[0]->n_float_data = 11;
-    assert_load_fails(save(&m, "short_init.onnx"), "'w'", "12 elements by its shape");
+    m.init_ptrs[0]->raw_data.len = 11 * sizeof(float);
+    assert_load_fails(save(&m, "short_raw.onnx"), "'w' has 12 elements by its shape", "raw data of 44 bytes");
+    dense_model(&m);
+    m.init_ptrs[1]->n_float_data = 3;
+    assert_load_fails(save(&m, "short_init.onnx"), "'b' has 4 elements by its shape", "typed values of 3");
 }
 END_TEST
 
@@ -548,6 +765,8 @@ static Suite *onnx_suite(void)
         tcase_set_timeout(tc, 600);
     }
     tcase_add_test(load, test_load_and_call);
+    tcase_add_test(load, test_graph_in_two_pieces);
+    tcase_add_test(load, test_dilated_max_pool);
     tcase_add_test(load, test_default_io_names);
     tcase_add_test(load, test_shape_arithmetic_folds);
     tcase_add_test(load, test_garbage_and_wrong_types);
@@ -561,6 +780,15 @@ static Suite *onnx_suite(void)
     tcase_add_test(export, test_export_round_trip);
     tcase_add_test(export, test_export_refuses);
     suite_add_tcase(s, export);
+    /* suite onnx-cuda-emulated: the stand-in driver runs the kernels */
+    const char *device = getenv("KILN_TEST_DEVICE");
+    if (device && !strcmp(device, "cuda")) {
+        TCase *cuda = tcase_create("cuda");
+        tcase_add_checked_fixture(cuda, setup, teardown);
+        tcase_set_timeout(cuda, 600);
+        tcase_add_test(cuda, test_cuda_inputs);
+        suite_add_tcase(s, cuda);
+    }
     return s;
 }
 

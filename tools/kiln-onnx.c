@@ -1,7 +1,7 @@
 /* kiln-onnx: run, time and precompile ONNX models with kiln.
  *
  *   kiln-onnx run MODEL [--input NAME=FILE.npy]... [--batch N] [--output DIR]
- *   kiln-onnx bench MODEL [--batch N] [--threads N] [--runs N]
+ *   kiln-onnx bench MODEL [--batch N] [--threads N] [--runs N] [--torch SCRIPT]
  *   kiln-onnx precompile MODEL --target T... --bundle FILE [--batch N]
  *
  * Inputs not given as .npy files are drawn (standard normal floats, zero
@@ -10,7 +10,12 @@
  * DIR/<name>.npy, and says on stderr how many kernels were compiled and
  * loaded from the disk cache. bench times loading, a first call, eager and
  * compiled calls (medians), and a first call in a fresh process that finds
- * the kernels on disk. precompile compiles the model's kernels for each
+ * the kernels on disk, each with where its time went. With --torch, the
+ * model's companion script (the one that exported it) times PyTorch eager and
+ * TorchScript on the same model and batch: it is run as
+ * `$KILN_PYTHON SCRIPT --bench-torch MODEL --batch N --runs N --threads N`
+ * (KILN_PYTHON: python3 by default) and prints "torch_eager_ms X" and
+ * "torchscript_ms Y", which bench prints beside kiln's medians. precompile compiles the model's kernels for each
  * target ("host", "cpu:<name>", "cuda:sm_XX") into a fresh cache and packs
  * it into a bundle: `kiln-cache import FILE` installs it, and
  * KILN_CACHE=require then proves a deployment compiles nothing. Exit 0, 1
@@ -29,7 +34,7 @@
 enum { MAX_IO = 64, MAX_TARGETS = 16 };
 
 typedef struct {
-    const char *model, *output, *bundle;
+    const char *model, *output, *bundle, *torch_script;
     const char *input_names[MAX_IO], *input_files[MAX_IO];
     int n_inputs;
     const char *targets[MAX_TARGETS];
@@ -43,7 +48,7 @@ static int usage(const char *why)
 {
     fprintf(stderr, "kiln-onnx: %s\n"
                     "usage: kiln-onnx run MODEL [--input NAME=FILE.npy]... [--batch N] [--output DIR]\n"
-                    "       kiln-onnx bench MODEL [--batch N] [--threads N] [--runs N]\n"
+                    "       kiln-onnx bench MODEL [--batch N] [--threads N] [--runs N] [--torch SCRIPT]\n"
                     "       kiln-onnx precompile MODEL --target T... --bundle FILE [--batch N]\n",
             why);
     return 2;
@@ -72,6 +77,8 @@ static int parse(int argc, char **argv, options *o)
             o->input_files[o->n_inputs++] = strchr(val, '=') + 1;
         } else if (!strcmp(arg, "--output"))
             o->output = val;
+        else if (!strcmp(arg, "--torch"))
+            o->torch_script = val;
         else if (!strcmp(arg, "--bundle"))
             o->bundle = val;
         else if (!strcmp(arg, "--target") && o->n_targets < MAX_TARGETS)
@@ -110,7 +117,7 @@ static int make_inputs(const options *o, const kiln_fn *f, kiln_tensor **in, kil
     int n_declared = -1;
     for (int i = 0; i < n_in; i++) {
         const char *name = kiln_fn_io_name(f, false, i), *file = file_for(o, name);
-        if (!file && n_declared < 0 && (n_declared = onnx_declared_inputs(o->model, declared, MAX_IO, o->batch)) < 0)
+        if (!file && n_declared < 0 && (n_declared = onnx_declared_inputs(f, declared, MAX_IO, o->batch)) < 0)
             return fail("input shapes"), -1;
         if (file)
             in[i] = kiln_load_npy(file);
@@ -200,12 +207,24 @@ static double median_ms(kiln_fn *f, kiln_tensor *const *in, int runs)
     return times[runs / 2];
 }
 
-/* Load and first call timed: printed as the child of bench prints them. */
-static int first_call(const options *o, double *load_ms, double *call_ms, kiln_fn **keep)
+/* A load and a first call, and where their time went. */
+typedef struct {
+    double load_ms, call_ms;
+    onnx_load_times load;
+    double build_ms; /* of the call: tracing, optimising, compiling or loading kernels */
+    double compiled, from_disk; /* kernels */
+} first_times;
+
+static const char first_format[] = "load_ms %lf first_call_ms %lf map_ms %lf unpack_ms %lf tensors_ms %lf "
+                                   "graph_ms %lf build_ms %lf compiled %lf from_disk %lf";
+
+/* Load and first call timed; f kept in *keep where given. */
+static int first_call(const options *o, first_times *t, kiln_fn **keep)
 {
     double start = core_now_ms();
     kiln_fn *f = kiln_onnx_load(o->model, NULL);
-    *load_ms = core_now_ms() - start;
+    t->load_ms = core_now_ms() - start;
+    t->load = onnx_last_load_times();
     if (!f)
         return fail("load");
     kiln_tensor *in[MAX_IO] = {NULL}, *out[MAX_IO] = {NULL};
@@ -215,8 +234,13 @@ static int first_call(const options *o, double *load_ms, double *call_ms, kiln_f
     start = core_now_ms();
     if (status == 0 && kiln_call(f, in, out) < 0)
         status = fail("first call");
-    *call_ms = core_now_ms() - start;
+    t->call_ms = core_now_ms() - start;
     kiln_scope_end();
+    kiln_fn_stats_t st;
+    kiln_fn_stats(f, &st);
+    t->build_ms = st.compile_ms;
+    t->compiled = (double)st.kernels_compiled;
+    t->from_disk = (double)st.kernels_from_disk;
     if (keep && status == 0)
         *keep = f;
     else
@@ -224,9 +248,19 @@ static int first_call(const options *o, double *load_ms, double *call_ms, kiln_f
     return status;
 }
 
-/* A first call in a fresh process (this program again), whose kernels come
- * from the disk cache the calls before filled. */
-static int fresh_process_ms(const options *o, char *const *argv, double *load_ms, double *call_ms)
+static void print_first(const char *what, const first_times *t)
+{
+    printf("  %s: load %.3f ms + first call %.3f ms = %.3f ms\n", what, t->load_ms, t->call_ms,
+           t->load_ms + t->call_ms);
+    printf("    load: map the file %.3f, unpack %.3f, initializers to tensors %.3f, check and order the graph "
+           "%.3f ms\n", t->load.map_ms, t->load.unpack_ms, t->load.tensors_ms, t->load.graph_ms);
+    printf("    first call: trace, optimise, compile or load kernels %.3f (%.0f compiled, %.0f from the disk cache), "
+           "run %.3f ms\n", t->build_ms, t->compiled, t->from_disk, t->call_ms - t->build_ms);
+}
+
+/* Runs program (a path, or a name looked up in PATH) with argv, its stdout
+ * read into buf: 0 when it exits 0, else -1. */
+static int run_child(const char *program, char *const *argv, char *buf, size_t size)
 {
     int fds[2];
     if (pipe(fds) < 0)
@@ -235,46 +269,80 @@ static int fresh_process_ms(const options *o, char *const *argv, double *load_ms
     if (pid == 0) {
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
-        char batch[32];
-        snprintf(batch, sizeof batch, "%lld", (long long)o->batch);
-        if (o->batch > 0)
-            execl("/proc/self/exe", argv[0], "bench", o->model, "--batch", batch, "--first-call", (char *)NULL);
-        else
-            execl("/proc/self/exe", argv[0], "bench", o->model, "--first-call", (char *)NULL);
+        execvp(program, argv);
+        fprintf(stderr, "kiln-onnx: cannot run %s: %s\n", program, strerror(errno));
         _exit(127);
     }
     close(fds[1]);
-    char buf[256] = "";
-    ssize_t got = pid > 0 ? read(fds[0], buf, sizeof buf - 1) : -1;
+    size_t got = 0;
+    for (ssize_t n = 1; pid > 0 && n > 0 && got < size - 1; got += n > 0 ? (size_t)n : 0)
+        n = read(fds[0], buf + got, size - 1 - got);
     close(fds[0]);
+    buf[got] = 0;
     int wstatus = 0;
     if (pid > 0)
         waitpid(pid, &wstatus, 0);
-    buf[got > 0 ? got : 0] = 0;
-    return pid > 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 &&
-                   sscanf(buf, "load_ms %lf first_call_ms %lf", load_ms, call_ms) == 2
+    return pid > 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? 0 : -1;
+}
+
+/* A first call in a fresh process (this program again), whose kernels come
+ * from the disk cache the calls before filled. */
+static int fresh_process(const options *o, char *const *argv, first_times *t)
+{
+    char batch[32], buf[512];
+    snprintf(batch, sizeof batch, "%lld", (long long)o->batch);
+    char *child[] = {argv[0], "bench", (char *)o->model, "--first-call", "--batch", batch, NULL};
+    if (o->batch <= 0)
+        child[4] = NULL;
+    return run_child("/proc/self/exe", child, buf, sizeof buf) == 0 &&
+                   sscanf(buf, first_format, &t->load_ms, &t->call_ms, &t->load.map_ms, &t->load.unpack_ms,
+                          &t->load.tensors_ms, &t->load.graph_ms, &t->build_ms, &t->compiled, &t->from_disk) == 9
                ? 0
                : -1;
 }
 
+/* PyTorch eager's and TorchScript's medians on the same model at batch, from
+ * the companion script; 0 or -1 (said on stderr). */
+static int torch_medians(const options *o, int64_t batch, int runs, double *eager_ms, double *script_ms)
+{
+    const char *python = getenv("KILN_PYTHON") ? getenv("KILN_PYTHON") : "python3";
+    char batch_s[32], runs_s[32], threads_s[32], buf[4096];
+    snprintf(batch_s, sizeof batch_s, "%lld", (long long)batch);
+    snprintf(runs_s, sizeof runs_s, "%d", runs);
+    snprintf(threads_s, sizeof threads_s, "%d", core_threads());
+    char *child[] = {(char *)python, (char *)o->torch_script, "--bench-torch", (char *)o->model, "--batch", batch_s,
+                     "--runs", runs_s, "--threads", threads_s, NULL};
+    int status = run_child(python, child, buf, sizeof buf);
+    const char *eager = strstr(buf, "torch_eager_ms "), *script = strstr(buf, "torchscript_ms ");
+    if (status == 0 && eager && script && sscanf(eager, "torch_eager_ms %lf", eager_ms) == 1 &&
+        sscanf(script, "torchscript_ms %lf", script_ms) == 1)
+        return 0;
+    fprintf(stderr, "kiln-onnx: %s %s gave no PyTorch times (it prints \"torch_eager_ms X\" and "
+            "\"torchscript_ms Y\")%s%s\n", python, o->torch_script, *buf ? ": " : "", buf);
+    return -1;
+}
+
 static int cmd_bench(const options *o, char *const *argv)
 {
-    double load_ms, call_ms;
+    first_times first = {0}, fresh = {0};
     if (o->first_call_only) {
-        if (first_call(o, &load_ms, &call_ms, NULL) != 0)
+        if (first_call(o, &first, NULL) != 0)
             return 1;
-        printf("load_ms %.3f first_call_ms %.3f\n", load_ms, call_ms);
+        printf(first_format, first.load_ms, first.call_ms, first.load.map_ms, first.load.unpack_ms,
+               first.load.tensors_ms, first.load.graph_ms, first.build_ms, first.compiled, first.from_disk);
+        printf("\n");
         return 0;
     }
     int runs = o->runs ? o->runs : 20;
     kiln_fn *f = NULL;
-    if (first_call(o, &load_ms, &call_ms, &f) != 0)
+    if (first_call(o, &first, &f) != 0)
         return 1;
     setenv("KILN_JIT", "0", 1);
     kiln_fn *eager = kiln_onnx_load(o->model, NULL);
     unsetenv("KILN_JIT");
     kiln_tensor *in[MAX_IO] = {NULL};
     kiln_spec specs[MAX_IO];
+    memset(specs, 0, sizeof specs);
     kiln_scope_begin();
     int status = eager && make_inputs(o, f, in, specs) == 0 ? 0 : 1;
     double eager_ms = status == 0 ? median_ms(eager, in, runs) : -1;
@@ -282,22 +350,31 @@ static int cmd_bench(const options *o, char *const *argv)
     kiln_scope_end();
     if (eager_ms < 0 || traced_ms < 0)
         status = fail("bench");
-    double disk_load_ms = -1, disk_call_ms = -1;
-    bool fresh = status == 0 && fresh_process_ms(o, argv, &disk_load_ms, &disk_call_ms) == 0;
+    double torch_ms = -1, torchscript_ms = -1;
+    int64_t torch_batch = specs[0].ndim ? specs[0].shape[0] : 1;
+    bool torch_ok = status == 0 && o->torch_script &&
+                    torch_medians(o, torch_batch, runs, &torch_ms, &torchscript_ms) == 0;
+    bool fresh_ok = status == 0 && fresh_process(o, argv, &fresh) == 0;
     if (status == 0) {
         char batch[32] = "the declared sizes";
         if (o->batch > 0)
             snprintf(batch, sizeof batch, "batch %lld", (long long)o->batch);
         printf("%s, %s, %d threads\n", o->model, batch, core_threads());
-        printf("  load                    %10.3f ms\n", load_ms);
-        printf("  first call (trace, compile or load kernels) %10.3f ms\n", call_ms);
+        print_first("this process", &first);
         printf("  eager call, median      %10.3f ms\n", eager_ms);
         printf("  compiled call, median   %10.3f ms   (%.2fx eager)\n", traced_ms, eager_ms / traced_ms);
-        if (fresh)
-            printf("  fresh process: load %.3f ms + first call from the disk cache %.3f ms = %.3f ms\n",
-                   disk_load_ms, disk_call_ms, disk_load_ms + disk_call_ms);
+        if (torch_ok) {
+            printf("  PyTorch eager, median   %10.3f ms   (%.2fx the compiled call's time)\n", torch_ms,
+                   torch_ms / traced_ms);
+            printf("  TorchScript, median     %10.3f ms   (%.2fx the compiled call's time)\n", torchscript_ms,
+                   torchscript_ms / traced_ms);
+        }
+        if (fresh_ok)
+            print_first("fresh process", &fresh);
         else
             printf("  fresh process: not measured (the disk cache is off, or the child failed)\n");
+        if (o->torch_script && !torch_ok)
+            status = 1;
     }
     kiln_fn_free(eager);
     kiln_fn_free(f);

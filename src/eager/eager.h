@@ -102,6 +102,7 @@ struct eager_trace {
     bool finished;     /* the body returned: its tracers are dead */
     uint64_t random_words; /* the global generator's words its draws take per call */
     char name[64];     /* the marked function's, for messages */
+    kiln_device device; /* where the call's inputs are (CUDA when any is): tracers say CPU */
     /* Returns a new, unowned tracer for op on operands (tracers or eager
      * tensors), or NULL with an error set. */
     kiln_tensor *(*record)(eager_trace *trace, ir_op op, int n_in, kiln_tensor *const *in,

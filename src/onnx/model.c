@@ -11,6 +11,12 @@
 
 enum { MIN_OPSET = 1, MAX_OPSET = 17 };
 static const char *const load_fn = "kiln_onnx_load";
+static _Thread_local onnx_load_times last_times;
+
+onnx_load_times onnx_last_load_times(void)
+{
+    return last_times;
+}
 
 /* -- Messages ---------------------------------------------------------------- */
 
@@ -101,6 +107,10 @@ static void model_free(void *p)
         return;
     for (int i = 0; m->constants && i < m->n_values; i++)
         kiln_release(m->constants[i]);
+    for (int i = 0; m->cuda_constants && i < m->n_values; i++)
+        kiln_release(m->cuda_constants[i]);
+    free(m->cuda_constants);
+    pthread_mutex_destroy(&m->lock);
     for (int k = 0; m->nodes && k < m->n_nodes; k++) {
         free(m->nodes[k].in);
         free(m->nodes[k].out);
@@ -207,9 +217,10 @@ static int check_node(const onnx_model *m, onnx_node *node)
 
 /* Values: the graph's inputs, its initializers, then each node's results,
  * each defined once. */
-static int define_values(onnx_model *m, name_table *t, int *defined_by)
+static int define_values(onnx_model *m, name_table *t, int *defined_by, const onnx_mapped *mf)
 {
     const Onnx__GraphProto *g = m->proto->graph;
+    double start = core_now_ms();
     for (size_t i = 0; i < g->n_initializer; i++) {
         bool added = false;
         const char *name = g->initializer[i]->name ? g->initializer[i]->name : "";
@@ -217,9 +228,10 @@ static int define_values(onnx_model *m, name_table *t, int *defined_by)
         if (!added)
             return core_fail(CORE_FORMAT, load_fn, "'%s': initializer '%s' is given twice", m->name, name);
         defined_by[v] = -1;
-        if (!(m->constants[v] = onnx_tensor_to_kiln(load_fn, name, g->initializer[i])))
+        if (!(m->constants[v] = onnx_tensor_to_kiln(load_fn, name, g->initializer[i], onnx_mapped_raw(mf, i))))
             return core_error_status();
     }
+    last_times.tensors_ms = core_now_ms() - start;
     for (size_t i = 0; i < g->n_input; i++) {
         const char *name = g->input[i]->name ? g->input[i]->name : "";
         bool added = false;
@@ -377,7 +389,7 @@ static int make_nodes(onnx_model *m)
     return 0;
 }
 
-static int build(onnx_model *m)
+static int build(onnx_model *m, const onnx_mapped *mf)
 {
     const Onnx__GraphProto *g = m->proto->graph;
     if (make_nodes(m) < 0 || check_opset(m) < 0)
@@ -394,7 +406,7 @@ static int build(onnx_model *m)
     int status = defined_by && m->constants && m->inputs && m->outputs && m->last_use ? table_init(&t, cap)
                                                                                        : core_fail_status(CORE_NOMEM, load_fn);
     if (status == 0)
-        status = define_values(m, &t, defined_by);
+        status = define_values(m, &t, defined_by, mf);
     m->n_values = t.n;
     m->value_names = t.names;
     if (status == 0)
@@ -412,9 +424,33 @@ static int build(onnx_model *m)
 
 /* -- Running it --------------------------------------------------------------- */
 
-/* Runs node k over values v (references the body owns), pausing the trace
- * when every operand is a constant. */
-static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
+/* Known operands of a node on device d that are on the CPU (a Constant
+ * node's result, or one computed from constants) are moved there (the trace
+ * paused: the copy is a constant too); 0-d ones go with CUDA operands as
+ * they are. */
+static int move_known(const onnx_node *node, kiln_device d, kiln_tensor **in, const bool *known, kiln_tensor **v)
+{
+    for (int j = 0; j < node->n_in; j++) {
+        if (node->in[j] >= 0)
+            in[j] = v[node->in[j]]; /* an operand given twice is moved once */
+        if (!in[j] || !known[j] || kiln_device_of(in[j]) == d || kiln_ndim(in[j]) == 0)
+            continue;
+        eager_trace *trace = eager_active_trace();
+        eager_trace_activate(NULL);
+        kiln_tensor *moved = kiln_to_device(in[j], d);
+        eager_trace_activate(trace);
+        if (!moved)
+            return core_error_status();
+        eager_disown(moved);
+        kiln_release(v[node->in[j]]);
+        v[node->in[j]] = in[j] = moved;
+    }
+    return 0;
+}
+
+/* Runs node k over values v (references the body owns) for inputs on device
+ * d, pausing the trace when every operand is a constant. */
+static int run_node(const onnx_model *m, int k, kiln_device d, kiln_tensor **v, bool *known)
 {
     const onnx_node *node = &m->nodes[k];
     kiln_tensor *in[ONNX_MAX_OPERANDS] = {NULL}, *out[ONNX_MAX_OPERANDS] = {NULL};
@@ -425,6 +461,8 @@ static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
         all_known &= in_known[j];
     }
     onnx_call c = {.m = m, .node = node, .in = in, .known = in_known, .out = out};
+    if (!all_known && d != KILN_CPU && move_known(node, d, in, in_known, v) < 0)
+        return onnx_fail(&c, -core_error_status(), "moving a constant operand to CUDA: %s", kiln_last_error());
     eager_trace *trace = eager_active_trace();
     /* the trace must still learn that the sizes were read: they become fixed */
     for (int j = 0; node->op->shape_only && j < node->n_in; j++)
@@ -453,21 +491,84 @@ static int run_node(const onnx_model *m, int k, kiln_tensor **v, bool *known)
     return status < 0 ? status : 0;
 }
 
+kiln_device onnx_device_of(const kiln_tensor *t)
+{
+    return t && t->trace ? t->trace->device : kiln_device_of(t);
+}
+
+/* The device of the inputs: CUDA when any is there. */
+static kiln_device inputs_device(const onnx_model *m, kiln_tensor *const *in)
+{
+    for (int i = 0; i < m->n_inputs; i++)
+        if (onnx_device_of(in[i]) != KILN_CPU)
+            return onnx_device_of(in[i]);
+    return KILN_CPU;
+}
+
+/* The constants moved to CUDA, as new references no scope owns, the trace
+ * paused; NULL with the error set. */
+static kiln_tensor **constants_to_cuda(const onnx_model *m)
+{
+    kiln_tensor **moved = calloc((size_t)m->n_values + 1, sizeof *moved);
+    if (!moved) {
+        core_fail_status(CORE_NOMEM, "kiln_onnx");
+        return NULL;
+    }
+    eager_trace *trace = eager_active_trace();
+    eager_trace_activate(NULL);
+    int i = 0;
+    for (; i < m->n_values; i++) {
+        if (!m->constants[i])
+            continue;
+        if (!(moved[i] = kiln_to_device(m->constants[i], KILN_CUDA)))
+            break;
+        eager_disown(moved[i]);
+    }
+    eager_trace_activate(trace);
+    if (i == m->n_values)
+        return moved;
+    for (int j = 0; j < i; j++)
+        kiln_release(moved[j]);
+    free(moved);
+    return NULL;
+}
+
+/* The model's constants on device d, moved there once, by the first call
+ * that asks; NULL with the error set. */
+static kiln_tensor *const *constants_on(onnx_model *m, kiln_device d)
+{
+    if (d == KILN_CPU)
+        return m->constants;
+    pthread_mutex_lock(&m->lock);
+    if (!m->cuda_constants)
+        m->cuda_constants = constants_to_cuda(m);
+    kiln_tensor *const *constants = m->cuda_constants;
+    pthread_mutex_unlock(&m->lock);
+    return constants;
+}
+
 static int run_model(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
-    const onnx_model *m = user;
+    onnx_model *m = user;
+    kiln_device d = inputs_device(m, in);
+    kiln_tensor *const *constants = constants_on(m, d);
     kiln_tensor **v = calloc((size_t)m->n_values + 1, sizeof *v);
     bool *known = calloc((size_t)m->n_values + 1, sizeof *known);
-    int status = v && known ? 0 : core_fail_status(CORE_NOMEM, "kiln_onnx");
+    int status = 0;
+    if (!constants)
+        status = core_fail(CORE_DEVICE, "kiln_onnx", "'%s': moving the initializers to CUDA: %s", m->name,
+                           kiln_last_error());
+    else if (!v || !known)
+        status = core_fail_status(CORE_NOMEM, "kiln_onnx");
     for (int i = 0; status == 0 && i < m->n_values; i++)
-        if (m->constants[i]) {
-            v[i] = kiln_retain(m->constants[i]);
+        if (constants[i]) {
+            v[i] = kiln_retain(constants[i]);
             known[i] = true;
         }
     for (int i = 0; status == 0 && i < m->n_inputs; i++)
         v[m->inputs[i]] = kiln_retain(in[i]);
     for (int k = 0; status == 0 && k < m->n_nodes; k++) {
-        status = run_node(m, k, v, known);
+        status = run_node(m, k, d, v, known);
         for (int j = 0; j < m->nodes[k].n_in; j++) {
             int value = m->nodes[k].in[j];
             if (value >= 0 && m->last_use[value] == k) {
@@ -517,26 +618,28 @@ kiln_fn *kiln_onnx_load(const char *path, const kiln_jit_options *opts)
         core_fail_null_arg(load_fn, "path");
         return NULL;
     }
-    size_t size;
-    uint8_t *bytes = onnx_read_file(load_fn, path, &size);
-    onnx_model *m = bytes ? calloc(1, sizeof *m) : NULL;
-    if (bytes && !m)
-        core_fail_status(CORE_NOMEM, load_fn);
+    onnx_mapped mf;
+    if (onnx_map_model(load_fn, path, &mf) < 0)
+        return NULL;
+    onnx_model *m = calloc(1, sizeof *m);
     if (!m) {
-        free(bytes);
+        onnx__model_proto__free_unpacked(mf.proto, NULL);
+        onnx_unmap_model(&mf);
+        core_fail_status(CORE_NOMEM, load_fn);
         return NULL;
     }
-    m->proto = onnx__model_proto__unpack(NULL, size, bytes);
-    free(bytes);
+    m->proto = mf.proto;
+    pthread_mutex_init(&m->lock, NULL);
     name_model(m, path);
     int status = 0;
-    if (!m->proto)
-        status = core_fail(CORE_FORMAT, load_fn, "'%s' is not a serialized ONNX model (truncated, or not protobuf, or "
-                           "a field of the wrong type)", path);
-    else if (!m->proto->graph)
+    if (!m->proto->graph)
         status = core_fail(CORE_FORMAT, load_fn, "'%s' has no graph", path);
+    last_times = (onnx_load_times){.map_ms = mf.map_ms, .unpack_ms = mf.unpack_ms};
+    double start = core_now_ms();
     if (status == 0)
-        status = build(m);
+        status = build(m, &mf);
+    last_times.graph_ms = core_now_ms() - start - last_times.tensors_ms;
+    onnx_unmap_model(&mf);
     char **names = status == 0 ? io_names(m) : NULL;
     if (status == 0 && !names)
         status = core_fail_status(CORE_NOMEM, load_fn);
@@ -562,24 +665,19 @@ static bool given_by_initializer(const Onnx__GraphProto *g, const char *name)
     return false;
 }
 
-int onnx_declared_inputs(const char *path, kiln_spec *specs, int max, int64_t batch)
+int onnx_declared_inputs(const kiln_fn *f, kiln_spec *specs, int max, int64_t batch)
 {
     const char *fn = "onnx_declared_inputs";
-    kiln_fn *f = kiln_onnx_load(path, NULL); /* checks the model whole */
-    if (!f)
-        return core_error_status();
     const onnx_model *m = jit_user(f);
     const Onnx__GraphProto *g = m->proto->graph;
-    int n = 0, status = 0;
-    for (size_t i = 0; i < g->n_input && status == 0; i++) {
+    int n = 0;
+    for (size_t i = 0; i < g->n_input; i++) {
         const Onnx__ValueInfoProto *v = g->input[i];
         if (given_by_initializer(g, v->name))
             continue;
-        if (n == max || !v->type || !v->type->tensor_type || !v->type->tensor_type->shape) {
-            status = core_fail(CORE_VALUE, fn, "'%s': input '%s' %s", path, v->name,
-                               n == max ? "is one too many" : "declares no shape");
-            break;
-        }
+        if (n == max || !v->type || !v->type->tensor_type || !v->type->tensor_type->shape)
+            return core_fail(CORE_VALUE, fn, "'%s': input '%s' %s", m->name, v->name,
+                             n == max ? "is one too many" : "declares no shape");
         const Onnx__TypeProto__Tensor *t = v->type->tensor_type;
         kiln_spec *s = &specs[n++];
         memset(s, 0, sizeof *s);
@@ -591,6 +689,5 @@ int onnx_declared_inputs(const char *path, kiln_spec *specs, int max, int64_t ba
             s->shape[d] = d == 0 && batch > 0 ? batch : fixed ? dim->dim_value : 1;
         }
     }
-    kiln_fn_free(f);
-    return status < 0 ? status : n;
+    return n;
 }

@@ -3,6 +3,8 @@
 #ifndef KILN_ONNX_H
 #define KILN_ONNX_H
 
+#include <pthread.h>
+
 #include "onnx.pb-c.h"
 #include "trace/trace.h"
 
@@ -15,9 +17,29 @@ const char *onnx_type_name(int32_t onnx_type);
 /* The whole of the regular file at path (malloc'd, *size bytes), or NULL with
  * fn's error set. */
 uint8_t *onnx_read_file(const char *fn, const char *path, size_t *size);
+/* A model file mapped and unpacked (mapped.c): proto, which the caller takes
+ * over, and the initializers' raw data, which stay in the mapping. */
+typedef struct {
+    void *map;
+    size_t size;
+    Onnx__ModelProto *proto;
+    ProtobufCBinaryData *raw; /* per initializer of proto's graph, or NULL */
+    double map_ms, unpack_ms;
+} onnx_mapped;
+
+/* Maps the model at path and unpacks it; 0, or negative with fn's error. */
+int onnx_map_model(const char *fn, const char *path, onnx_mapped *mf);
+/* The raw data of initializer i held in the mapping (borrowed, valid until
+ * onnx_unmap_model), or NULL where its TensorProto holds its values. */
+const ProtobufCBinaryData *onnx_mapped_raw(const onnx_mapped *mf, size_t i);
+/* Unmaps the file; the proto is not freed. */
+void onnx_unmap_model(onnx_mapped *mf);
+
 /* tp's values as a new tensor that no scope owns, or NULL with fn's error
- * naming what (a value's name) and what is wrong with it. */
-kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__TensorProto *tp);
+ * naming what (a value's name) and what is wrong with it. raw, where not
+ * NULL, is tp's raw data held apart from it (borrowed). */
+kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__TensorProto *tp,
+                                 const ProtobufCBinaryData *raw);
 /* A serialized TensorProto file (the backend tests' input_0.pb) as a tensor
  * that no scope owns, or NULL with the error set. */
 kiln_tensor *onnx_load_tensor_file(const char *path);
@@ -25,11 +47,20 @@ kiln_tensor *onnx_load_tensor_file(const char *path);
  * malloc'd) and name (borrowed). 0, or negative with fn's error. */
 int onnx_tensor_from_kiln(const char *fn, Onnx__TensorProto *tp, const kiln_tensor *t, char *name);
 
-/* The signatures the ONNX model at path declares for its inputs (those no
- * initializer gives), at most max of them, into specs: a symbolic or missing
- * size becomes batch when it is the first, else 1; batch > 0 also replaces
- * every first size. How many, or negative with the error set. */
-int onnx_declared_inputs(const char *path, kiln_spec *specs, int max, int64_t batch);
+/* Where the time of this thread's last kiln_onnx_load went, for kiln-onnx
+ * bench: mapping the file, unpacking it, making the initializers tensors,
+ * and checking and ordering the graph. */
+typedef struct {
+    double map_ms, unpack_ms, tensors_ms, graph_ms;
+} onnx_load_times;
+onnx_load_times onnx_last_load_times(void);
+
+/* The signatures the model kiln_onnx_load made f from declares for its
+ * inputs (those no initializer gives), at most max of them, into specs: a
+ * symbolic or missing size becomes batch when it is the first, else 1;
+ * batch > 0 also replaces every first size. How many, or negative with the
+ * error set. */
+int onnx_declared_inputs(const kiln_fn *f, kiln_spec *specs, int max, int64_t batch);
 
 /* -- The model being loaded, and the ops ------------------------------------ */
 
@@ -54,6 +85,8 @@ typedef struct {
     int n_values;
     const char **value_names; /* borrowed from proto */
     kiln_tensor **constants;  /* per value: an initializer's tensor, else NULL */
+    kiln_tensor **cuda_constants; /* the same on CUDA, moved at the first call with CUDA inputs */
+    pthread_mutex_t lock;     /* guards cuda_constants */
     onnx_node *nodes;         /* in an order where operands come first */
     int n_nodes;
     int *inputs, n_inputs;    /* the marked function's, as values */
@@ -80,6 +113,10 @@ struct onnx_op {
     const char *attrs; /* the attributes it reads, each followed by a space */
     bool shape_only;   /* its results depend on its operands' shapes alone (Shape): constants */
 };
+
+/* The device t's values are on; a tracer's is its trace's (where the
+ * call's inputs are). */
+kiln_device onnx_device_of(const kiln_tensor *t);
 
 /* The op named op_type in the default domain, or NULL. */
 const onnx_op *onnx_find_op(const char *op_type);

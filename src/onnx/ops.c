@@ -774,7 +774,7 @@ static int run_constant(onnx_call *c)
         return onnx_fail(c, CORE_FORMAT, "has %zu attributes; Constant takes one", p->n_attribute);
     const Onnx__AttributeProto *a = p->attribute[0];
     if (!strcmp(a->name, "value") && a->t)
-        return done(c, eager_own(onnx_tensor_to_kiln("kiln_onnx", c->m->value_names[c->node->out[0]], a->t)));
+        return done(c, eager_own(onnx_tensor_to_kiln("kiln_onnx", c->m->value_names[c->node->out[0]], a->t, NULL)));
     if (!strcmp(a->name, "value_float"))
         return done(c, scalar_of(KILN_F32, a->f));
     if (!strcmp(a->name, "value_int"))
@@ -796,7 +796,7 @@ static int run_constant_of_shape(onnx_call *c)
     kiln_dtype dt = KILN_F32;
     double v = 0;
     if (a && a->t) {
-        kiln_tensor *t = onnx_tensor_to_kiln("kiln_onnx", "value", a->t);
+        kiln_tensor *t = onnx_tensor_to_kiln("kiln_onnx", "value", a->t, NULL);
         if (!t)
             return core_error_status();
         dt = kiln_dtype_of(t);
@@ -809,6 +809,220 @@ static int run_constant_of_shape(onnx_call *c)
     if (n > KILN_MAX_DIMS)
         return onnx_fail(c, CORE_UNSUPPORTED, "a shape of %d dimensions (kiln has at most %d)", n, KILN_MAX_DIMS);
     return done(c, kiln_full(dt, n, shape, v));
+}
+
+/* -- Resize and Upsample -------------------------------------------------------- */
+
+typedef enum { COORD_HALF_PIXEL, COORD_PYTORCH_HALF_PIXEL, COORD_ALIGN_CORNERS, COORD_ASYMMETRIC,
+               COORD_TF_HALF_PIXEL_FOR_NN } coord_mode;
+typedef enum { NEAREST_ROUND_PREFER_FLOOR, NEAREST_ROUND_PREFER_CEIL, NEAREST_FLOOR, NEAREST_CEIL } nearest_mode;
+
+typedef struct {
+    bool linear;
+    coord_mode coord;
+    nearest_mode nearest;
+} resize_mode;
+
+/* Looks name up in names (n of them): its index, or -1. */
+static int name_index(const char *name, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
+}
+
+static int resize_attributes(onnx_call *c, resize_mode *r)
+{
+    static const char *const modes[] = {"nearest", "linear"};
+    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                         "tf_half_pixel_for_nn"};
+    static const char *const nearests[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    char mode[32], coord[32], nearest[32];
+    int m = name_index(attr_string(c, "mode", "nearest", mode, sizeof mode), modes, 2);
+    int k = name_index(attr_string(c, "coordinate_transformation_mode", "half_pixel", coord, sizeof coord), coords, 5);
+    int n = name_index(attr_string(c, "nearest_mode", "round_prefer_floor", nearest, sizeof nearest), nearests, 4);
+    if (m < 0)
+        return onnx_fail(c, CORE_UNSUPPORTED, "mode '%s' is not supported (kiln resizes nearest and linear)", mode);
+    if (k < 0)
+        return onnx_fail(c, CORE_UNSUPPORTED, "coordinate_transformation_mode '%s' is not supported", coord);
+    if (n < 0)
+        return onnx_fail(c, CORE_VALUE, "nearest_mode '%s' is none of ONNX's", nearest);
+    *r = (resize_mode){m == 1, (coord_mode)k, (nearest_mode)n};
+    return 0;
+}
+
+/* The values of operand i (floats, at most MAX_INTS) into v: how many, or a
+ * negative status. */
+static int const_floats(const onnx_call *c, int i, double *v)
+{
+    kiln_tensor *t = kiln_cast(c->in[i], KILN_F64);
+    if (t && kiln_numel(t) > MAX_INTS)
+        return onnx_fail(c, CORE_UNSUPPORTED, "operand %d ('%s') has %lld values; kiln takes at most %d", i,
+                         operand_name(c, i), (long long)kiln_numel(t), MAX_INTS);
+    if (!t || kiln_copy_to_host(t, v, (size_t)kiln_numel(t) * sizeof *v) < 0)
+        return core_error_status();
+    return (int)kiln_numel(t);
+}
+
+/* Where output position x of an axis resized from in by scale reads the
+ * input, in input coordinates. The resized length is in * scale unrounded,
+ * as ONNX's reference takes it. */
+static double source_coordinate(coord_mode mode, int64_t x, double scale, int64_t in)
+{
+    double out = (double)in * scale;
+    switch (mode) {
+    case COORD_HALF_PIXEL:
+        return (x + 0.5) / scale - 0.5;
+    case COORD_PYTORCH_HALF_PIXEL:
+        return out > 1 ? (x + 0.5) / scale - 0.5 : 0;
+    case COORD_ALIGN_CORNERS:
+        return out > 1 ? x * (double)(in - 1) / (out - 1) : 0;
+    case COORD_TF_HALF_PIXEL_FOR_NN:
+        return (x + 0.5) / scale;
+    default:
+        return x / scale;
+    }
+}
+
+static int64_t nearest_index(nearest_mode mode, double x)
+{
+    switch (mode) {
+    case NEAREST_FLOOR:
+        return (int64_t)floor(x);
+    case NEAREST_CEIL:
+        return (int64_t)ceil(x);
+    case NEAREST_ROUND_PREFER_CEIL:
+        return x - floor(x) == 0.5 ? (int64_t)ceil(x) : (int64_t)llround(x);
+    default:
+        return x - floor(x) == 0.5 ? (int64_t)floor(x) : (int64_t)llround(x);
+    }
+}
+
+static int64_t clamp_index(int64_t i, int64_t n)
+{
+    return i < 0 ? 0 : i >= n ? n - 1 : i;
+}
+
+/* A constant of n values, made with the trace paused and put on the device of
+ * like (a tracer's: its trace's), owned by the current scope. */
+static kiln_tensor *constant_like(const kiln_tensor *like, kiln_dtype dt, int ndim, const int64_t *shape,
+                                  const void *data)
+{
+    eager_trace *trace = eager_active_trace();
+    eager_trace_activate(NULL);
+    kiln_tensor *t = kiln_to_device(kiln_from_data(dt, ndim, shape, data), onnx_device_of(like));
+    eager_trace_activate(trace);
+    return t;
+}
+
+/* x resized along axis to out positions: nearest picks one input position
+ * each, linear blends two. An axis the mapping leaves as it is is x. */
+static kiln_tensor *resize_axis(kiln_tensor *x, int axis, int64_t out, double scale, const resize_mode *r)
+{
+    int64_t in = kiln_shape(x)[axis], *lo = malloc((size_t)out * sizeof *lo), *hi = malloc((size_t)out * sizeof *hi);
+    double *w = malloc(2 * (size_t)out * sizeof *w); /* hi's weights, then lo's */
+    bool same = out == in;
+    for (int64_t i = 0; lo && hi && w && i < out; i++) {
+        double at = source_coordinate(r->coord, i, scale, in);
+        lo[i] = clamp_index(r->linear ? (int64_t)floor(at) : nearest_index(r->nearest, at), in);
+        hi[i] = clamp_index((int64_t)floor(at) + 1, in);
+        w[i] = r->linear && lo[i] != hi[i] ? at - floor(at) : 0;
+        w[out + i] = 1 - w[i];
+        same &= lo[i] == i && w[i] == 0;
+    }
+    kiln_tensor *y = NULL;
+    if (!lo || !hi || !w)
+        core_fail_status(CORE_NOMEM, "kiln_onnx");
+    else if (same)
+        y = x;
+    else if (!r->linear)
+        y = kiln_index_select(x, axis, constant_like(x, KILN_I64, 1, &out, lo));
+    else {
+        int64_t shape[KILN_MAX_DIMS];
+        for (int d = 0; d < kiln_ndim(x); d++)
+            shape[d] = d == axis ? out : 1;
+        kiln_dtype dt = kiln_dtype_of(x);
+        kiln_tensor *w_hi = kiln_cast(constant_like(x, KILN_F64, kiln_ndim(x), shape, w), dt);
+        kiln_tensor *w_lo = kiln_cast(constant_like(x, KILN_F64, kiln_ndim(x), shape, w + out), dt);
+        kiln_tensor *a = kiln_index_select(x, axis, constant_like(x, KILN_I64, 1, &out, lo));
+        kiln_tensor *b = kiln_index_select(x, axis, constant_like(x, KILN_I64, 1, &out, hi));
+        y = kiln_add(kiln_mul(a, w_lo), kiln_mul(b, w_hi));
+    }
+    free(lo);
+    free(hi);
+    free(w);
+    return y;
+}
+
+/* x resized to sizes (scales[d] the ratio each axis's coordinates use). */
+static int resize(onnx_call *c, const resize_mode *r, const double *scales, const int64_t *sizes)
+{
+    kiln_tensor *y = c->in[0];
+    if (r->linear && !ir_dtype_is_float(kiln_dtype_of(y)))
+        return onnx_fail(c, CORE_UNSUPPORTED, "linear resizing of %s is not supported",
+                         kiln_dtype_name(kiln_dtype_of(y)));
+    for (int d = 0; y && d < kiln_ndim(c->in[0]); d++) {
+        if (sizes[d] < 1 || !(scales[d] > 0))
+            return onnx_fail(c, CORE_VALUE, "axis %d would be resized to %lld (scale %g)", d, (long long)sizes[d],
+                             scales[d]);
+        y = resize_axis(y, d, sizes[d], scales[d], r);
+    }
+    return done(c, y == c->in[0] ? same(y) : y);
+}
+
+static int run_resize(onnx_call *c)
+{
+    resize_mode r;
+    if (resize_attributes(c, &r) < 0)
+        return core_error_status();
+    if (c->m->opset < 11)
+        return onnx_fail(c, CORE_UNSUPPORTED, "Resize before opset 11 is not supported");
+    int nd = kiln_ndim(c->in[0]);
+    const int64_t *shape = kiln_shape(c->in[0]);
+    double scales[MAX_INTS];
+    int64_t sizes[MAX_INTS];
+    bool by_sizes = c->node->n_in > 3 && c->in[3] && kiln_numel(c->in[3]) > 0;
+    int n = by_sizes ? const_ints(c, 3, sizes) : c->node->n_in > 2 && c->in[2] ? const_floats(c, 2, scales) : -1;
+    if (n == -1 || (n >= 0 && n != nd))
+        return onnx_fail(c, CORE_VALUE, "%s %d %s for %d dimensions", n < 0 ? "neither scales nor sizes:" : "",
+                         n < 0 ? 0 : n, by_sizes ? "sizes" : "scales", nd);
+    if (n < 0)
+        return n;
+    for (int d = 0; d < nd; d++) {
+        if (by_sizes)
+            scales[d] = (double)sizes[d] / (double)shape[d];
+        else
+            sizes[d] = (int64_t)floor((double)shape[d] * scales[d]);
+    }
+    return resize(c, &r, scales, sizes);
+}
+
+/* Upsample (opsets 7 to 9, Resize's predecessor): scales as an attribute or
+ * operand, the output position x reading x / scale. */
+static int run_upsample(onnx_call *c)
+{
+    char mode[32];
+    const char *name = attr_string(c, "mode", "nearest", mode, sizeof mode);
+    resize_mode r = {!strcmp(name, "linear"), COORD_ASYMMETRIC, NEAREST_FLOOR};
+    if (!r.linear && strcmp(name, "nearest"))
+        return onnx_fail(c, CORE_UNSUPPORTED, "mode '%s' is not supported (nearest and linear are)", name);
+    const Onnx__AttributeProto *a = onnx_attr(c, "scales");
+    int nd = kiln_ndim(c->in[0]), n = -1;
+    double scales[MAX_INTS];
+    int64_t sizes[MAX_INTS];
+    if (c->node->n_in > 1)
+        n = const_floats(c, 1, scales);
+    else if (a && a->n_floats <= MAX_INTS)
+        for (n = 0; n < (int)a->n_floats; n++)
+            scales[n] = a->floats[n];
+    if (n < -1)
+        return n;
+    if (n != nd)
+        return onnx_fail(c, CORE_VALUE, "%d scales for %d dimensions", n < 0 ? 0 : n, nd);
+    for (int d = 0; d < nd; d++)
+        sizes[d] = (int64_t)floor((double)kiln_shape(c->in[0])[d] * scales[d]);
+    return resize(c, &r, scales, sizes);
 }
 
 static int run_reshape(onnx_call *c)
@@ -1159,17 +1373,37 @@ static int run_mod(onnx_call *c)
     return done(c, kiln_where(moved, kiln_sub(r, b), r));
 }
 
+/* auto_pad SAME_UPPER (upper) and SAME_LOWER: the pads that make each
+ * spatial size of the result ceil(input / stride), the odd one at the end
+ * (UPPER) or at the beginning. */
+static void same_pads(const onnx_call *c, bool upper, int s, const int64_t *kernel, const int64_t *stride,
+                      const int64_t *dilation, int64_t *pads)
+{
+    const int64_t *shape = kiln_shape(c->in[0]);
+    for (int d = 0; d < s; d++) {
+        int64_t in = shape[2 + d], out = (in + stride[d] - 1) / stride[d];
+        int64_t total = (out - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1 - in;
+        total = total > 0 ? total : 0;
+        pads[d] = upper ? total / 2 : total - total / 2;
+        pads[s + d] = total - pads[d];
+    }
+}
+
 /* Conv and the pools take 1-d or 2-d windows (N, C, then the spatial
  * axes); a 1-d one runs as 2-d of height 1. ONNX's pads are [begins...,
- * ends...]: as 2-d, [top, left, bottom, right]. *spatial: 1 or 2. */
-static int window_params(onnx_call *c, int64_t *kernel, int64_t *stride, int64_t *pads, int64_t *dilation,
-                         int *spatial)
+ * ends...]: as 2-d, [top, left, bottom, right]. *spatial: 1 or 2. A Conv's
+ * window is its weight's (weight; NULL for the pools) where kernel_shape is
+ * not given. */
+static int window_params(onnx_call *c, const kiln_tensor *weight, int64_t *kernel, int64_t *stride, int64_t *pads,
+                         int64_t *dilation, int *spatial)
 {
     int64_t v[MAX_INTS];
     char buf[16];
     const char *auto_pad = attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
-    if (strcmp(auto_pad, "NOTSET") && strcmp(auto_pad, "VALID"))
-        return onnx_fail(c, CORE_UNSUPPORTED, "auto_pad '%s' is not supported (give pads)", auto_pad);
+    bool same = !strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER");
+    if (strcmp(auto_pad, "NOTSET") && strcmp(auto_pad, "VALID") && !same)
+        return onnx_fail(c, CORE_VALUE, "auto_pad '%s' is none of NOTSET, VALID, SAME_UPPER and SAME_LOWER",
+                         auto_pad);
     int s = *spatial = kiln_ndim(c->in[0]) - 2;
     if (s != 1 && s != 2)
         return onnx_fail(c, CORE_UNSUPPORTED, "%d-d windows are not supported (kiln convolves and pools 1-d and 2-d)",
@@ -1189,6 +1423,10 @@ static int window_params(onnx_call *c, int64_t *kernel, int64_t *stride, int64_t
         for (int k = 0; k < lists[i].count; k++)
             lists[i].out[k] = n < 0 ? lists[i].fallback : v[k];
     }
+    for (int d = 0; weight && !onnx_attr(c, "kernel_shape") && d < s && kiln_ndim(weight) == s + 2; d++)
+        kernel[d] = kiln_shape(weight)[2 + d];
+    if (same)
+        same_pads(c, !strcmp(auto_pad, "SAME_UPPER"), s, kernel, stride, dilation, pads);
     if (s == 1) {
         int64_t p0 = pads[0], p1 = pads[1];
         kernel[1] = kernel[0], stride[1] = stride[0], dilation[1] = dilation[0];
@@ -1224,7 +1462,7 @@ static int run_conv(onnx_call *c)
 {
     int64_t kernel[2], stride[2], pads[4], dilation[2], group;
     int spatial;
-    if (attr_int(c, "group", 1, &group) < 0 || window_params(c, kernel, stride, pads, dilation, &spatial) < 0)
+    if (attr_int(c, "group", 1, &group) < 0 || window_params(c, c->in[1], kernel, stride, pads, dilation, &spatial) < 0)
         return core_error_status();
     kiln_tensor *x = pad_explicitly(lift(c->in[0], spatial), pads, 0, false);
     kiln_conv2d_params p = {{stride[0], stride[1]}, {pads[0], pads[1]}, {dilation[0], dilation[1]}, group};
@@ -1232,21 +1470,172 @@ static int run_conv(onnx_call *c)
     return done(c, lower(y, spatial));
 }
 
+/* An average over the window's elements within x, x padded by pads that
+ * kiln's pools cannot take (unequal, or wider than half the window): the
+ * padded sums over the padded counts, both as averages over whole windows. */
+static kiln_tensor *average_of_padded(kiln_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                      const int64_t *pads, int64_t ceil_mode)
+{
+    int64_t p[4] = {pads[0], pads[1], pads[2], pads[3]}, q[4] = {pads[0], pads[1], pads[2], pads[3]};
+    kiln_pool2d_params whole = {{kernel[0], kernel[1]}, {stride[0], stride[1]}, {0, 0}, ceil_mode != 0, true};
+    kiln_tensor *sums = kiln_avg_pool2d(pad_explicitly(x, p, 0, true), &whole);
+    kiln_tensor *counts = kiln_avg_pool2d(pad_explicitly(kiln_ones_like(x), q, 0, true), &whole);
+    return kiln_div(sums, counts);
+}
+
+/* x [N, C, H, W] with stride - 1 zeros between neighbours along H and W:
+ * [N, C, (H - 1) sh + 1, (W - 1) sw + 1]. */
+static kiln_tensor *spread(kiln_tensor *x, const int64_t *stride)
+{
+    if (stride[0] == 1 && stride[1] == 1)
+        return x;
+    const int64_t *s = kiln_shape(x);
+    int64_t n = s[0], ch = s[1], h = s[2], w = s[3];
+    int64_t apart[6] = {n, ch, h, 1, w, 1}, after[6] = {0, stride[1] - 1, 0, 0, 0, stride[0] - 1};
+    int64_t joined[4] = {n, ch, h * stride[0], w * stride[1]};
+    kiln_tensor *y = kiln_pad(kiln_reshape(x, 6, apart), 6, after, KILN_PAD_CONSTANT, 0);
+    y = kiln_reshape(y, 4, joined);
+    return kiln_slice(kiln_slice(y, 2, 0, (h - 1) * stride[0] + 1, 1), 3, 0, (w - 1) * stride[1] + 1, 1);
+}
+
+/* ConvTranspose's weight [C_in, C_out / g, kh, kw] as the convolution's that
+ * computes it: [C_out, C_in / g, kh, kw], each group's transposed, the window
+ * flipped. */
+static kiln_tensor *transposed_weight(kiln_tensor *w, int64_t groups)
+{
+    const int64_t *s = kiln_shape(w);
+    int64_t split[5] = {groups, s[0] / groups, s[1], s[2], s[3]};
+    int64_t joined[4] = {groups * s[1], s[0] / groups, s[2], s[3]};
+    kiln_tensor *t = kiln_transpose(kiln_reshape(w, 5, split), 1, 2);
+    return kiln_flip(kiln_flip(kiln_reshape(kiln_contiguous(t), 4, joined), 2), 3);
+}
+
+/* ConvTranspose's pads where output_shape or auto_pad SAME_* gives them:
+ * the total split, its odd one at the end for SAME_UPPER, else at the start. */
+static int transpose_pads(onnx_call *c, const int64_t *kernel, const int64_t *stride, const int64_t *dilation,
+                          const int64_t *out_pad, int spatial, int64_t *pads)
+{
+    int64_t shape[MAX_INTS];
+    char buf[16];
+    const char *auto_pad = attr_string(c, "auto_pad", "NOTSET", buf, sizeof buf);
+    int n = attr_ints(c, "output_shape", shape);
+    bool same = !strncmp(auto_pad, "SAME_", 5);
+    if (n < -1)
+        return n;
+    if (n < 0 && !same)
+        return 0;
+    if (n >= 0 && n != spatial)
+        return onnx_fail(c, CORE_VALUE, "output_shape has %d values, not %d", n, spatial);
+    const int64_t *in = kiln_shape(c->in[0]);
+    for (int d = 0; d < spatial; d++) {
+        int64_t want = n >= 0 ? shape[d] : in[2 + d] * stride[d];
+        int64_t total = stride[d] * (in[2 + d] - 1) + out_pad[d] + (kernel[d] - 1) * dilation[d] + 1 - want;
+        /* halves rounded down, as ONNX's reference does (a negative total
+         * widens the output at its end) */
+        int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);
+        pads[d] = !strcmp(auto_pad, "SAME_UPPER") ? half : total - half;
+        pads[spatial + d] = total - pads[d];
+    }
+    return 0;
+}
+
+static int run_conv_transpose(onnx_call *c)
+{
+    int64_t kernel[2], stride[2], pads[4], dilation[2], group, out_pad[2] = {0, 0}, v[MAX_INTS];
+    int spatial;
+    if (attr_int(c, "group", 1, &group) < 0 || window_params(c, c->in[1], kernel, stride, pads, dilation, &spatial) < 0)
+        return core_error_status();
+    int n = attr_ints(c, "output_padding", v);
+    if (n < -1)
+        return n;
+    if (n >= 0 && n != spatial)
+        return onnx_fail(c, CORE_VALUE, "output_padding has %d values, not %d", n, spatial);
+    for (int d = 0; d < n; d++)
+        out_pad[spatial == 1 ? 1 : d] = v[d];
+    if (spatial == 1) { /* window_params made them 2-d; output_shape and SAME pads are found in 1-d */
+        int64_t k1[1] = {kernel[1]}, s1[1] = {stride[1]}, d1[1] = {dilation[1]}, o1[1] = {out_pad[1]},
+                p1[2] = {pads[1], pads[3]};
+        if (transpose_pads(c, k1, s1, d1, o1, 1, p1) < 0)
+            return core_error_status();
+        pads[1] = p1[0], pads[3] = p1[1];
+    } else if (transpose_pads(c, kernel, stride, dilation, out_pad, 2, pads) < 0)
+        return core_error_status();
+    kiln_tensor *x = spread(lift(c->in[0], spatial), stride), *w = lift(c->in[1], spatial);
+    if (kiln_ndim(w) != 4 || kiln_shape(w)[0] % group)
+        return onnx_fail(c, CORE_VALUE, "the weight's first size is not a multiple of group %lld", (long long)group);
+    /* the convolution's input: the spread one padded so that every tap that
+     * reaches an output is there, less ONNX's pads, plus output_padding */
+    int64_t reach[2] = {(kernel[0] - 1) * dilation[0], (kernel[1] - 1) * dilation[1]};
+    int64_t around[4] = {reach[1] - pads[1], reach[1] - pads[3] + out_pad[1], reach[0] - pads[0],
+                         reach[0] - pads[2] + out_pad[0]};
+    x = kiln_pad(x, 4, around, KILN_PAD_CONSTANT, 0);
+    kiln_conv2d_params p = {{1, 1}, {0, 0}, {dilation[0], dilation[1]}, group};
+    kiln_tensor *y = kiln_conv2d(x, transposed_weight(w, group), c->node->n_in > 2 ? c->in[2] : NULL, &p);
+    return done(c, lower(y, spatial));
+}
+
+/* The spatial size of a pool's result along an axis of padded size n, the
+ * window spanning span; in ceil mode a last window must start within the
+ * input or its first pad (begin). */
+static int64_t pooled_size(int64_t n, int64_t span, int64_t stride, int64_t begin, int64_t ceil_mode)
+{
+    int64_t out = (n - span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+    if (ceil_mode && (out - 1) * stride >= n - begin)
+        out--;
+    return out;
+}
+
+/* A max pool whose window is dilated: the maximum, over the window's
+ * offsets, of x (padded with -inf) read with the pool's strides from each. */
+static kiln_tensor *dilated_max(const onnx_call *c, kiln_tensor *x, const int64_t *kernel, const int64_t *stride,
+                                const int64_t *pads, const int64_t *dilation, int64_t ceil_mode)
+{
+    int64_t p[4] = {pads[0], pads[1], pads[2], pads[3]}, out[2], extra[4] = {0};
+    x = pad_explicitly(x, p, -INFINITY, true);
+    for (int d = 0; x && d < 2; d++) {
+        int64_t n = kiln_shape(x)[2 + d], span = (kernel[d] - 1) * dilation[d] + 1;
+        out[d] = pooled_size(n, span, stride[d], pads[d], ceil_mode);
+        if (out[d] < 1) {
+            onnx_fail(c, CORE_VALUE, "the window (%lld with dilation %lld) is wider than the padded input (%lld)",
+                      (long long)kernel[d], (long long)dilation[d], (long long)n);
+            return NULL;
+        }
+        int64_t need = (out[d] - 1) * stride[d] + span - n;
+        extra[2 + d] = need > 0 ? need : 0; /* ceil mode: the last windows run past the end */
+    }
+    x = x ? pad_explicitly(x, extra, -INFINITY, true) : NULL;
+    kiln_tensor *y = NULL;
+    for (int64_t i = 0; x && i < kernel[0]; i++)
+        for (int64_t j = 0; j < kernel[1]; j++) {
+            int64_t top = i * dilation[0], left = j * dilation[1];
+            kiln_tensor *rows = kiln_slice(x, 2, top, top + (out[0] - 1) * stride[0] + 1, stride[0]);
+            kiln_tensor *window = kiln_slice(rows, 3, left, left + (out[1] - 1) * stride[1] + 1, stride[1]);
+            y = y ? kiln_maximum(y, window) : window;
+        }
+    return y;
+}
+
 static int pool(onnx_call *c, bool max)
 {
     int64_t kernel[2], stride[2], pads[4], dilation[2], ceil_mode, include_pad, storage;
     int spatial;
-    if (window_params(c, kernel, stride, pads, dilation, &spatial) < 0 || attr_int(c, "ceil_mode", 0, &ceil_mode) < 0 ||
+    if (window_params(c, NULL, kernel, stride, pads, dilation, &spatial) < 0 ||
+        attr_int(c, "ceil_mode", 0, &ceil_mode) < 0 ||
         attr_int(c, "count_include_pad", 0, &include_pad) < 0 || attr_int(c, "storage_order", 0, &storage) < 0)
         return core_error_status();
-    if (dilation[0] != 1 || dilation[1] != 1 || c->node->n_out > 1 || storage)
-        return onnx_fail(c, CORE_UNSUPPORTED, "dilations, storage_order and the Indices result are not supported");
+    if (c->node->n_out > 1 || storage)
+        return onnx_fail(c, CORE_UNSUPPORTED, "storage_order and the Indices result are not supported");
+    if (dilation[0] != 1 || dilation[1] != 1) {
+        if (!max)
+            return onnx_fail(c, CORE_VALUE, "AveragePool takes no dilations");
+        kiln_tensor *y = dilated_max(c, lift(c->in[0], spatial), kernel, stride, pads, dilation, ceil_mode);
+        return done(c, lower(y, spatial));
+    }
     /* kiln pads a window by at most half of it, and equally on both sides */
     bool wide = pads[0] > kernel[0] / 2 || pads[2] > kernel[0] / 2 || pads[1] > kernel[1] / 2 || pads[3] > kernel[1] / 2;
     bool unequal = pads[0] != pads[2] || pads[1] != pads[3];
     if (!max && !include_pad && (wide || unequal))
-        return onnx_fail(c, CORE_UNSUPPORTED, "pads wider than half the window, or unequal, are not supported without "
-                         "count_include_pad");
+        return done(c, lower(average_of_padded(lift(c->in[0], spatial), kernel, stride, pads, ceil_mode), spatial));
     kiln_tensor *x = pad_explicitly(lift(c->in[0], spatial), pads, max ? -INFINITY : 0, wide);
     kiln_pool2d_params p = {{kernel[0], kernel[1]}, {stride[0], stride[1]}, {pads[0], pads[1]}, ceil_mode != 0,
                             include_pad != 0};
@@ -1463,6 +1852,8 @@ static const onnx_op onnx_ops[] = {
                                           "value_string value_strings ", false},
     {"ConstantOfShape", run_constant_of_shape, 1, 1, 1, 1, "value ", false},
     {"Conv", run_conv, 2, 3, 1, 1, "auto_pad dilations group kernel_shape pads strides ", false},
+    {"ConvTranspose", run_conv_transpose, 2, 3, 1, 1,
+     "auto_pad dilations group kernel_shape output_padding output_shape pads strides ", false},
     {"Cos", run_cos, 1, 1, 1, 1, "", false},
     {"Cosh", run_cosh, 1, 1, 1, 1, "", false},
     {"CumSum", run_cumsum, 2, 2, 1, 1, "exclusive reverse ", false},
@@ -1528,6 +1919,8 @@ static const onnx_op onnx_ops[] = {
     {"ReduceSumSquare", run_reduce_sum_square, 1, 1, 1, 1, "axes keepdims ", false},
     {"Relu", run_relu, 1, 1, 1, 1, "", false},
     {"Reshape", run_reshape, 1, 2, 1, 1, "allowzero shape ", false},
+    {"Resize", run_resize, 1, 4, 1, 1,
+     "coordinate_transformation_mode cubic_coeff_a exclude_outside extrapolation_value mode nearest_mode ", false},
     {"Round", run_round, 1, 1, 1, 1, "", false},
     {"ScatterElements", run_scatter_elements, 3, 3, 1, 1, "axis reduction ", false},
     {"Selu", run_selu, 1, 1, 1, 1, "alpha gamma ", false},
@@ -1557,6 +1950,7 @@ static const onnx_op onnx_ops[] = {
     {"Transpose", run_transpose, 1, 1, 1, 1, "perm ", false},
     {"Trilu", run_trilu, 1, 2, 1, 1, "upper ", false},
     {"Unsqueeze", run_unsqueeze, 1, 2, 1, 1, "axes ", false},
+    {"Upsample", run_upsample, 1, 2, 1, 1, "mode scales ", false},
     {"Where", run_where, 3, 3, 1, 1, "", false},
     {"Xor", run_xor, 2, 2, 1, 1, "broadcast axis ", false},
 };

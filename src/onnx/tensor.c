@@ -76,41 +76,34 @@ uint8_t *onnx_read_file(const char *fn, const char *path, size_t *size)
     return bytes;
 }
 
-/* The count of typed values tp holds for dt, and where (converted below). */
-static size_t typed_count(const Onnx__TensorProto *tp, kiln_dtype dt)
+/* Where tp's typed values for dt are, and how many. BOOL lives in
+ * int32_data, one int32 a value: it alone is converted. */
+static const void *typed_values(const Onnx__TensorProto *tp, kiln_dtype dt, size_t *n)
 {
     switch (dt) {
     case KILN_F32:
-        return tp->n_float_data;
+        return *n = tp->n_float_data, tp->float_data;
     case KILN_F64:
-        return tp->n_double_data;
+        return *n = tp->n_double_data, tp->double_data;
     case KILN_I64:
-        return tp->n_int64_data;
-    default: /* INT32 and BOOL live in int32_data */
-        return tp->n_int32_data;
+        return *n = tp->n_int64_data, tp->int64_data;
+    default:
+        return *n = tp->n_int32_data, tp->int32_data;
     }
 }
 
-static void copy_typed(const Onnx__TensorProto *tp, kiln_dtype dt, void *dst, size_t n)
+static kiln_tensor *bools_from_int32(int ndim, const int64_t *shape, const int32_t *values, size_t n)
 {
-    switch (dt) {
-    case KILN_F32:
-        memcpy(dst, tp->float_data, n * sizeof(float));
-        break;
-    case KILN_F64:
-        memcpy(dst, tp->double_data, n * sizeof(double));
-        break;
-    case KILN_I64:
-        memcpy(dst, tp->int64_data, n * sizeof(int64_t));
-        break;
-    case KILN_I32:
-        memcpy(dst, tp->int32_data, n * sizeof(int32_t));
-        break;
-    case KILN_BOOL:
-        for (size_t i = 0; i < n; i++)
-            ((bool *)dst)[i] = tp->int32_data[i] != 0;
-        break;
+    bool *data = malloc(n ? n : 1);
+    if (!data) {
+        core_fail_status(CORE_NOMEM, "kiln_onnx");
+        return NULL;
     }
+    for (size_t i = 0; i < n; i++)
+        data[i] = values[i] != 0;
+    kiln_tensor *t = kiln_from_data(KILN_BOOL, ndim, shape, data);
+    free(data);
+    return t;
 }
 
 /* The shape of tp, checked: at most KILN_MAX_DIMS sizes, none negative, at
@@ -133,7 +126,8 @@ static int tensor_shape(const char *fn, const char *what, const Onnx__TensorProt
     return 0;
 }
 
-kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__TensorProto *tp)
+kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__TensorProto *tp,
+                                 const ProtobufCBinaryData *raw)
 {
     kiln_dtype dt;
     if (!onnx_kiln_dtype(tp->data_type, &dt)) {
@@ -152,27 +146,20 @@ kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__T
     int64_t shape[KILN_MAX_DIMS], numel = 0;
     if (tensor_shape(fn, what, tp, shape, &numel) < 0)
         return NULL;
-    size_t size = kiln_dtype_size(dt), have = tp->has_raw_data ? tp->raw_data.len / size : typed_count(tp, dt);
-    if ((tp->has_raw_data && tp->raw_data.len % size) || have != (size_t)numel) {
-        core_fail(CORE_FORMAT, fn, "tensor '%s' has %lld elements by its shape but %s of %zu", what,
-                  (long long)numel, tp->has_raw_data ? "raw data" : "typed values",
-                  tp->has_raw_data ? tp->raw_data.len : have);
+    if (!raw && tp->has_raw_data)
+        raw = &tp->raw_data;
+    size_t size = kiln_dtype_size(dt), have;
+    const void *values = raw ? raw->data : typed_values(tp, dt, &have);
+    if (raw)
+        have = raw->len / size;
+    if ((raw && raw->len % size) || have != (size_t)numel) {
+        core_fail(CORE_FORMAT, fn, "tensor '%s' has %lld elements by its shape but %s of %zu%s", what,
+                  (long long)numel, raw ? "raw data" : "typed values", raw ? raw->len : have, raw ? " bytes" : "");
         return NULL;
     }
-    void *data = malloc(numel ? (size_t)numel * size : 1);
-    if (!data) {
-        core_fail_status(CORE_NOMEM, fn);
-        return NULL;
-    }
-    if (tp->has_raw_data && numel)
-        memcpy(data, tp->raw_data.data, (size_t)numel * size);
-    else if (numel)
-        copy_typed(tp, dt, data, (size_t)numel);
-    if (dt == KILN_BOOL)
-        for (int64_t i = 0; i < numel; i++)
-            ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
-    kiln_tensor *t = kiln_from_data(dt, (int)tp->n_dims, shape, data);
-    free(data);
+    /* little-endian raw data is the tensor's bytes: one copy, no conversion */
+    kiln_tensor *t = dt == KILN_BOOL && !raw ? bools_from_int32((int)tp->n_dims, shape, values, have)
+                                             : kiln_from_data(dt, (int)tp->n_dims, shape, values);
     if (t)
         eager_disown(t);
     return t;
@@ -191,7 +178,7 @@ kiln_tensor *onnx_load_tensor_file(const char *path)
         core_fail(CORE_FORMAT, fn, "'%s' is not a serialized ONNX TensorProto", path);
         return NULL;
     }
-    kiln_tensor *t = onnx_tensor_to_kiln(fn, tp->name && *tp->name ? tp->name : path, tp);
+    kiln_tensor *t = onnx_tensor_to_kiln(fn, tp->name && *tp->name ? tp->name : path, tp, NULL);
     onnx__tensor_proto__free_unpacked(tp, NULL);
     return t;
 }

@@ -383,6 +383,8 @@ kiln_tensor *recorder_input(recorder *rec, int i, const kiln_spec *spec)
         core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", rec->base.name);
         return NULL;
     }
+    if (spec->device == KILN_CUDA)
+        rec->base.device = KILN_CUDA;
     return new_tracer(rec, node, spec->dtype, spec->ndim, spec->shape);
 }
 
