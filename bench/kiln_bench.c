@@ -53,10 +53,11 @@ static const char usage[] =
     "usage: kiln-bench [--workload NAME] [--device cpu|cuda] [--threads N] [--quick]\n"
     "                  [--reps N] [--compiles N] [--json FILE] [--svg FILE] [--compare PEERS.json]\n"
     "  --workload NAME  one of gelu softmax layernorm mlp attention tiny mish rmsnorm silu resnet50\n"
-    "                   resnet50_b16 gpt train_mlp matmul serve (default: all but matmul, and serve;\n"
-    "                   on cuda matmul too, not serve); on the CPU matmul is its own family: kiln's\n"
-    "                   GEMM (KILN_MATMUL=kiln) against OpenBLAS as found and with its best core\n"
-    "                   type forced, a table only (no JSON)\n"
+    "                   resnet50_b16 gpt train_mlp train_gpt train_cnn matmul serve (default:\n"
+    "                   all but matmul, and serve; on cuda matmul too, not serve); on the CPU\n"
+    "                   matmul is its own family: kiln's GEMM (KILN_MATMUL=kiln) against\n"
+    "                   OpenBLAS as found and with its best core type forced, a table only\n"
+    "                   (no JSON)\n"
     "  --device D       cpu (default), or cuda: inputs on the GPU, GPU sizes (exits 2 without one)\n"
     "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
     "  --quick          small sizes, for CI: finishes in seconds\n"
@@ -744,9 +745,10 @@ int main(int argc, char **argv)
         run.probes.copy_gbps = probe_copy_gbps(opt.quick, opt.threads, opt.reps);
         run.probes.sgemm_gflops = probe_sgemm_gflops(opt.quick, opt.reps);
     }
-    for (int i = 0; i < workload_count + 2; i++) {
-        const workload *w = i < workload_count ? &workloads[i] : i == workload_count ? &workload_train_mlp
-                                                                                    : &workload_matmul;
+    for (int i = 0; i < workload_count + workload_training_count + 1; i++) {
+        const workload *w = i < workload_count                            ? &workloads[i]
+                            : i < workload_count + workload_training_count ? &workload_trainings[i - workload_count]
+                                                                          : &workload_matmul;
         bool wanted = opt.workload ? !strcmp(opt.workload, w->name) : w != &workload_matmul || device == KILN_CUDA;
         if (wanted)
             measure(w, &opt, &run.probes, &run.results[run.count++]);

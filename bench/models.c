@@ -1,4 +1,4 @@
-/* ResNet-50 and GPT-2 blocks with kiln ops. One walk through each model
+/* ResNet-50, GPT-2 blocks and a small CNN with kiln ops. One walk through each model
  * both makes its parameters (with no input: kiln's ops pass NULL through,
  * so only the parameters come out) and runs it, so the order of the
  * parameters is the order of the forward pass, which bench/models.py
@@ -50,19 +50,30 @@ void model_free(model_params *m)
     *m = (model_params){0};
 }
 
-/* Walks forward with no input, making the parameters: 0, or -1 (then none
- * are kept). */
-static int make(walk *w, kiln_tensor *(*forward)(walk *, const void *, kiln_tensor *), const void *c)
+typedef kiln_tensor *(*walker)(walk *, const void *, kiln_tensor *);
+
+/* Walks forward with no input, making m's parameters from seed: 0, or -1
+ * (then none are kept). */
+static int make(model_params *m, uint64_t seed, walker forward, const void *c)
 {
+    *m = (model_params){0};
+    walk w = {m, 0, true, false, seed};
     kiln_scope_begin();
-    forward(w, c, NULL);
+    forward(&w, c, NULL);
     kiln_scope_end();
-    if (!w->failed) {
+    if (!w.failed) {
         kiln_clear_error(); /* the ops on no input failed; the parameters did not */
         return 0;
     }
-    model_free(w->m);
+    model_free(m);
     return -1;
+}
+
+/* Walks forward over x with m's parameters. */
+static kiln_tensor *run(const model_params *m, walker forward, const void *c, kiln_tensor *x)
+{
+    walk w = {(model_params *)m, 0, false, false, 0};
+    return forward(&w, c, x);
 }
 
 /* -- ResNet-50 ------------------------------------------------------------------ */
@@ -123,15 +134,12 @@ static kiln_tensor *resnet_walk(walk *w, const void *config, kiln_tensor *x)
 
 int resnet_make(const resnet_config *c, uint64_t seed, model_params *m)
 {
-    *m = (model_params){0};
-    walk w = {m, 0, true, false, seed};
-    return make(&w, resnet_walk, c);
+    return make(m, seed, resnet_walk, c);
 }
 
 kiln_tensor *resnet_forward(const resnet_config *c, const model_params *m, kiln_tensor *x)
 {
-    walk w = {(model_params *)m, 0, false, false, 0};
-    return resnet_walk(&w, c, x);
+    return run(m, resnet_walk, c, x);
 }
 
 /* -- GPT-2 ---------------------------------------------------------------------- */
@@ -190,13 +198,50 @@ static kiln_tensor *gpt_walk(walk *w, const void *config, kiln_tensor *ids)
 
 int gpt_make(const gpt_config *c, uint64_t seed, model_params *m)
 {
-    *m = (model_params){0};
-    walk w = {m, 0, true, false, seed};
-    return make(&w, gpt_walk, c);
+    return make(m, seed, gpt_walk, c);
 }
 
 kiln_tensor *gpt_forward(const gpt_config *c, const model_params *m, kiln_tensor *ids)
 {
-    walk w = {(model_params *)m, 0, false, false, 0};
-    return gpt_walk(&w, c, ids);
+    return run(m, gpt_walk, c, ids);
+}
+
+/* -- A small CNN, for training ---------------------------------------------------- */
+
+/* Batch norm as in training: the batch's own statistics over N, H and W,
+ * then gamma and beta. */
+static kiln_tensor *bn_batch(walk *w, kiln_tensor *x, int64_t c)
+{
+    kiln_tensor *gamma = param(w, 1, &c, 0.1, 1, false), *beta = param(w, 1, &c, 0.1, 0, false);
+    kiln_tensor *var = NULL, *mean = NULL;
+    kiln_var_mean(x, KILN_AXES(0, 2, 3), 0, false, &var, &mean);
+    return kiln_batch_norm(x, mean, var, gamma, beta, BN_EPS);
+}
+
+static kiln_tensor *cnn_walk(walk *w, const void *config, kiln_tensor *x)
+{
+    const cnn_config *c = config;
+    int64_t in = 3;
+    for (int stage = 0; stage < CNN_STAGES; stage++) {
+        int64_t out = c->width << stage;
+        kiln_tensor *weights = param(w, 4, (int64_t[]){out, in, 3, 3}, sqrt(2.0 / (double)(in * 9)), 0, false);
+        kiln_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 1};
+        x = kiln_relu(bn_batch(w, kiln_conv2d(x, weights, NULL, &p), out));
+        if (stage + 1 < CNN_STAGES)
+            x = kiln_max_pool2d(x, &(kiln_pool2d_params){.kernel = {2, 2}});
+        in = out;
+    }
+    kiln_tensor *features = kiln_reshape(kiln_adaptive_avg_pool2d(x, 1, 1), 2, (int64_t[]){-1, in});
+    kiln_tensor *fc = param(w, 2, (int64_t[]){in, c->classes}, 1 / sqrt((double)in), 0, false);
+    return kiln_add(kiln_matmul(features, fc), param(w, 1, &c->classes, 0.01, 0, false));
+}
+
+int cnn_make(const cnn_config *c, uint64_t seed, model_params *m)
+{
+    return make(m, seed, cnn_walk, c);
+}
+
+kiln_tensor *cnn_forward(const cnn_config *c, const model_params *m, kiln_tensor *x)
+{
+    return run(m, cnn_walk, c, x);
 }

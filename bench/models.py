@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""ResNet-50 and GPT-2 blocks in PyTorch, functional, taking their parameters
-in the order bench/models.c walks them, so that both run on one set of
-weights (torchvision's architecture: bottlenecks with the stride on the 3x3
-convolution, inference batch norm; GPT-2: pre-norm causal attention, a
-tanh-GELU MLP, tied output embedding).
+"""ResNet-50, GPT-2 blocks and train_cnn's CNN in PyTorch, functional, taking
+their parameters in the order bench/models.c walks them, so that both run on
+one set of weights (torchvision's architecture: bottlenecks with the stride
+on the 3x3 convolution, inference batch norm; GPT-2: pre-norm causal
+attention, a tanh-GELU MLP, tied output embedding; the CNN: 3x3
+convolutions, batch norm on the batch's statistics, ReLU, 2x2 max pools).
 
     /usr/bin/python3 bench/models.py check resnet|gpt DIR [--blocks a,b,c,d --width W] [--heads H]
 
@@ -74,6 +75,21 @@ def gpt(torch, params, ids, heads):
     return ln(x) @ wte.t()
 
 
+def cnn(torch, params, x, stages=3):
+    F = torch.nn.functional
+    it = iter(params)
+    for stage in range(stages):
+        w, gamma, beta = next(it), next(it), next(it)
+        y = F.conv2d(x, w, None, 1, 1)
+        var, mean = torch.var_mean(y, (0, 2, 3), unbiased=False, keepdim=True)
+        y = (y - mean) / torch.sqrt(var + 1e-5) * gamma[:, None, None] + beta[:, None, None]
+        x = F.relu(y)
+        if stage + 1 < stages:
+            x = F.max_pool2d(x, 2)
+    fc, bias = next(it), next(it)
+    return x.mean((2, 3)) @ fc + bias
+
+
 def resnet_param_specs(blocks, width, classes):
     """(shape, scale, offset) of each parameter in order, values offset + scale * N(0, 1),
     as bench/models.c makes them (its running variances are 0.75 + 0.5 U[0, 1): here 1)."""
@@ -110,6 +126,16 @@ def gpt_param_specs(vocab, seq, d, layers):
     for _ in range(layers):
         specs += ln() + linear(d, 3 * d) + linear(d, d) + ln() + linear(d, 4 * d) + linear(4 * d, d)
     return specs + ln()
+
+
+def cnn_param_specs(width, classes, stages=3):
+    """The same for the CNN."""
+    specs, inp = [], 3
+    for stage in range(stages):
+        out = width << stage
+        specs += [((out, inp, 3, 3), math.sqrt(2.0 / (inp * 9)), 0.0), ((out,), 0.1, 1.0), ((out,), 0.1, 0.0)]
+        inp = out
+    return specs + [((inp, classes), 1 / math.sqrt(inp), 0.0), ((classes,), 0.01, 0.0)]
 
 
 def option(args, name, default):

@@ -2,8 +2,9 @@
 """Peer figures for kiln-bench: the standard workloads in PyTorch and numpy.
 
 Times each workload of kiln-bench (gelu, softmax, layernorm, mlp, attention,
-tiny, mish, rmsnorm, silu, train_mlp, and resnet50, resnet50_b16 and gpt,
-the models from bench/models.py, in torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
+tiny, mish, rmsnorm, silu, the training steps train_mlp, train_gpt and
+train_cnn, and resnet50, resnet50_b16 and gpt, the models from
+bench/models.py, in torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
 function) and in numpy, with the same thread count for all, and writes the
 kiln-bench/1 JSON schema (docs/bench-json.md) so that `kiln-bench --compare`
 can put these runs beside kiln. Torch is optional: without it only numpy runs.
@@ -92,13 +93,31 @@ def matmul(ops, dims, a, b):
     return a @ b
 
 
-def train_mlp(ops, dims, x, labels, w1, b1, w2, b2):
-    """The loss of one training step: the mlp, then cross-entropy against one-hot labels,
-    log_softmax written as kiln's (its max shift carries no gradient)."""
-    logits = mlp(ops, dims, x, w1, b1, w2, b2)
+def log_softmax(ops, logits):
+    """As kiln's: its max shift carries no gradient."""
     shifted = logits - ops.row_max(logits).detach()
-    log_p = shifted - ops.log(ops.row_sum(ops.exp(shifted)))
-    return -(log_p * labels).sum(-1).mean()
+    return shifted - ops.log(ops.row_sum(ops.exp(shifted)))
+
+
+def train_mlp(ops, dims, x, labels, w1, b1, w2, b2):
+    """The loss of one training step: the mlp, then cross-entropy against one-hot labels."""
+    return -(log_softmax(ops, mlp(ops, dims, x, w1, b1, w2, b2)) * labels).sum(-1).mean()
+
+
+def cross_entropy(ops, logits, labels):
+    """The mean of -log_softmax(logits)[label] over the rows."""
+    return -log_softmax(ops, logits).gather(-1, labels[:, None]).mean()
+
+
+def train_gpt(ops, dims, ids, targets, *params):
+    """The loss of a train_gpt step: cross-entropy of the blocks' logits against the next ids."""
+    logits = models.gpt(ops.torch, params, ids, dims[3])
+    return cross_entropy(ops, logits.reshape(-1, dims[0]), targets.reshape(-1))
+
+
+def train_cnn(ops, dims, x, labels, *params):
+    """The loss of a train_cnn step: cross-entropy of the CNN's logits against the labels."""
+    return cross_entropy(ops, models.cnn(ops.torch, params, x), labels)
 
 
 # The models (torch only), from bench/models.py, on random weights of their own
@@ -122,6 +141,62 @@ def resnet_inputs(d):
 
 def gpt_inputs(d):
     return [((1, d[5]), 1.0, 0.0)] + models.gpt_param_specs(d[0], d[1], d[2], d[4])
+
+
+# train_gpt dims: (vocab, sequence, d, heads, layers, batch); train_cnn dims:
+# (batch, image, width, classes). Their FLOPs, as bench/workloads.c counts
+# them: each product forward and its two gradients' (dA left out where A is
+# the images).
+
+def train_gpt_flop(d):
+    vocab, t, dim, heads, layers, batch = d
+    m = batch * t
+    forward = layers * (m * dim * 3 * dim + 2 * batch * heads * t * t * (dim // heads) + m * dim * dim
+                        + 2 * m * dim * 4 * dim) + m * dim * vocab
+    return 3 * 2 * forward
+
+
+def train_cnn_flop(d):
+    batch, side, width, classes = d
+    flop, inp = 0, 3
+    for stage in range(3):
+        out = width << stage
+        flop += (2 if stage == 0 else 3) * 2 * batch * out * inp * 9 * side * side
+        side //= 2 if stage < 2 else 1
+        inp = out
+    return flop + 3 * 2 * batch * inp * classes
+
+
+def gpt_batch(torch, dims, inputs):
+    """train_gpt's ids (from the first input's magnitudes), the ids that follow, the parameters."""
+    x, *params = inputs
+    ids = (x.abs() * 1000).long() % dims[0]
+    return [ids[:, :-1].contiguous(), ids[:, 1:].contiguous()], params
+
+
+def cnn_batch(torch, dims, inputs):
+    """train_cnn's images, their labels (image i: class 7i mod classes), the parameters."""
+    x, *params = inputs
+    return [x, torch.arange(dims[0]) * 7 % dims[3]], params
+
+
+def mlp_batch(torch, dims, inputs):
+    """train_mlp's x, its one-hot labels (row i: class 7i mod m), the weights."""
+    x, labels, *weights = inputs
+    labels[torch.arange(dims[0]), torch.arange(dims[0]) * 7 % dims[1]] = 1.0
+    return [x, labels], weights
+
+
+def adamw(torch, params):
+    return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+
+
+def sgd(torch, params):
+    return torch.optim.SGD(params, lr=1e-2, momentum=0.9, weight_decay=5e-4)
+
+
+# Each training step's batch from its inputs, and its optimizer.
+TRAINING = {"train_mlp": (mlp_batch, adamw), "train_gpt": (gpt_batch, adamw), "train_cnn": (cnn_batch, sgd)}
 
 
 # Sizes as bench/workloads.c has them: quick, full (a CPU's), gpu. An input is
@@ -172,6 +247,17 @@ WORKLOADS = [
                         ((d[1], d[2]), WEIGHT_SCALE, 0.0), ((d[2],), WEIGHT_SCALE, 0.0),
                         ((d[2], d[1]), WEIGHT_SCALE, 0.0), ((d[1],), WEIGHT_SCALE, 0.0)],
              lambda d: 5 * 2 * d[0] * d[1] * d[2], True, True),
+    # AdamW as train_mlp's, next-token cross-entropy over the ids drawn from the first input.
+    Workload("train_gpt", train_gpt, (256, 16, 64, 4, 2, 2), (8192, 128, 768, 12, 4, 4),
+             (8192, 128, 768, 12, 4, 4),
+             lambda d: f"{d[4]} blocks, d {d[2]}, seq {d[1]}, batch {d[5]}, vocab {d[0]}",
+             lambda d: [((d[5], d[1] + 1), 1.0, 0.0)] + models.gpt_param_specs(d[0], d[1], d[2], d[4]),
+             train_gpt_flop, True, True),
+    # SGD (lr 1e-2, momentum 0.9, weight decay 5e-4) of the CNN of bench/models.py.
+    Workload("train_cnn", train_cnn, (4, 16, 4, 10), (32, 32, 16, 10), (32, 32, 16, 10),
+             lambda d: f"{d[0]}x3x{d[1]}x{d[1]}, width {d[2]}",
+             lambda d: [((d[0], 3, d[1], d[1]), 1.0, 0.0)] + models.cnn_param_specs(d[2], d[3]),
+             train_cnn_flop, True, True),
     Workload("matmul", matmul, (128,), (2048,), (8192,),
              lambda d: f"{d[0]}^3",
              lambda d: [((d[0], d[0]), 1.0, 0.0), ((d[0], d[0]), 1.0 / math.sqrt(d[0]), 0.0)],
@@ -361,20 +447,21 @@ def bench_torch(torch, np, workload, dims, reps, device):
 
 
 def bench_torch_train(torch, np, workload, dims, reps):
-    """train_mlp: zero_grad, the loss, backward and torch.optim.AdamW's step, with the
-    forward pass eager and as TorchScript (torch.jit.trace: autograd runs its backward)."""
+    """A training step: zero_grad, the loss, backward and the torch.optim step (TRAINING),
+    with the forward pass eager and as TorchScript (torch.jit.trace: autograd runs its
+    backward)."""
     result = blank_result(workload, dims, reps)
-    x, labels, *weights = [torch.from_numpy(a) for a in make_inputs(np, workload, dims)]
-    labels[torch.arange(dims[0]), torch.arange(dims[0]) * 7 % dims[1]] = 1.0
+    make_batch, make_optimizer = TRAINING[workload.name]
+    batch, weights = make_batch(torch, dims, [torch.from_numpy(a) for a in make_inputs(np, workload, dims)])
     loss_fn = bind(workload, TorchOps(torch), dims)
 
     def trainer(forward):
         params = [w.clone().requires_grad_() for w in weights]
-        optimizer = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+        optimizer = make_optimizer(torch, params)
 
         def step():
             optimizer.zero_grad(set_to_none=True)
-            loss = forward(x, labels, *params)
+            loss = forward(*batch, *params)
             loss.backward()
             optimizer.step()
             return loss.detach()
@@ -386,7 +473,7 @@ def bench_torch_train(torch, np, workload, dims, reps):
     progress(f"TorchScript {workload.name} {result['size']}")
     start = time.perf_counter()
     params = [w.clone().requires_grad_() for w in weights]
-    script = torch.jit.trace(loss_fn, (x, labels, *params), check_trace=False)
+    script = torch.jit.trace(loss_fn, (*batch, *params), check_trace=False)
     traced, _ = trainer(script)
     traced()
     result["first_call_ms"] = 1e3 * (time.perf_counter() - start)

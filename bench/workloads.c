@@ -1,6 +1,7 @@
 /* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention,
  * tiny, mish, rmsnorm, silu, resnet50 (batch 1 and 16) and gpt
- * (bench/models.c); and matmul and train_mlp, which kiln-bench alone runs.
+ * (bench/models.c); and matmul and the training steps (train_mlp,
+ * train_gpt, train_cnn), which kiln-bench alone runs.
  *
  * GPU sizes: gelu 2^28 and softmax 16384x16384 (1 GiB each, far past the
  * H200's 60 MB L2), layer norm 16384x4096 (256 MiB), the mlp of a 4096-token
@@ -44,6 +45,16 @@ static int mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
+/* The end of a training step: loss's gradients and the optimizer's step;
+ * the output is the loss before the step. */
+static int train_step(const workload_state *s, kiln_tensor *loss, kiln_tensor **out)
+{
+    if (kiln_backward(loss) < 0 || kiln_optimizer_step(s->optimizer) < 0)
+        return -1;
+    out[0] = kiln_detach(loss);
+    return out[0] ? 0 : -1;
+}
+
 /* mlp_body, then -mean(sum(log_softmax(logits) * labels)) against one-hot
  * labels (in[1]), its gradient, and an AdamW step. */
 static int train_mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
@@ -53,11 +64,29 @@ static int train_mlp_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
     if (kiln_optimizer_zero_grad(s->optimizer) < 0 || mlp_body(in, &logits, user) < 0)
         return -1;
     kiln_tensor *picked = kiln_sum(kiln_mul(kiln_log_softmax(logits, -1), in[1]), -1, false);
-    kiln_tensor *loss = kiln_neg(kiln_mean(picked, KILN_ALL, false));
-    if (kiln_backward(loss) < 0 || kiln_optimizer_step(s->optimizer) < 0)
+    return train_step(s, kiln_neg(kiln_mean(picked, KILN_ALL, false)), out);
+}
+
+/* GPT blocks on ids in[0] [B, T], cross-entropy against the ids that follow
+ * (in[1]), backward, AdamW. */
+static int train_gpt_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const workload_state *s = user;
+    if (kiln_optimizer_zero_grad(s->optimizer) < 0)
         return -1;
-    out[0] = kiln_detach(loss);
-    return out[0] ? 0 : -1;
+    int64_t vocab = ((const gpt_config *)s->config)->vocab;
+    kiln_tensor *logits = kiln_reshape(gpt_forward(s->config, &s->model, in[0]), 2, (int64_t[]){-1, vocab});
+    return train_step(s, kiln_cross_entropy(logits, kiln_reshape(in[1], 1, (int64_t[]){-1})), out);
+}
+
+/* The CNN on images in[0], cross-entropy against labels in[1], backward,
+ * SGD with momentum. */
+static int train_cnn_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const workload_state *s = user;
+    if (kiln_optimizer_zero_grad(s->optimizer) < 0)
+        return -1;
+    return train_step(s, kiln_cross_entropy(cnn_forward(s->config, &s->model, in[0]), in[1]), out);
 }
 
 /* softmax(q@kᵀ/√d)@v */
@@ -206,11 +235,30 @@ static int mlp_setup(workload_size size, kiln_tensor **in, workload_state *s)
     return all_made(in, 1) | all_made(s->weights, 4);
 }
 
-/* AdamW as PyTorch's defaults have it, over the mlp's weights. */
+/* The parameters a training step updates: the weights, else the model's. */
+static int trained_params(const workload_state *s, kiln_tensor **params)
+{
+    int n = 0;
+    for (int i = 0; i < WORKLOAD_MAX_WEIGHTS && s->weights[i]; i++)
+        params[n++] = s->weights[i];
+    for (int i = 0; !n && i < s->model.n; i++)
+        params[i] = s->model.p[i];
+    return n ? n : s->model.n;
+}
+
+/* AdamW as PyTorch's defaults have it (the mlp, gpt), or SGD with momentum
+ * 0.9 and weight decay 5e-4 (the CNN), over the trained parameters, which
+ * need gradients. */
 static int train_optimizer(workload_state *s)
 {
     kiln_optimizer_free(s->optimizer);
-    s->optimizer = kiln_adamw(s->weights, 4, 1e-3, 0.9, 0.999, 1e-8, 1e-2);
+    kiln_tensor *params[WORKLOAD_MAX_SAVED];
+    int n = trained_params(s, params);
+    for (int i = 0; i < n; i++)
+        if (kiln_requires_grad(params[i], true) < 0)
+            return -1;
+    s->optimizer = s->sgd ? kiln_sgd(params, n, 1e-2, 0.9, 5e-4, false)
+                          : kiln_adamw(params, n, 1e-3, 0.9, 0.999, 1e-8, 1e-2);
     return s->optimizer ? 0 : -1;
 }
 
@@ -229,9 +277,6 @@ static int train_mlp_setup(workload_size size, kiln_tensor **in, workload_state 
     in[1] = kiln_keep(kiln_cast(kiln_eq(labels, kiln_arange(0, (double)k, 1, KILN_I64)), KILN_F32));
     kiln_scope_end();
     free(classes);
-    for (int i = 0; i < 4; i++)
-        if (kiln_requires_grad(s->weights[i], true) < 0)
-            return -1;
     /* the products of the step: the forward two, then dW2, dh and dW1 */
     s->gemms[2] = (workload_gemm){1, h, m, k};
     s->gemms[3] = (workload_gemm){1, m, k, h};
@@ -370,6 +415,77 @@ static int gpt_setup(workload_size size, kiln_tensor **in, workload_state *s)
     return all_made(in, 1);
 }
 
+/* Adds count products of m x k by k x n and their two gradients' products
+ * (dA = dC Bᵀ, dB = Aᵀ dC); without the first when A needs none. */
+static void add_trained_gemm(workload_state *s, int64_t count, int64_t m, int64_t k, int64_t n, bool grad_a)
+{
+    add_gemm(s, count, m, k, n);
+    if (grad_a)
+        add_gemm(s, count, m, n, k);
+    add_gemm(s, count, k, m, n);
+}
+
+/* GPT-2 small's blocks, 4 of them, at sequence 128 and batch 4, over a
+ * vocabulary of 8192 (GPT-2's 50257 would make the logits most of a step). */
+static const gpt_config GPT_TRAIN = {8192, 128, 768, 12, 4}, GPT_TRAIN_QUICK = {256, 16, 64, 4, 2};
+
+static int train_gpt_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    bool quick = size == WORKLOAD_QUICK;
+    const gpt_config *c = quick ? &GPT_TRAIN_QUICK : &GPT_TRAIN;
+    int64_t b = quick ? 2 : 4, t = c->seq, d = c->dim, dh = d / c->heads, l = c->layers, m = b * t;
+    s->config = c;
+    if (gpt_make(c, 21, &s->model) < 0)
+        return -1;
+    kiln_scope_begin();
+    kiln_tensor *u = kiln_mul_scalar(kiln_rand(2, (int64_t[]){b, t + 1}, 22), (double)c->vocab);
+    kiln_tensor *ids = kiln_cast(kiln_floor(u), KILN_I64);
+    in[0] = kiln_keep(kiln_contiguous(kiln_slice(ids, 1, 0, t, 1)));
+    in[1] = kiln_keep(kiln_contiguous(kiln_slice(ids, 1, 1, t + 1, 1))); /* the next token of each */
+    kiln_scope_end();
+    add_trained_gemm(s, l, m, d, 3 * d, true);              /* q, k and v */
+    add_trained_gemm(s, l * b * c->heads, t, dh, t, true);  /* q @ kᵀ */
+    add_trained_gemm(s, l * b * c->heads, t, t, dh, true);  /* weights @ v */
+    add_trained_gemm(s, l, m, d, d, true);                  /* the attention's projection */
+    add_trained_gemm(s, l, m, d, 4 * d, true);
+    add_trained_gemm(s, l, m, 4 * d, d, true);
+    add_trained_gemm(s, 1, m, d, c->vocab, true);           /* the logits */
+    snprintf(s->size, sizeof s->size, "%lld blocks, d %lld, seq %lld, batch %lld, vocab %lld", (long long)l,
+             (long long)d, (long long)t, (long long)b, (long long)c->vocab);
+    return all_made(in, 2) < 0 ? -1 : train_optimizer(s);
+}
+
+static const cnn_config CNN_TRAIN = {16, 10}, CNN_TRAIN_QUICK = {4, 10};
+
+static int train_cnn_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    bool quick = size == WORKLOAD_QUICK;
+    const cnn_config *c = quick ? &CNN_TRAIN_QUICK : &CNN_TRAIN;
+    int64_t batch = quick ? 4 : 32, image = quick ? 16 : 32, side = image, channels = 3;
+    s->config = c;
+    s->sgd = true;
+    if (cnn_make(c, 23, &s->model) < 0)
+        return -1;
+    in[0] = normal(4, (int64_t[]){batch, 3, image, image}, 24, 1);
+    int64_t *classes = malloc((size_t)batch * sizeof *classes);
+    if (!classes)
+        return -1;
+    for (int64_t i = 0; i < batch; i++) /* image i's label: class 7i mod classes */
+        classes[i] = i * 7 % c->classes;
+    in[1] = kiln_from_data(KILN_I64, 1, &batch, classes);
+    free(classes);
+    for (int stage = 0; stage < CNN_STAGES; stage++) { /* per image: out x (in 9) by (in 9) x pixels */
+        int64_t out = c->width << stage;
+        add_trained_gemm(s, batch, out, channels * 9, side * side, stage > 0);
+        side /= stage + 1 < CNN_STAGES ? 2 : 1;
+        channels = out;
+    }
+    add_trained_gemm(s, 1, batch, channels, c->classes, true);
+    snprintf(s->size, sizeof s->size, "%lldx3x%lldx%lld, width %lld", (long long)batch, (long long)image,
+             (long long)image, (long long)c->width);
+    return all_made(in, 2) < 0 ? -1 : train_optimizer(s);
+}
+
 const workload workloads[] = {
     {"gelu", "tanh-form GELU", 1, gelu_body, gelu_setup},
     {"softmax", "row softmax", 1, softmax_body, softmax_setup},
@@ -387,16 +503,23 @@ const workload workloads[] = {
 const int workload_count = (int)(sizeof workloads / sizeof *workloads);
 const int workload_kernels_count = 6;
 const workload workload_matmul = {"matmul", "f32 [n,n] @ [n,n]", 2, matmul_body, matmul_setup};
-const workload workload_train_mlp = {"train_mlp", "the mlp, cross-entropy, backward and AdamW", 2, train_mlp_body,
-                                     train_mlp_setup};
+const workload workload_trainings[] = {
+    {"train_mlp", "the mlp, cross-entropy, backward and AdamW", 2, train_mlp_body, train_mlp_setup},
+    {"train_gpt", "4 GPT-2 blocks, next-token cross-entropy, backward and AdamW", 2, train_gpt_body,
+     train_gpt_setup},
+    {"train_cnn", "a CNN (batch norm on the batch), cross-entropy, backward and SGD with momentum", 2,
+     train_cnn_body, train_cnn_setup},
+};
+const int workload_training_count = (int)(sizeof workload_trainings / sizeof *workload_trainings);
 
 const workload *workload_find(const char *name)
 {
     for (int i = 0; i < workload_count; i++)
         if (!strcmp(workloads[i].name, name))
             return &workloads[i];
-    if (!strcmp(workload_train_mlp.name, name))
-        return &workload_train_mlp;
+    for (int i = 0; i < workload_training_count; i++)
+        if (!strcmp(workload_trainings[i].name, name))
+            return &workload_trainings[i];
     return strcmp(workload_matmul.name, name) ? NULL : &workload_matmul;
 }
 
@@ -424,20 +547,15 @@ int workload_to_device(const workload *w, kiln_tensor **in, workload_state *stat
     for (int i = 0; i < state->model.n; i++)
         if (move(&state->model.p[i], d) < 0)
             return -1;
-    for (int i = 0; state->optimizer && i < WORKLOAD_MAX_WEIGHTS; i++)
-        if (kiln_requires_grad(state->weights[i], true) < 0)
-            return -1;
     return state->optimizer ? train_optimizer(state) : 0; /* over the moved weights */
 }
 
-/* The tensors a training call changes: the weights, then the optimizer's state. */
+/* The tensors a training call changes: the parameters, then the optimizer's state. */
 static int changed_by_calls(const workload_state *state, kiln_tensor **ts)
 {
     if (!state->optimizer)
         return 0;
-    int n = 0, count = kiln_optimizer_state_count(state->optimizer);
-    for (int i = 0; i < WORKLOAD_MAX_WEIGHTS && state->weights[i]; i++)
-        ts[n++] = state->weights[i];
+    int n = trained_params(state, ts), count = kiln_optimizer_state_count(state->optimizer);
     for (int i = 0; i < count && n < WORKLOAD_MAX_SAVED; i++)
         ts[n++] = kiln_optimizer_state(state->optimizer, i);
     return n;

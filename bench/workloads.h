@@ -25,7 +25,8 @@ typedef struct {
     model_params model;   /* a model's parameters (resnet50, gpt), captured */
     const void *config;   /* its resnet_config or gpt_config */
     char size[64]; /* the size, for people */
-    kiln_optimizer *optimizer; /* a training workload's, over the weights; else NULL */
+    kiln_optimizer *optimizer; /* a training workload's, over the weights (or the model's); else NULL */
+    bool sgd;                  /* its optimizer is SGD with momentum, not AdamW */
 } workload_state;
 
 /* QUICK: milliseconds on a CPU, for CI and tests; FULL: a CPU benchmark's;
@@ -54,18 +55,21 @@ extern const int workload_kernels_count;
  * workload; kiln-bench times it on CUDA, and on a CPU when named. */
 extern const workload workload_matmul;
 
-/* One training step of the mlp (issue: autograd): cross-entropy against
- * one-hot labels, backward, AdamW; not standard either (each call changes
- * its weights). Its output is the loss before the step. */
-extern const workload workload_train_mlp;
+/* Training steps (issue: autograd), not standard either (each call changes
+ * its weights), each with its output the loss before the step: train_mlp
+ * (the mlp, cross-entropy against one-hot labels, backward, AdamW),
+ * train_gpt (GPT-2 blocks on next tokens, AdamW) and train_cnn (the CNN of
+ * models.h on labels, SGD with momentum). */
+extern const workload workload_trainings[];
+extern const int workload_training_count;
 
-/* The workload called name, matmul and train_mlp included, or NULL. */
+/* The workload called name, matmul and the training steps included, or NULL. */
 const workload *workload_find(const char *name);
 /* Copies of what a call of w changes in state (a training workload's
  * weights and optimizer state) into saved, at most WORKLOAD_MAX_SAVED; how
  * many, or -1 with kiln's error set. workload_restore puts them back and
  * releases them, so that two runs can start from the same weights. */
-enum { WORKLOAD_MAX_SAVED = 16 };
+enum { WORKLOAD_MAX_SAVED = 512 };
 int workload_save(const workload_state *state, kiln_tensor **saved);
 int workload_restore(workload_state *state, kiln_tensor **saved, int n);
 /* Moves the inputs and the state's weights to device d, releasing the copies

@@ -10,7 +10,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 WORKLOADS = ["gelu", "softmax", "layernorm", "mlp", "attention", "tiny", "mish", "rmsnorm", "silu", "resnet50",
-             "resnet50_b16", "gpt", "train_mlp"]
+             "resnet50_b16", "gpt", "train_mlp", "train_gpt", "train_cnn"]
 FIELDS = ["name", "size", "eager_ms", "traced_ms", "first_call_ms", "disk_hit_ms", "compile_ms", "disk_load_ms",
           "kernels",
           "peak_eager_bytes", "peak_traced_bytes", "max_abs_diff", "limit_ms", "limit_kind", "reps"]
@@ -53,6 +53,9 @@ def check_json(path):
             fail("%s: no kernels" % w["name"])
         if (w["limit_kind"] is None) != (w["name"] == "tiny"):
             fail("%s: limit_kind %r" % (w["name"], w["limit_kind"]))
+        # A training step's limit is its products, forward and backward, timed alone.
+        if w["name"].startswith("train_") and not (w["limit_kind"] == "compute" and w["gemm_gflop"] > 0):
+            fail("%s: limit %r of %r GFLOP" % (w["name"], w["limit_kind"], w["gemm_gflop"]))
     check_serve(run)
 
 

@@ -9,7 +9,9 @@
 
 /* -- Inputs ------------------------------------------------------------------ */
 
-enum { ANY, POSITIVE, AWAY }; /* values in [-2, 2], [0.5, 2], +-[0.3, 2] */
+/* values in [-2, 2], [0.5, 2], +-[0.3, 2]; ZEROS: ANY's but exact zeros at
+ * every sixth element and the 14th (rows of 5 with one zero and with two) */
+enum { ANY, POSITIVE, AWAY, ZEROS };
 
 static double draw(uint64_t *state, int kind)
 {
@@ -80,6 +82,9 @@ G(g_mean_all, kiln_mean(x[0], KILN_ALL, true))
 G(g_max1, kiln_max(x[0], 1, false))
 G(g_min0k, kiln_min(x[0], 0, true))
 G(g_max_all, kiln_max(x[0], KILN_ALL, false))
+G(g_prod1, kiln_prod(x[0], 1, false))
+G(g_prod0k, kiln_prod(x[0], 0, true))
+G(g_prod_all, kiln_prod(x[0], KILN_ALL, false))
 G(g_reshape, kiln_mul(kiln_reshape(x[0], 2, (int64_t[]){4, -1}), kiln_reshape(x[0], 2, (int64_t[]){4, -1})))
 G(g_permute, kiln_mul(kiln_permute(x[0], (int[]){2, 0, 1}), x[1]))
 G(g_transpose, kiln_matmul(kiln_transpose(x[0], 0, 1), x[0]))
@@ -164,6 +169,12 @@ static const grad_case cases[] = {
     {"max axis", g_max1, 1, {2}, {{3, 5}}, ANY},
     {"min keepdim", g_min0k, 1, {2}, {{3, 5}}, ANY},
     {"max all", g_max_all, 1, {2}, {{3, 5}}, ANY},
+    {"prod axis", g_prod1, 1, {3}, {{2, 4, 3}}, ANY},
+    {"prod keepdim", g_prod0k, 1, {2}, {{3, 4}}, ANY},
+    {"prod all", g_prod_all, 1, {2}, {{2, 3}}, ANY},
+    {"prod rows with zeros", g_prod1, 1, {2}, {{4, 5}}, ZEROS},
+    {"prod all, one zero", g_prod_all, 1, {2}, {{2, 3}}, ZEROS},
+    {"prod all, zeros", g_prod_all, 1, {2}, {{4, 5}}, ZEROS},
     {"reshape twice", g_reshape, 1, {3}, {{2, 2, 3}}, ANY},
     {"permute", g_permute, 2, {3, 2}, {{3, 4, 2}, {3, 1}}, ANY},
     {"transpose", g_transpose, 1, {2}, {{3, 4}}, ANY},
@@ -217,7 +228,7 @@ static void case_init(const grad_case *c, case_data *d, uint64_t seed)
         int64_t n = numel_of(c->ndim[i], c->shape[i]);
         d->data[i] = malloc((size_t)(n ? n : 1) * sizeof(double));
         for (int64_t j = 0; j < n; j++)
-            d->data[i][j] = draw(&seed, c->kind);
+            d->data[i][j] = c->kind == ZEROS && (j % 6 == 0 || j == 13) ? 0 : draw(&seed, c->kind);
     }
     kiln_scope_begin();
     kiln_tensor *x[3];
@@ -404,9 +415,8 @@ static int program_grads_body(kiln_tensor *const *in, kiln_tensor **out, void *u
 
 static void check_program(uint64_t seed, kiln_backend backend, double tol)
 {
-    /* prod has no gradient yet (kiln_backward says so). */
     progen_options opt = {.max_ops = 20, .dtypes = PROGEN_DTYPE_BIT(KILN_F64), .max_numel = 256,
-                          .ops = PROGEN_ALL_OPS & ~PROGEN_MAKING_OPS & ~PROGEN_OP_BIT(PROGEN_PROD)};
+                          .ops = PROGEN_ALL_OPS & ~PROGEN_MAKING_OPS};
     progen_program *p = progen_new(seed, &opt);
     ck_assert_ptr_nonnull(p);
     int n_in = progen_n_inputs(p);

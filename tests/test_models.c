@@ -1,11 +1,13 @@
 /* The two real models of issue 19 at a reduced size (bench/models.c): a
  * ResNet of bottlenecks and a GPT-2 block stack, traced against eager, and
  * against PyTorch on the same weights (bench/models.py; skipped with a
- * message where torch is absent). */
+ * message where torch is absent); and kiln-bench's training steps
+ * (bench/workloads.c) at their quick sizes, traced against eager. */
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../bench/models.h"
+#include "../bench/workloads.h"
 #include "test_common.h"
 
 static const resnet_config RESNET = {{1, 2, 1, 1}, 4, 10};
@@ -105,6 +107,75 @@ START_TEST(test_gpt)
 }
 END_TEST
 
+enum { TRAINING_STEPS = 3 };
+
+/* The training steps run as kiln-bench runs them, outside any scope: a
+ * tensor a scope owns, released early while a gradient record still holds
+ * it, stays listed in the scope (src/eager/tensor.c's kiln_release), which
+ * the interpreted steps under valgrind show. Nothing may leak. */
+static void training_setup(void)
+{
+    kiln_clear_error();
+    test_live_at_start = kiln_live_tensors();
+}
+
+static void training_teardown(void)
+{
+    ck_assert_int_eq(kiln_live_tensors(), test_live_at_start);
+}
+
+/* Runs TRAINING_STEPS of w's step through f (eagerly when NULL); the
+ * parameters and optimizer state it leaves, copied into saved. */
+static int train(const workload *w, kiln_fn *f, kiln_tensor **in, workload_state *s, kiln_tensor **saved)
+{
+    for (int step = 0; step < TRAINING_STEPS; step++) { /* a scope per step, as kiln-bench's */
+        kiln_scope_begin();
+        kiln_tensor *loss = NULL;
+        int status = f ? kiln_call(f, in, &loss) : w->body(in, &loss, s);
+        kiln_scope_end();
+        ck_assert_msg(status == 0, "%s step %d: %s", w->name, step, kiln_last_error());
+    }
+    return workload_save(s, saved);
+}
+
+/* Each training step traced (compiled; interpreted under valgrind, where
+ * compiles take long) from the same start as eager ends its steps with the
+ * same parameters and optimizer state: the GPT's AdamW, the CNN's batch
+ * norm on the batch and SGD with momentum. The GPT's AdamW has eps 1e-3
+ * here: the gradient of the keys' bias is rounding noise (softmax ignores
+ * a row's shift), which eps 1e-8 turns into a step of +-lr by its sign. */
+START_TEST(test_training_steps)
+{
+    const workload *w = &workload_trainings[_i];
+    kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *start[WORKLOAD_MAX_SAVED], *eager[WORKLOAD_MAX_SAVED],
+                *traced[WORKLOAD_MAX_SAVED];
+    workload_state s = {0};
+    ck_assert_msg(w->setup(WORKLOAD_QUICK, in, &s) == 0, "%s: %s", w->name, kiln_last_error());
+    if (!strcmp(w->name, "train_gpt")) {
+        kiln_optimizer_free(s.optimizer);
+        s.optimizer = kiln_adamw(s.model.p, s.model.n, 1e-3, 0.9, 0.999, 1e-3, 1e-2);
+    }
+    int n = workload_save(&s, start);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(train(w, NULL, in, &s, eager), n);
+    ck_assert_int_eq(workload_restore(&s, start, n), 0);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = UNDER_VALGRIND() ? KILN_BACKEND_INTERP : KILN_BACKEND_AUTO;
+    o.strict = true;
+    kiln_fn *f = kiln_jit(w->name, w->body, w->n_in, 1, &s, &o);
+    ck_assert_int_eq(train(w, f, in, &s, traced), n);
+    for (int i = 0; i < n; i++) {
+        double diff = relative_diff(traced[i], eager[i]);
+        ck_assert_msg(diff < 1e-4, "%s: tensor %d of %d after %d steps traced (%s) differs from eager by %g",
+                      w->name, i, n, TRAINING_STEPS, kiln_fn_backend(f), diff);
+        kiln_release(traced[i]);
+        kiln_release(eager[i]);
+    }
+    kiln_fn_free(f);
+    workload_free(w, in, &s);
+}
+END_TEST
+
 static Suite *models_suite(void)
 {
     Suite *s = suite_create("models");
@@ -114,6 +185,11 @@ static Suite *models_suite(void)
     tcase_add_test(tc, test_resnet);
     tcase_add_test(tc, test_gpt);
     suite_add_tcase(s, tc);
+    TCase *training = tcase_create("training");
+    tcase_add_checked_fixture(training, training_setup, training_teardown);
+    tcase_set_timeout(training, 300);
+    tcase_add_loop_test(training, test_training_steps, 0, workload_training_count);
+    suite_add_tcase(s, training);
     return s;
 }
 

@@ -4,8 +4,10 @@
  * context, optimised with LLVMRunPasses for its target and emitted as an
  * object file into memory: the form the cache stores. Host objects are added
  * to the JIT under their own resource tracker, so that freeing the code
- * unloads it. One lock covers LLVM: its target machines are not safe to
- * share between threads. */
+ * unloads it. A target machine is not safe to share between threads, so a
+ * compile borrows one of its target's for its duration, and compiles of
+ * different kernels run at once (each in its own context). One lock covers
+ * the rest of LLVM: the JIT, the targets' lists, the register probe. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -28,6 +30,10 @@
 #include "codegen_llvm/gemm_codegen.h"
 #include "codegen_llvm/internal.h"
 
+/* Target machines a target keeps for compiles to borrow: more compiles at
+ * once make their own and dispose of them after. */
+enum { MAX_MACHINES = 4 };
+
 struct llvm_code {
     LLVMOrcResourceTrackerRef tracker;
 };
@@ -41,7 +47,8 @@ struct llvm_target {
     LLVMTargetRef target;
     char triple[128];
     char *features;          /* sorted; "" for the CPU's own */
-    LLVMTargetMachineRef tm; /* made by the first compile: a disk hit needs none */
+    LLVMTargetMachineRef idle[MAX_MACHINES]; /* made by compiles, lent to one at a time: a disk hit needs none */
+    int n_idle;
     gemm_registers registers; /* probed by the first product compiled for it; bits 0 before */
     char *id;                /* triple, CPU and the features that change code */
     struct llvm_target *next;
@@ -50,12 +57,14 @@ struct llvm_target {
 static struct {
     pthread_once_t once;
     pthread_mutex_t lock;
+    pthread_cond_t idle;     /* compiling dropped to 0 */
+    int compiling;           /* compiles running outside the lock */
     LLVMOrcLLJITRef jit;
     llvm_target host;
     llvm_target *named;      /* named for cross-compiling, most recent first */
     char failure[512];       /* why the JIT could not start, or "" */
     char toolchain[32];
-} state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+} state = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER};
 
 /* Takes an LLVMErrorRef, writes its message after what into buf. */
 static void take_error(LLVMErrorRef e, const char *what, char *buf, size_t size)
@@ -126,13 +135,16 @@ static void read_line(int fd, char *said, size_t size)
  * ask but making a target machine, which only warns about an unknown CPU or
  * feature, on stderr: a child process makes it with its stderr going to a
  * pipe, so that this process's descriptors stay as they are. The child
- * touches only LLVM, whose lock the caller holds, so no other thread of this
- * process is inside LLVM when it forks. said: LLVM's warning. */
+ * touches only LLVM, whose lock the caller holds, and no compile is running
+ * (the caller waits for them), so no other thread of this process is inside
+ * LLVM when it forks. said: LLVM's warning. */
 static bool llvm_accepts(LLVMTargetRef target, const char *triple, const char *cpu, const char *features,
                          char *said, size_t size)
 {
     int fds[2];
     said[0] = '\0';
+    while (state.compiling > 0)
+        pthread_cond_wait(&state.idle, &state.lock);
     if (pipe(fds) < 0) {
         snprintf(said, size, "cannot check it: pipe: %s", strerror(errno));
         return false;
@@ -310,12 +322,15 @@ typedef struct {
     kiln_dtype product;
 } contents;
 
-/* The register tile of products of dt for t; under the lock. */
+/* The register tile of products of dt for t. */
 static gemm_shape product_shape(llvm_target *t, LLVMTargetMachineRef tm, kiln_dtype dt)
 {
+    pthread_mutex_lock(&state.lock);
     if (!t->registers.bits)
         t->registers = gemm_probe_registers(tm);
-    return gemm_shape_for(dt, t->registers);
+    gemm_registers registers = t->registers;
+    pthread_mutex_unlock(&state.lock);
+    return gemm_shape_for(dt, registers);
 }
 
 LLVMModuleRef llvm_module_for(LLVMContextRef ctx, LLVMTargetMachineRef tm)
@@ -342,13 +357,24 @@ static int verify(LLVMModuleRef m, char *err, size_t size)
     return status;
 }
 
-static int optimise(LLVMModuleRef m, LLVMTargetMachineRef tm, int level, char *err, size_t size)
+/* What an elementwise loop needs from O2, at a third of its time: its
+ * body's memory in registers, the loop in the form the vectorizer takes, the
+ * row's invariants (0-d values, a broadcast row's loads: the body's
+ * pointers are noalias) hoisted, then widened and tidied. Without inlining,
+ * the entry keeps its call of the body. */
+static const char LIGHT_PIPELINE[] =
+    "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-simplify,lcssa,loop-rotate,"
+    "loop-mssa(licm),loop-vectorize,instcombine<no-verify-fixpoint>,simplifycfg)";
+
+/* light: an elementwise loop, which LIGHT_PIPELINE serves from O2 up. */
+static int optimise(LLVMModuleRef m, LLVMTargetMachineRef tm, int level, bool light, char *err, size_t size)
 {
     static const char *const pipelines[] = {"default<O0>", "default<O1>", "default<O2>", "default<O3>"};
+    level = level < 0 ? 0 : level > 3 ? 3 : level;
     LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
     LLVMPassBuilderOptionsSetLoopVectorization(options, level >= 2);
     LLVMPassBuilderOptionsSetSLPVectorization(options, level >= 2);
-    LLVMErrorRef e = LLVMRunPasses(m, pipelines[level < 0 ? 0 : level > 3 ? 3 : level], tm, options);
+    LLVMErrorRef e = LLVMRunPasses(m, light && level >= 2 ? LIGHT_PIPELINE : pipelines[level], tm, options);
     LLVMDisposePassBuilderOptions(options);
     if (e) {
         take_error(e, "optimising", err, size);
@@ -385,15 +411,32 @@ static int emit_object(LLVMModuleRef m, LLVMTargetMachineRef tm, void **object, 
     return *object ? 0 : -1;
 }
 
-/* t's target machine, made on first use; under the lock. */
-static LLVMTargetMachineRef machine(llvm_target *t, char *err, size_t size)
+/* A target machine of t for one compile to use alone, counted among the
+ * compiles running (machine_return gives it back). */
+static LLVMTargetMachineRef machine_borrow(llvm_target *t, char *err, size_t size)
 {
-    if (!t->tm)
-        t->tm = LLVMCreateTargetMachine(t->target, t->triple, t->cpu, t->features, LLVMCodeGenLevelAggressive,
-                                        LLVMRelocPIC, LLVMCodeModelDefault);
-    if (!t->tm)
+    pthread_mutex_lock(&state.lock);
+    LLVMTargetMachineRef tm = t->n_idle ? t->idle[--t->n_idle] : NULL;
+    state.compiling++;
+    pthread_mutex_unlock(&state.lock);
+    if (!tm)
+        tm = LLVMCreateTargetMachine(t->target, t->triple, t->cpu, t->features, LLVMCodeGenLevelAggressive,
+                                     LLVMRelocPIC, LLVMCodeModelDefault);
+    if (!tm)
         snprintf(err, size, "LLVM cannot target %s (%s)", t->triple, t->cpu);
-    return t->tm;
+    return tm;
+}
+
+static void machine_return(llvm_target *t, LLVMTargetMachineRef tm)
+{
+    pthread_mutex_lock(&state.lock);
+    if (tm && t->n_idle < MAX_MACHINES)
+        t->idle[t->n_idle++] = tm;
+    else if (tm)
+        LLVMDisposeTargetMachine(tm);
+    if (--state.compiling == 0)
+        pthread_cond_broadcast(&state.idle);
+    pthread_mutex_unlock(&state.lock);
 }
 
 /* The IR before optimisation into opt->ir_before, when asked. */
@@ -410,8 +453,9 @@ static int verified(LLVMModuleRef m, const llvm_options *opt, char *err, size_t 
 static int kernel_module(LLVMModuleRef m, const kx_kernel *k, const char *symbol, const llvm_options *opt,
                          LLVMTargetMachineRef tm, char *err, size_t err_size)
 {
+    bool light = !k->n_reductions && !k->n_row_stores && !opt->stream_stores;
     if (codegen_kernel(m, k, symbol, opt->stream_stores, err, err_size) < 0 || verified(m, opt, err, err_size) < 0 ||
-        optimise(m, tm, opt->opt_level, err, err_size) < 0)
+        optimise(m, tm, opt->opt_level, light, err, err_size) < 0)
         return -1;
     if (opt->stream_stores)
         codegen_stream_stores(m);
@@ -430,7 +474,7 @@ static int product_module(LLVMModuleRef m, const contents *c, const char *symbol
     gemm_shape shape = product_shape(t, tm, dt);
     if (k && (!codegen_epilogue(m, k, symbol, shape.nr, err, err_size) ||
               (k->prologue && codegen_prologue(m, k, symbol, shape.mr, err, err_size) < 0) ||
-              verified(m, opt, err, err_size) < 0 || optimise(m, tm, opt->opt_level, err, err_size) < 0))
+              verified(m, opt, err, err_size) < 0 || optimise(m, tm, opt->opt_level, false, err, err_size) < 0))
         return -1;
     if (gemm_codegen(m, symbol, dt, shape, k != NULL, err, err_size) < 0)
         return -1;
@@ -442,10 +486,9 @@ static int compile_module(const contents *c, const char *symbol, const llvm_targ
 {
     llvm_target *t = (llvm_target *)target; /* targets live in state, which is not const */
     *object = NULL;
-    pthread_mutex_lock(&state.lock);
-    LLVMTargetMachineRef tm = machine(t, err, err_size);
+    LLVMTargetMachineRef tm = machine_borrow(t, err, err_size);
     if (!tm) {
-        pthread_mutex_unlock(&state.lock);
+        machine_return(t, tm);
         return -1;
     }
     LLVMContextRef ctx = LLVMContextCreate();
@@ -458,7 +501,7 @@ static int compile_module(const contents *c, const char *symbol, const llvm_targ
         status = emit_object(m, tm, object, size, err, err_size);
     LLVMDisposeModule(m);
     LLVMContextDispose(ctx);
-    pthread_mutex_unlock(&state.lock);
+    machine_return(t, tm);
     return status;
 }
 

@@ -294,6 +294,25 @@ static int extreme_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
     return done(n, gin);
 }
 
+/* prod: the product of the other elements of x's slice, as PyTorch's
+ * prod_backward gives it: out / x in a slice without zeros; in a slice with
+ * one zero, the product of the rest at the zero and 0 elsewhere; 0 in a
+ * slice with more. Written without branches on the values, so it traces. */
+static int prod_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    kiln_tensor *x = A(n), *zero = grad_scalar(0);
+    int axis = n->params.axis;
+    bool keepdim = n->params.keepdim;
+    kiln_tensor *is_zero = kiln_eq(x, zero);
+    kiln_tensor *zeros = kiln_sum(is_zero, axis, keepdim);
+    kiln_tensor *rest = kiln_prod(kiln_where(is_zero, grad_scalar(1), x), axis, keepdim);
+    kiln_tensor *lone_zero = kiln_logical_and(is_zero, unreduced(n, kiln_eq(zeros, grad_scalar(1))));
+    kiln_tensor *with_zeros = kiln_where(lone_zero, unreduced(n, rest), zero);
+    kiln_tensor *others = kiln_where(unreduced(n, kiln_eq(zeros, zero)), kiln_div(unreduced(n, n->out), x), with_zeros);
+    gin[0] = kiln_mul(unreduced(n, g), others);
+    return done(n, gin);
+}
+
 /* -- Movement --------------------------------------------------------------- */
 
 static int reshape_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
@@ -508,4 +527,5 @@ const grad_rule grad_rules[OP__COUNT] = {
     [OP_GATHER] = {gather_grad, IN1},
     [OP_INDEX_SELECT] = {index_select_grad, IN1},
     [OP_SCATTER_ADD] = {scatter_add_grad, IN1},
+    [OP_PROD] = {prod_grad, IN0 | OUT},
 };

@@ -13,7 +13,13 @@
  * Eviction runs on a budget: the bytes this process knows the cache holds,
  * counted from one listing of the directory and the entries it stored since;
  * the directory is listed again only when that passes the cap (and then
- * trimmed to 7/8 of it) or after many stores (others write there too). */
+ * trimmed to 7/8 of it) or after many stores (others write there too).
+ *
+ * The kernels of one request are made on the thread pool's threads, each
+ * taking the next kernel not yet taken, so that compiles (and disk reads)
+ * of a graph run side by side; the hits and misses of a request are counted
+ * in the directory's stats once. */
+#include <stdatomic.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -127,6 +133,7 @@ typedef struct {
     kx_code *code;                /* loaded for this process */
     kg_code generic_code;
     bool load;                    /* load code that runs here (else only check or store it) */
+    int hits, misses;             /* for the directory's stats */
 } lookup;
 
 static unsigned bucket_of(const cache_key *key)
@@ -275,8 +282,7 @@ static int from_disk(lookup *l)
         report_problem(&l->key, "cache entry that does not load", why, "; compiling");
         return 0;
     }
-    if (writable)
-        cache_count(l->config->dir, 1, 0);
+    l->hits += writable;
     if (l->r->log)
         fprintf(stderr, "kiln: '%s': kernel %d loaded from the disk cache (key %.16s)\n", l->r->function,
                 l->index, l->hex);
@@ -332,7 +338,7 @@ static bool runs_here(const lookup *l)
 
 /* Stores l's object code: 0, or -1 with err when it could not be stored
  * (only a warning for code that runs here anyway). */
-static int store(const lookup *l, void *object, size_t size, char *err, size_t err_size)
+static int store(lookup *l, void *object, size_t size, char *err, size_t err_size)
 {
     if (!runs_here(l) && l->config->mode == CACHE_READONLY) {
         snprintf(err, err_size, "code for another target is only stored in the disk cache, and "
@@ -351,7 +357,7 @@ static int store(const lookup *l, void *object, size_t size, char *err, size_t e
         report_write_failure(why, errno);
         return 0;
     }
-    cache_count(l->config->dir, 0, 1);
+    l->misses++;
     cache_entry_path(l->config->dir, &l->key, path, sizeof path);
     struct stat st;
     spend_budget(l->config->dir, l->config->max_bytes, stat(path, &st) == 0 ? (int64_t)st.st_size : (int64_t)size);
@@ -518,6 +524,57 @@ static int read_config(cache_config *config, char *err, size_t err_size)
     return 0;
 }
 
+/* Adds the hits and misses of lookups[0..n) to their directory's stats. */
+static void count_disk(const lookup *lookups, int n)
+{
+    int hits = 0, misses = 0;
+    for (int i = 0; i < n; i++) {
+        hits += lookups[i].hits;
+        misses += lookups[i].misses;
+    }
+    if (hits || misses)
+        cache_count(lookups[0].config->dir, hits, misses);
+}
+
+/* A request's kernels being made by the pool's threads. */
+typedef struct {
+    lookup *lookups;
+    kernels_entry **handles;
+    kernels_counts *counts;   /* per kernel */
+    int *status;
+    char *errs;               /* err_size bytes per kernel */
+    size_t err_size;
+    int n;
+    _Atomic int next;         /* the next kernel no thread has taken */
+} batch;
+
+static void make_some(void *ctx, int64_t begin, int64_t end)
+{
+    (void)begin, (void)end; /* kernels are taken one at a time: their compiles differ widely */
+    batch *b = ctx;
+    for (int i; (i = atomic_fetch_add(&b->next, 1)) < b->n;)
+        b->status[i] = one_kernel(&b->lookups[i], &b->handles[i], &b->counts[i], b->errs + (size_t)i * b->err_size,
+                                  b->err_size);
+}
+
+/* Makes b's kernels, on the pool where more than one may be made at once
+ * (dumps are written one kernel at a time): the status of the first that
+ * failed, its reason in err. */
+static int make_all(batch *b, bool dump, char *err, size_t err_size)
+{
+    if (dump || b->n == 1)
+        make_some(b, 0, b->n);
+    else
+        core_parallel_for(b->n, 1, make_some, b);
+    for (int i = 0; i < b->n; i++) {
+        if (b->status[i] < 0) {
+            snprintf(err, err_size, "%s", b->errs + (size_t)i * b->err_size);
+            return b->status[i];
+        }
+    }
+    return 0;
+}
+
 int kernels_get(kx_kernel *const *kernels, const kx_kernel_options *options, int n, const kernels_request *r,
                 kernels_entry **loaded, kernels_counts *counts, char *err, size_t err_size)
 {
@@ -532,17 +589,35 @@ int kernels_get(kx_kernel *const *kernels, const kx_kernel_options *options, int
                                      : "KILN_CACHE=off turns it off");
         return KERNELS_FAILED;
     }
-    int status = 0, i = 0;
-    for (; i < n && status == 0; i++) {
-        lookup l = {.kernel = kernels[i], .options = options[i], .index = i, .r = r, .config = &config,
-                    .target = r->target, .load = loaded != NULL};
-        kernels_entry *handle = NULL;
-        status = one_kernel(&l, &handle, counts, err, err_size);
-        if (loaded)
-            loaded[i] = handle;
+    if (n <= 0)
+        return 0;
+    batch b = {.lookups = calloc((size_t)n, sizeof *b.lookups), .handles = calloc((size_t)n, sizeof *b.handles),
+               .counts = calloc((size_t)n, sizeof *b.counts), .status = calloc((size_t)n, sizeof *b.status),
+               .errs = calloc((size_t)n, err_size), .err_size = err_size, .n = n};
+    int status = KERNELS_FAILED;
+    if (!b.lookups || !b.handles || !b.counts || !b.status || !b.errs) {
+        snprintf(err, err_size, "out of memory");
+    } else {
+        for (int i = 0; i < n; i++)
+            b.lookups[i] = (lookup){.kernel = kernels[i], .options = options[i], .index = i, .r = r,
+                                    .config = &config, .target = r->target, .load = loaded != NULL};
+        status = make_all(&b, r->dump != NULL, err, err_size);
+        count_disk(b.lookups, n);
+        for (int i = 0; i < n; i++) {
+            counts->compiled += b.counts[i].compiled;
+            counts->from_disk += b.counts[i].from_disk;
+            counts->shared += b.counts[i].shared;
+            if (status < 0)
+                kernels_release(b.handles[i]);
+            else if (loaded)
+                loaded[i] = b.handles[i];
+        }
     }
-    for (int j = 0; status < 0 && loaded && j < i - 1; j++)
-        kernels_release(loaded[j]);
+    free(b.lookups);
+    free(b.handles);
+    free(b.counts);
+    free(b.status);
+    free(b.errs);
     return status;
 }
 
@@ -598,6 +673,7 @@ static int one_generic(lookup *l, kg_code *code, char *err, size_t err_size)
     }
     kernels_counts counts = {0};
     int status = make(l, &counts, err, err_size);
+    count_disk(l, 1);
     pthread_mutex_lock(&table.lock);
     if (status == 0) {
         mine->code = *code = l->generic_code;

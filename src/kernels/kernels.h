@@ -51,9 +51,10 @@ enum { KERNELS_FAILED = -1, KERNELS_REQUIRED_MISSING = -2 };
 /* Makes kernels[0..n) (compiled with options[i]) ready for r->target. When
  * loaded is not NULL (the target runs here), loaded[i] is a new reference to
  * kernel i loaded; else each is compiled and stored on disk only. 0, or
- * KERNELS_FAILED or KERNELS_REQUIRED_MISSING with the reason in err; nothing
- * is held then. A kernel another thread is compiling is waited for; nothing
- * else waits on a compile. */
+ * KERNELS_FAILED or KERNELS_REQUIRED_MISSING with the reason in err (the
+ * first failing kernel's); nothing is held then. The kernels are made on the
+ * thread pool's threads side by side. A kernel another thread is compiling
+ * is waited for; nothing else waits on a compile. */
 int kernels_get(kx_kernel *const *kernels, const kx_kernel_options *options, int n, const kernels_request *r,
                 kernels_entry **loaded, kernels_counts *counts, char *err, size_t err_size);
 const kx_code *kernels_code(const kernels_entry *e);
