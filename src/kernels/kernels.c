@@ -477,7 +477,8 @@ static void settle(kernels_entry *e, kx_code *code)
     pthread_mutex_unlock(&table.lock);
 }
 
-static int one_kernel(lookup *l, kernels_entry **handle, kernels_counts *counts, char *err, size_t err_size)
+/* l's cache key, from its kernel's text: 0, or KERNELS_FAILED with err. */
+static int key_kernel(lookup *l, char *err, size_t err_size)
 {
     char *text = kx_to_text(l->kernel);
     if (!text) {
@@ -486,8 +487,12 @@ static int one_kernel(lookup *l, kernels_entry **handle, kernels_counts *counts,
     }
     int status = make_key(l, text, err, err_size);
     free(text);
-    if (status < 0)
-        return KERNELS_FAILED;
+    return status < 0 ? KERNELS_FAILED : 0;
+}
+
+/* Makes keyed lookup l's kernel: from memory, disk or a compile. */
+static int one_kernel(lookup *l, kernels_entry **handle, kernels_counts *counts, char *err, size_t err_size)
+{
     if (!runs_here(l))
         return make(l, counts, err, err_size);
     kernels_entry *mine;
@@ -500,7 +505,7 @@ static int one_kernel(lookup *l, kernels_entry **handle, kernels_counts *counts,
         snprintf(err, err_size, "out of memory");
         return KERNELS_FAILED;
     }
-    status = make(l, counts, err, err_size);
+    int status = make(l, counts, err, err_size);
     settle(mine, status == 0 ? l->code : NULL);
     *handle = status == 0 ? mine : NULL;
     return status;
@@ -545,6 +550,8 @@ typedef struct {
     char *errs;               /* err_size bytes per kernel */
     size_t err_size;
     int n;
+    bool *repeat;             /* the key of an earlier kernel of the request */
+    bool repeats;             /* made now: the first of each key is made */
     _Atomic int next;         /* the next kernel no thread has taken */
 } batch;
 
@@ -553,8 +560,22 @@ static void make_some(void *ctx, int64_t begin, int64_t end)
     (void)begin, (void)end; /* kernels are taken one at a time: their compiles differ widely */
     batch *b = ctx;
     for (int i; (i = atomic_fetch_add(&b->next, 1)) < b->n;)
-        b->status[i] = one_kernel(&b->lookups[i], &b->handles[i], &b->counts[i], b->errs + (size_t)i * b->err_size,
-                                  b->err_size);
+        if (b->status[i] == 0 && b->repeat[i] == b->repeats)
+            b->status[i] = one_kernel(&b->lookups[i], &b->handles[i], &b->counts[i],
+                                      b->errs + (size_t)i * b->err_size, b->err_size);
+}
+
+/* Keys b's kernels and marks those whose key an earlier one has: made side
+ * by side with it, both would compile (code for another target is never in
+ * memory), so they are made after it, from memory or disk. */
+static void key_all(batch *b)
+{
+    for (int i = 0; i < b->n; i++)
+        b->status[i] = key_kernel(&b->lookups[i], b->errs + (size_t)i * b->err_size, b->err_size);
+    for (int i = 0; i < b->n; i++)
+        for (int j = 0; j < i && !b->repeat[i]; j++)
+            b->repeat[i] = b->status[i] == 0 && b->status[j] == 0 &&
+                           !memcmp(&b->lookups[i].key, &b->lookups[j].key, sizeof b->lookups[i].key);
 }
 
 /* Makes b's kernels, on the pool where more than one may be made at once
@@ -562,10 +583,15 @@ static void make_some(void *ctx, int64_t begin, int64_t end)
  * failed, its reason in err. */
 static int make_all(batch *b, bool dump, char *err, size_t err_size)
 {
-    if (dump || b->n == 1)
-        make_some(b, 0, b->n);
-    else
-        core_parallel_for(b->n, 1, make_some, b);
+    key_all(b);
+    for (int pass = 0; pass < 2; pass++) {
+        b->repeats = pass == 1;
+        atomic_store(&b->next, 0);
+        if (dump || b->n == 1 || b->repeats)
+            make_some(b, 0, b->n);
+        else
+            core_parallel_for(b->n, 1, make_some, b);
+    }
     for (int i = 0; i < b->n; i++) {
         if (b->status[i] < 0) {
             snprintf(err, err_size, "%s", b->errs + (size_t)i * b->err_size);
@@ -593,9 +619,10 @@ int kernels_get(kx_kernel *const *kernels, const kx_kernel_options *options, int
         return 0;
     batch b = {.lookups = calloc((size_t)n, sizeof *b.lookups), .handles = calloc((size_t)n, sizeof *b.handles),
                .counts = calloc((size_t)n, sizeof *b.counts), .status = calloc((size_t)n, sizeof *b.status),
-               .errs = calloc((size_t)n, err_size), .err_size = err_size, .n = n};
+               .errs = calloc((size_t)n, err_size), .err_size = err_size, .n = n,
+               .repeat = calloc((size_t)n, sizeof *b.repeat)};
     int status = KERNELS_FAILED;
-    if (!b.lookups || !b.handles || !b.counts || !b.status || !b.errs) {
+    if (!b.lookups || !b.handles || !b.counts || !b.status || !b.errs || !b.repeat) {
         snprintf(err, err_size, "out of memory");
     } else {
         for (int i = 0; i < n; i++)
@@ -618,6 +645,7 @@ int kernels_get(kx_kernel *const *kernels, const kx_kernel_options *options, int
     free(b.counts);
     free(b.status);
     free(b.errs);
+    free(b.repeat);
     return status;
 }
 
