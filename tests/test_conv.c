@@ -228,6 +228,36 @@ START_TEST(test_conv2d_two_products)
 }
 END_TEST
 
+/* A reduction over rows of a product is no epilogue of it: its rows stay
+ * the kernel's (a 1x1 convolution's means over each image row). */
+static kiln_tensor *apply_row_means(kiln_tensor *const *in, const void *ctx)
+{
+    (void)ctx;
+    const kiln_conv2d_params one = {{1, 1}, {0, 0}, {1, 1}, 1};
+    return kiln_mean(kiln_relu(kiln_conv2d(in[0], in[1], in[2], &one)), 3, false);
+}
+
+START_TEST(test_conv2d_row_means)
+{
+    static oc_operand x, w, b;
+    const int64_t xs[4] = {2, 8, 6, 7}, ws[4] = {12, 8, 1, 1}, out[4] = {2, 12, 6, 7};
+    oc_operand_init(&x, KILN_F32, OC_CONTIG, 4, xs, -1, 1, 1);
+    oc_operand_init(&w, KILN_F32, OC_CONTIG, 4, ws, -1, 1, 2);
+    oc_operand_init(&b, KILN_F32, OC_CONTIG, 1, ws, -1, 1, 3);
+    static double y[OC_MAX_ELEMS], want[OC_MAX_ELEMS];
+    const kiln_conv2d_params one = {{1, 1}, {0, 0}, {1, 1}, 1};
+    conv_ref(&x, &w, b.v, &one, out, y);
+    for (int64_t r = 0; r < 2 * 12 * 6; r++) {
+        want[r] = 0;
+        for (int64_t i = 0; i < 7; i++)
+            want[r] += (y[r * 7 + i] < 0 ? 0 : y[r * 7 + i]) / 7;
+    }
+    kiln_tensor *in[3] = {x.t, w.t, b.t};
+    oc_check("mean(relu(conv 1x1), axis 3)", apply_row_means, NULL, 3, in, KILN_F32, 3, (int64_t[]){2, 12, 6}, want,
+             CLOSE_F32);
+}
+END_TEST
+
 /* 1x1 convolutions (plain products), depthwise with a channel multiplier,
  * the defaults (NULL params), an unbatched input, mixed dtypes. */
 START_TEST(test_conv2d_forms)
@@ -494,6 +524,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv2d_forms);
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);
+    tcase_add_test(tc, test_conv2d_row_means);
     tcase_add_test(tc, test_conv2d_errors);
     tcase_add_test(tc, test_pool_random);
     tcase_add_test(tc, test_pool_pytorch);

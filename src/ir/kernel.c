@@ -174,7 +174,7 @@ const char *kx_product_misfit(const kx_kernel *k)
 static bool joinable(const kx_kernel *k)
 {
     int d = k->n_outer - 1;
-    if (d < 0 || k->cols < 0 || k->outer[d] < 0)
+    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores) /* rows would change meaning */
         return false;
     for (int v = 0; v < k->n_views; v++) {
         const kx_view *w = &k->views[v];
