@@ -369,8 +369,8 @@ static bool product_operands(const executable *x, const plan_step *s, kiln_tenso
     const ir_node *product = &x->graph->nodes[s->product];
     const ir_ref *ops = ir_operands(x->graph, product);
     if (product->op == OP_CONV2D)
-        return eager_conv_args("kiln_call", product, values[ops[0]], values[ops[1]], layout, &buffers[s->n_inputs + s->n_outputs],
-                               staged) == 0;
+        return eager_conv_args("kiln_call", product, values[ops[0]], values[ops[1]], layout,
+                               &buffers[s->n_inputs + s->n_outputs], staged) == 0;
     kiln_tensor header, *a = values[ops[0]], *b = values[ops[1]];
     if (s->kernel->prologue) {
         header = stand_in(x, &x->graph->nodes[ops[0]], symbols);
