@@ -107,6 +107,157 @@ START_TEST(test_conv2d_random)
 }
 END_TEST
 
+/* A ResNet block's tail: conv2d with bias, inference batch norm, relu of
+ * the sum with a residual; in[] x, w, bias, mean, var, gamma, beta, r. */
+static kiln_tensor *apply_block(kiln_tensor *const *in, const void *ctx)
+{
+    kiln_tensor *y = kiln_conv2d(in[0], in[1], in[2], ctx);
+    return kiln_relu(kiln_add(kiln_batch_norm(y, in[3], in[4], in[5], in[6], 1e-5), in[7]));
+}
+
+/* The block's reference from conv_ref's y (in place). */
+static void block_ref(const oc_operand *bn, const oc_operand *r, const int64_t out[4], double *y)
+{
+    for (int64_t i = 0; i < oc_numel(4, out); i++) {
+        int64_t o = i / (out[2] * out[3]) % out[1];
+        double v = (y[i] - bn[0].v[o]) / sqrt(bn[1].v[o] + 1e-5) * bn[2].v[o] + bn[3].v[o] + r->v[i];
+        y[i] = v < 0 ? 0 : v;
+    }
+}
+
+/* One block of x [N, C, H, W] by w [O, C / groups, KH, KW] that fits:
+ * against the naive loop in every mode, the compiled call against the
+ * eager (unfused) one, and, where the convolution is a product of its own
+ * and the build compiles, in one kernel: the product with its epilogue. */
+static void check_block(kiln_dtype dt, const int64_t xs[4], const int64_t ws[4], const kiln_conv2d_params *p,
+                        uint64_t seed)
+{
+    int64_t out[4] = {xs[0], ws[0]};
+    for (int a = 0; a < 2; a++)
+        out[2 + a] = (xs[2 + a] + 2 * p->padding[a] - p->dilation[a] * (ws[2 + a] - 1) - 1) / p->stride[a] + 1;
+    static oc_operand x, w, b, bn[4], r;
+    oc_operand_init(&x, dt, (oc_layout)(seed % 4), 4, xs, -1, 1, seed);
+    oc_operand_init(&w, dt, seed % 3 ? OC_CONTIG : OC_TRANSPOSED, 4, ws, -1, 1, seed + 1);
+    oc_operand_init(&b, dt, OC_CONTIG, 1, ws, -1, 1, seed + 2);
+    for (int i = 0; i < 4; i++)
+        oc_operand_init(&bn[i], dt, OC_CONTIG, 1, ws, i == 1 ? 0.5 : -1, i == 1 ? 2 : 1, seed + 3 + (uint64_t)i);
+    oc_operand_init(&r, dt, OC_CONTIG, 4, out, -1, 1, seed + 7);
+    kiln_tensor *in[8] = {x.t, w.t, b.t, bn[0].t, bn[1].t, bn[2].t, bn[3].t, r.t};
+    char what[512];
+    snprintf(what, sizeof what, "block(x %s, w %s, stride %lld,%lld padding %lld,%lld dilation %lld,%lld groups %lld)",
+             x.desc, w.desc, (long long)p->stride[0], (long long)p->stride[1], (long long)p->padding[0],
+             (long long)p->padding[1], (long long)p->dilation[0], (long long)p->dilation[1], (long long)p->groups);
+    static double want[OC_MAX_ELEMS];
+    ck_assert(oc_numel(4, out) <= OC_MAX_ELEMS);
+    conv_ref(&x, &w, b.v, p, out, want);
+    block_ref(bn, &r, out, want);
+    oc_check(what, apply_block, p, 8, in, dt, 4, out, want, close_for(dt));
+    if (!oc_compiles())
+        return;
+    kiln_scope_begin();
+    kiln_tensor *eager = apply_block(in, p), *compiled = oc_traced(apply_block, p, 8, in, KILN_BACKEND_AUTO);
+    ck_assert_msg(compiled != NULL, "%s: %s", what, kiln_last_error());
+    double *e = test_values(eager), *c = test_values(compiled);
+    for (int64_t i = 0; i < oc_numel(4, out); i++)
+        ck_assert_msg(oc_close(c[i], e[i], dt, close_for(dt)), "%s: element %lld compiled %g, unfused %g", what,
+                      (long long)i, c[i], e[i]);
+    free(e);
+    free(c);
+    bool depthwise = xs[1] == p->groups;
+    bool plain = ws[2] * ws[3] == 1 && p->stride[0] == 1 && p->stride[1] == 1 && !p->padding[0] && !p->padding[1];
+    bool product = xs[0] > 0 && !depthwise && !plain;
+    int kernels = product ? oc_kernels(apply_block, p, 8, in) : -1;
+    ck_assert_msg(kernels == -1 || kernels == 1, "%s: %d kernels, want the product with its epilogue", what, kernels);
+    kiln_scope_end();
+}
+
+/* The block over random windows and groups, depthwise ones among them,
+ * batches 0 to 2, inputs transposed, strided and reversed, f32 and f64. */
+START_TEST(test_conv2d_fused)
+{
+    uint64_t s = 777;
+    for (int i = 0; i < cases(24); i++) {
+        int64_t g = between(&s, 1, 2), cg = i % 5 == 0 ? 1 : between(&s, 1, 3), og = between(&s, 1, 3);
+        kiln_conv2d_params p = {{between(&s, 1, 2), between(&s, 1, 2)},
+                                {between(&s, 0, 2), between(&s, 0, 2)},
+                                {between(&s, 1, 2), between(&s, 1, 2)},
+                                g};
+        int64_t ws[4] = {g * og, cg, between(&s, 1, 3), between(&s, 1, 3)};
+        int64_t xs[4] = {i % 7 == 0 ? 0 : between(&s, 1, 2), g * cg, 0, 0};
+        for (int a = 0; a < 2; a++) /* big enough for the kernel: the block's fit */
+            xs[2 + a] = p.dilation[a] * (ws[2 + a] - 1) + 1 + between(&s, 0, 6) - 2 * p.padding[a];
+        xs[2] = xs[2] < 1 ? 1 : xs[2];
+        xs[3] = xs[3] < 1 ? 1 : xs[3];
+        check_block(i % 2 ? KILN_F64 : KILN_F32, xs, ws, &p, (uint64_t)i * 11);
+    }
+    /* a 3x3 over 20 channels and 9x9 pixels: panels whole and partial, the
+     * padding on every side */
+    kiln_conv2d_params same = {{1, 1}, {1, 1}, {1, 1}, 1};
+    check_block(KILN_F32, (int64_t[]){1, 20, 9, 9}, (int64_t[]){16, 20, 3, 3}, &same, 5);
+}
+END_TEST
+
+/* Two products in one epilogue, as a ResNet's downsampling block has:
+ * relu(conv 1x1 (x) + conv 3x3 (x)); in[] x, w1, b1, w3, b3. */
+static kiln_tensor *apply_pair(kiln_tensor *const *in, const void *ctx)
+{
+    (void)ctx;
+    const kiln_conv2d_params one = {{1, 1}, {0, 0}, {1, 1}, 1}, three = {{1, 1}, {1, 1}, {1, 1}, 1};
+    return kiln_relu(kiln_add(kiln_conv2d(in[0], in[1], in[2], &one), kiln_conv2d(in[0], in[3], in[4], &three)));
+}
+
+/* Only one of the two products is computed inside the epilogue; the other
+ * is stored, and the kernel reads it as it was planned (its rows). */
+START_TEST(test_conv2d_two_products)
+{
+    static oc_operand x, w1, b1, w3, b3;
+    const int64_t xs[4] = {2, 8, 6, 7}, ws1[4] = {12, 8, 1, 1}, ws3[4] = {12, 8, 3, 3}, out[4] = {2, 12, 6, 7};
+    oc_operand_init(&x, KILN_F32, OC_CONTIG, 4, xs, -1, 1, 1);
+    oc_operand_init(&w1, KILN_F32, OC_CONTIG, 4, ws1, -1, 1, 2);
+    oc_operand_init(&b1, KILN_F32, OC_CONTIG, 1, ws1, -1, 1, 3);
+    oc_operand_init(&w3, KILN_F32, OC_CONTIG, 4, ws3, -1, 1, 4);
+    oc_operand_init(&b3, KILN_F32, OC_CONTIG, 1, ws3, -1, 1, 5);
+    static double want[OC_MAX_ELEMS], three[OC_MAX_ELEMS];
+    const kiln_conv2d_params one = {{1, 1}, {0, 0}, {1, 1}, 1}, same = {{1, 1}, {1, 1}, {1, 1}, 1};
+    conv_ref(&x, &w1, b1.v, &one, out, want);
+    conv_ref(&x, &w3, b3.v, &same, out, three);
+    for (int64_t i = 0; i < oc_numel(4, out); i++)
+        want[i] = want[i] + three[i] < 0 ? 0 : want[i] + three[i];
+    kiln_tensor *in[5] = {x.t, w1.t, b1.t, w3.t, b3.t};
+    oc_check("relu(conv 1x1 + conv 3x3)", apply_pair, NULL, 5, in, KILN_F32, 4, out, want, CLOSE_F32);
+}
+END_TEST
+
+/* A reduction over rows of a product is no epilogue of it: its rows stay
+ * the kernel's (a 1x1 convolution's means over each image row). */
+static kiln_tensor *apply_row_means(kiln_tensor *const *in, const void *ctx)
+{
+    (void)ctx;
+    const kiln_conv2d_params one = {{1, 1}, {0, 0}, {1, 1}, 1};
+    return kiln_mean(kiln_relu(kiln_conv2d(in[0], in[1], in[2], &one)), 3, false);
+}
+
+START_TEST(test_conv2d_row_means)
+{
+    static oc_operand x, w, b;
+    const int64_t xs[4] = {2, 8, 6, 7}, ws[4] = {12, 8, 1, 1}, out[4] = {2, 12, 6, 7};
+    oc_operand_init(&x, KILN_F32, OC_CONTIG, 4, xs, -1, 1, 1);
+    oc_operand_init(&w, KILN_F32, OC_CONTIG, 4, ws, -1, 1, 2);
+    oc_operand_init(&b, KILN_F32, OC_CONTIG, 1, ws, -1, 1, 3);
+    static double y[OC_MAX_ELEMS], want[OC_MAX_ELEMS];
+    const kiln_conv2d_params one = {{1, 1}, {0, 0}, {1, 1}, 1};
+    conv_ref(&x, &w, b.v, &one, out, y);
+    for (int64_t r = 0; r < 2 * 12 * 6; r++) {
+        want[r] = 0;
+        for (int64_t i = 0; i < 7; i++)
+            want[r] += (y[r * 7 + i] < 0 ? 0 : y[r * 7 + i]) / 7;
+    }
+    kiln_tensor *in[3] = {x.t, w.t, b.t};
+    oc_check("mean(relu(conv 1x1), axis 3)", apply_row_means, NULL, 3, in, KILN_F32, 3, (int64_t[]){2, 12, 6}, want,
+             CLOSE_F32);
+}
+END_TEST
+
 /* 1x1 convolutions (plain products), depthwise with a channel multiplier,
  * the defaults (NULL params), an unbatched input, mixed dtypes. */
 START_TEST(test_conv2d_forms)
@@ -371,6 +522,9 @@ static Suite *conv_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_conv2d_random);
     tcase_add_test(tc, test_conv2d_forms);
+    tcase_add_test(tc, test_conv2d_fused);
+    tcase_add_test(tc, test_conv2d_two_products);
+    tcase_add_test(tc, test_conv2d_row_means);
     tcase_add_test(tc, test_conv2d_errors);
     tcase_add_test(tc, test_pool_random);
     tcase_add_test(tc, test_pool_pytorch);

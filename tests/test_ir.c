@@ -228,6 +228,8 @@ static ir_graph *every_op_graph(void)
     emit(g, OP_GATHER, KILN_F32, SHAPE(2, 3), OPS(x, where_idx), &(ir_params){.axis = 0});
     emit(g, OP_INDEX_SELECT, KILN_F32, SHAPE(2, 3), OPS(x, idx), &(ir_params){.axis = 1});
     emit(g, OP_SCATTER_ADD, KILN_F32, SHAPE(2, 3), OPS(x, where_idx, y), &(ir_params){.axis = 0});
+    ir_ref image = move(g, OP_RESHAPE, x, SHAPE(1, 2, 3, 1), NULL), filters = move(g, OP_RESHAPE, w, SHAPE(3, 2, 1, 1), NULL);
+    emit(g, OP_CONV2D, KILN_F32, SHAPE(1, 3, 5, 1), OPS(image, filters), &(ir_params){.perm = {1, 1, 1, 0, 1, 1, 1}});
 
     add_output(g, product);
     add_output(g, joined);

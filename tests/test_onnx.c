@@ -732,6 +732,43 @@ START_TEST(test_export_round_trip)
 }
 END_TEST
 
+static int conv_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    const kiln_conv2d_params p = {{2, 1}, {1, 2}, {1, 2}, 2};
+    out[0] = kiln_relu(kiln_conv2d(in[0], in[1], in[2], &p));
+    return out[0] ? 0 : -1;
+}
+
+/* A convolution traced on the CPU is one conv2d node: exported as Conv
+ * (strides, pads, dilations, group), loaded back, it computes the same. */
+START_TEST(test_export_conv)
+{
+    kiln_tensor *in[3] = {kiln_randn(4, (int64_t[]){2, 4, 7, 9}, 1), kiln_randn(4, (int64_t[]){6, 2, 3, 3}, 2),
+                          kiln_randn(1, (int64_t[]){6}, 3)};
+    kiln_spec specs[3];
+    for (int i = 0; i < 3; i++)
+        specs[i] = kiln_spec_of(in[i]);
+    kiln_fn *f = kiln_jit("conv", conv_body, 3, 1, NULL, NULL);
+    ck_assert_msg(kiln_onnx_export(f, specs, tmp_path("conv.onnx")) == 0, "%s", kiln_last_error());
+    kiln_fn *g = kiln_onnx_load(tmp_path("conv.onnx"), NULL);
+    ck_assert_msg(g != NULL, "%s", kiln_last_error());
+    kiln_tensor *want = NULL, *got = NULL;
+    ck_assert_int_eq(kiln_call(f, in, &want), 0);
+    char *text = kiln_fn_graph_text(f);
+    ck_assert_msg(text && strstr(text, "conv2d"), "no conv2d node:\n%s", text ? text : kiln_last_error());
+    free(text);
+    ck_assert_msg(kiln_call(g, in, &got) == 0, "%s", kiln_last_error());
+    assert_close(got, want, 1e-5, 1e-6, "conv");
+    kiln_release(want);
+    kiln_release(got);
+    kiln_fn_free(g);
+    kiln_fn_free(f);
+    for (int i = 0; i < 3; i++)
+        kiln_release(in[i]);
+}
+END_TEST
+
 START_TEST(test_export_refuses)
 {
     kiln_fn *f = kiln_jit("plain", progen_body, 1, 1, NULL, NULL);
@@ -778,6 +815,7 @@ static Suite *onnx_suite(void)
     tcase_add_test(load, test_runtime_error_names_node);
     suite_add_tcase(s, load);
     tcase_add_test(export, test_export_round_trip);
+    tcase_add_test(export, test_export_conv);
     tcase_add_test(export, test_export_refuses);
     suite_add_tcase(s, export);
     /* suite onnx-cuda-emulated: the stand-in driver runs the kernels */

@@ -24,6 +24,7 @@ struct kx_code {
     ir_poly cols;  /* the kernel's row length */
     bool product;  /* runs as a product with k's epilogue on its tiles */
     gemm_code gemm;
+    kx_conv conv;  /* the product's convolution, if it is one */
     int n_buffers;
 };
 
@@ -99,6 +100,7 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
     }
     c->product = k->product >= 0;
     c->n_buffers = k->n_buffers;
+    c->conv = k->conv;
     c->code = c->product ? gemm_load(object, size, symbol, k->prologue != NULL, &c->gemm, err, err_size)
                          : llvm_load(object, size, symbol, &c->fn, err, err_size);
     if (!c->code) {
@@ -128,8 +130,8 @@ static int launch(const kx_code *code, void *const *buffers, const kg_matmul_arg
                   int64_t begin, int64_t end, char *err, size_t err_size)
 {
     if (code->product)
-        return gemm_run(&code->gemm, product, buffers[code->n_buffers], buffers[code->n_buffers + 1], NULL, buffers,
-                        symbols, err, err_size);
+        return gemm_run_conv(&code->gemm, code->conv.kh ? &code->conv : NULL, product, buffers[code->n_buffers],
+                             buffers[code->n_buffers + 1], NULL, buffers, symbols, err, err_size);
     rows_call call = {code, buffers, symbols, begin};
     int64_t cols = ir_poly_eval(&code->cols, symbols);
     core_parallel_for(end - begin, cols > 0 ? code->work / cols : code->work, run_rows, &call);
@@ -216,6 +218,7 @@ const kx_backend llvm_backend = {
     .stream_bytes = STREAM_BYTES,
     .runs_row_ranges = true,
     .product_block_bytes = STREAM_BYTES / 4, /* 8 MiB: in a server CPU's L2 and L3 with room to spare */
+    .conv_products = true,
     .supports = supports,
     .compile = compile,
     .load = load,

@@ -37,6 +37,7 @@ typedef struct {
     char *out;
     void *const *buffers;
     const int64_t *symbols;
+    const kx_conv *conv; /* or NULL: B is a matrix */
     blocking bl;
     int64_t tm, tn;   /* parts of each matrix's rows and columns */
     int64_t rows_part, cols_part;
@@ -127,7 +128,9 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
     int64_t a_z = batch_offset(a->a_batch_strides, a, z), b_z = batch_offset(a->b_batch_strides, a, z);
     for (int64_t jc = n0; jc < n1; jc += j->bl.nc) {
         int64_t nc = n1 - jc < j->bl.nc ? n1 - jc : j->bl.nc;
-        if (a->k > 0)
+        if (a->k > 0 && j->conv)
+            conv_pack_b(j->conv, a, j->b + b_z * size, jc, nc, g->nr, (int)size, s->bp);
+        else if (a->k > 0)
             g->pack_b(j->b + (b_z + jc * a->b_col) * size, a->b_row, a->b_col, a->k, nc, s->bp);
         for (int64_t ic = m0; ic < m1; ic += j->bl.mc) {
             int64_t mc = m1 - ic < j->bl.mc ? m1 - ic : j->bl.mc;
@@ -236,9 +239,15 @@ static void split(job *j, int64_t s)
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
              void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
 {
+    return gemm_run_conv(g, NULL, args, a, b, out, buffers, symbols, err, err_size);
+}
+
+int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *b,
+                  void *out, void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
+{
     if (args->batch <= 0 || args->m <= 0 || args->n <= 0)
         return 0;
-    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols,
+    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols, .conv = c,
              .bl = block_sizes(g, args->k),
              .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
     double work = (double)args->batch * (double)args->m * (double)args->n * (double)(args->k > 0 ? args->k : 1);

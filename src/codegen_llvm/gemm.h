@@ -77,4 +77,14 @@ struct llvm_code *gemm_load(const void *object, size_t size, const char *symbol,
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
              void *const *buffers, const int64_t *symbols, char *err, size_t err_size);
 
+/* gemm_run of a convolution (kx_conv c; args as kernel.h's kx_conv says),
+ * its B packed from x through the window, never stored whole. */
+int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *x,
+                  void *out, void *const *buffers, const int64_t *symbols, char *err, size_t err_size);
+/* Packs columns [col0, col0 + cols) of image and group x's B (all of its
+ * rows, args->k) into panels of nr columns as pack_b does, elements of size
+ * bytes (f32, f64). */
+void conv_pack_b(const kx_conv *c, const kg_matmul_args *args, const char *x, int64_t col0, int64_t cols, int nr,
+                 int size, char *dst);
+
 #endif

@@ -197,6 +197,14 @@ static grad_node *node_new(ir_op op, const ir_params *params, int n, kiln_tensor
     return node;
 }
 
+bool grad_wanted(int n, kiln_tensor *const *in)
+{
+    for (int i = 0; i < n && no_grad_depth == 0; i++)
+        if (ir_dtype_is_float(in[i]->dtype) && needs_grad(in[i]))
+            return true;
+    return false;
+}
+
 kiln_tensor *grad_track(ir_op op, int n, kiln_tensor *const *in, const ir_params *params, kiln_tensor *out)
 {
     if (!out || no_grad_depth > 0 || !ir_dtype_is_float(out->dtype) || out->grad_fn)

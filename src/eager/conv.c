@@ -2,8 +2,10 @@
  * they run on every device and trace: conv2d as windows of the padded input
  * (strided slices) stacked into columns and one batched product per group,
  * depthwise convolution and the pools as sums (or maxima) of the windows,
- * elementwise, so that a traced call fuses them. (Not yet the implicit GEMM
- * that reads windows straight from the input: the columns are a buffer.) */
+ * elementwise, so that a traced call fuses them. A trace on the CPU records
+ * other convolutions as one conv2d node instead, which the CPU backend
+ * computes as an implicit GEMM (no column buffer) with its epilogue fused,
+ * and the interpreter and eager steps as the composite. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +182,72 @@ static kiln_tensor *unbatch(kiln_tensor *y, const kiln_tensor *x)
     return x->ndim == 3 ? kiln_squeeze(y, 0) : y;
 }
 
+/* x4 [N, C, H, W] convolved with w, without bias, of the table's ops. */
+static kiln_tensor *conv_composite(kiln_tensor *x4, kiln_tensor *w, const conv_params *c, const int64_t out[4])
+{
+    kiln_tensor *xp = padded(x4, c->padding, (int64_t[]){0, 0}, 0);
+    return x4->shape[1] == c->groups && out[1] > 0 ? conv_depthwise(xp, w, c, out) : conv_product(xp, w, c, out);
+}
+
+/* Whether a trace records x4 (*) w as one conv2d node, which the CPU
+ * backend computes as an implicit GEMM with its epilogue (and the
+ * interpreter as conv_composite): on the CPU, of one float dtype, without
+ * gradients (whose rules are the composite's ops'), and neither depthwise
+ * (its windows fuse elementwise) nor 1x1 of stride 1 (a plain product). */
+static bool records_node(kiln_tensor *x4, kiln_tensor *w, const conv_params *c)
+{
+    bool depthwise = x4->shape[1] == c->groups && w->shape[0] > 0;
+    bool plain = w->shape[2] * w->shape[3] == 1 && c->stride[0] == 1 && c->stride[1] == 1 && !c->padding[0] &&
+                 !c->padding[1];
+    return recording() && x4->device == KILN_CPU && x4->dtype == w->dtype && !depthwise && !plain &&
+           !grad_wanted(2, (kiln_tensor *[]){x4, w});
+}
+
+static kiln_tensor *conv_node(kiln_tensor *x4, kiln_tensor *w, const conv_params *c, const int64_t out[4])
+{
+    ir_params params = {0};
+    for (int d = 0; d < 2; d++) {
+        params.perm[IR_CONV_STRIDE + d] = (int32_t)c->stride[d];
+        params.perm[IR_CONV_PADDING + d] = (int32_t)c->padding[d];
+        params.perm[IR_CONV_DILATION + d] = (int32_t)c->dilation[d];
+    }
+    params.perm[IR_CONV_GROUPS] = (int32_t)c->groups;
+    return record_op("kiln_conv2d", OP_CONV2D, 2, (kiln_tensor *[]){x4, w}, &params, x4->dtype, 4, out);
+}
+
+kiln_tensor *eager_conv2d_node(const ir_node *n, kiln_tensor *x, kiln_tensor *w)
+{
+    const int32_t *p = n->params.perm;
+    conv_params c = {.groups = p[IR_CONV_GROUPS]};
+    for (int d = 0; d < 2; d++) {
+        c.stride[d] = p[IR_CONV_STRIDE + d];
+        c.padding[d] = p[IR_CONV_PADDING + d];
+        c.dilation[d] = p[IR_CONV_DILATION + d];
+    }
+    int64_t out[4] = {x->shape[0], n->shape[1], n->shape[2], n->shape[3]};
+    composite_begin();
+    return composite_end("kiln_conv2d", conv_composite(x, w, &c, out));
+}
+
+int eager_conv_args(const char *fn, const ir_node *n, kiln_tensor *x, kiln_tensor *w, kg_matmul_args *args,
+                    void *operands[2], kiln_tensor **staged)
+{
+    char a[DESCRIBE_MAX], b[DESCRIBE_MAX];
+    if (x->device != KILN_CPU || w->device != KILN_CPU)
+        return core_fail(CORE_DEVICE, fn, "a convolution's x %s and w %s must be on the CPU", describe(a, x),
+                         describe(b, w));
+    if (!eager_is_contiguous(w) && !(w = *staged = eager_copy(fn, w)))
+        return -CORE_NOMEM;
+    int64_t g = n->params.perm[IR_CONV_GROUPS], o = w->shape[0] / g, k = w->shape[1] * w->shape[2] * w->shape[3];
+    *args = (kg_matmul_args){.batch = x->shape[0] * g, .m = o, .n = n->shape[2] * n->shape[3], .k = k,
+                             .batch_shape = {x->shape[0], g}, .a_batch_strides = {0, o * k},
+                             .b_batch_strides = {x->strides[0], w->shape[1] * x->strides[1]},
+                             .a_row = k, .a_col = 1, .b_row = x->strides[2], .b_col = x->strides[3], .batch_ndim = 2};
+    operands[0] = eager_data(w);
+    operands[1] = eager_data(x);
+    return 0;
+}
+
 kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *bias, const kiln_conv2d_params *p)
 {
     const char *fn = "kiln_conv2d";
@@ -189,8 +257,8 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *bias, cons
         check_conv(fn, x, xs, w, bias, &c, out) < 0)
         return NULL;
     composite_begin();
-    kiln_tensor *xp = padded(kiln_reshape(x, 4, xs), c.padding, (int64_t[]){0, 0}, 0);
-    kiln_tensor *y = xs[1] == c.groups && out[1] > 0 ? conv_depthwise(xp, w, &c, out) : conv_product(xp, w, &c, out);
+    kiln_tensor *x4 = kiln_reshape(x, 4, xs);
+    kiln_tensor *y = x4 && records_node(x4, w, &c) ? conv_node(x4, w, &c, out) : conv_composite(x4, w, &c, out);
     if (bias)
         y = kiln_add(y, kiln_reshape(bias, 3, (int64_t[]){out[1], 1, 1}));
     return composite_end(fn, unbatch(y, x));

@@ -59,6 +59,7 @@ static kiln_tensor *dispatch(const ir_node *n, kiln_tensor *const *in)
     case OP_WHERE: return kiln_where(in[0], in[1], in[2]);
     case OP_CAST: return kiln_cast(in[0], n->dtype);
     case OP_MATMUL: return kiln_matmul(in[0], in[1]);
+    case OP_CONV2D: return eager_conv2d_node(n, in[0], in[1]);
     case OP_CUMSUM: return kiln_cumsum(in[0], n->params.axis);
     case OP_TOPK: return eager_topk_indices(n, in[0]);
     case OP_GATHER: return kiln_gather(in[0], n->params.axis, in[1]);

@@ -143,6 +143,13 @@ kiln_tensor *eager_empty(const char *fn, kiln_device device, kiln_dtype dt, int 
  * batch, sizes and strides); fn's error when they do not multiply. */
 int eager_matmul_args(const char *fn, const kiln_tensor *a, const kiln_tensor *b, kg_matmul_args *args);
 
+/* How conv2d node n's product (kx_conv) lays out x and w: args, and the
+ * filters' and the input's data into operands[0..1]; a contiguous copy of
+ * w into *staged (the caller releases it) where w is not. fn's error when
+ * either is not on the CPU or out of memory. */
+int eager_conv_args(const char *fn, const ir_node *n, kiln_tensor *x, kiln_tensor *w, kg_matmul_args *args,
+                    void *operands[2], kiln_tensor **staged);
+
 /* Rows [begin, end) of a product just computed, the product seen as
  * [batches * m, n] over data: what an epilogue applies itself to. */
 typedef void (*eager_rows_fn)(void *ctx, void *data, int64_t begin, int64_t end);

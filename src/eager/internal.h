@@ -54,12 +54,20 @@ static inline ir_rank_class rank_class(const kiln_tensor *t)
     return t->literal ? IR_SCALAR : t->ndim == 0 ? IR_ZERO_DIM : IR_DIMS;
 }
 
+/* -- conv.c ------------------------------------------------------------------ */
+
+/* Conv2d node n (no bias) of x and w, run by the eager ops. */
+kiln_tensor *eager_conv2d_node(const ir_node *n, kiln_tensor *x, kiln_tensor *w);
+
 /* -- autograd.c: the tape -------------------------------------------------- */
 
 /* Gives out, the result of op on the n operands (params as the graph's node
  * would hold them), its gradient record when gradients are recorded and an
  * operand needs them. Returns out, or NULL (out released) with an error. */
 kiln_tensor *grad_track(ir_op op, int n, kiln_tensor *const *in, const ir_params *params, kiln_tensor *out);
+/* Whether an op on the n operands would record a gradient (grad_track's
+ * test, before the op runs). */
+bool grad_wanted(int n, kiln_tensor *const *in);
 /* Drops t's record and gradient (t is being freed). */
 void grad_forget(kiln_tensor *t);
 /* Leaf t's gradient where kiln_grad would find it (borrowed), or NULL. */

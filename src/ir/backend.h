@@ -50,6 +50,7 @@ typedef struct kx_backend {
     int64_t stream_bytes;     /* kernels storing this much stream (kx_kernel_options); 0: never */
     bool runs_row_ranges;     /* launch runs any range of rows: a product's epilogue block by block */
     int64_t product_block_bytes; /* with runs_row_ranges: a block of a product that stays in its caches */
+    bool conv_products;       /* computes a conv2d node as a product (kx_conv) with its epilogue */
     /* Whether it compiles k (with a product: whether it fuses that
      * epilogue); why not in why. */
     bool (*supports)(const kx_kernel *k, char *why, size_t why_size);

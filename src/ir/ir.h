@@ -102,10 +102,27 @@ typedef struct {
     int32_t axis;   /* reductions, slice, concat; KILN_ALL for every axis */
     int32_t keepdim; /* reductions; topk: largest first (else smallest) */
     int32_t scalar; /* const: promotes as a scalar, not as a 0-d tensor */
-    int32_t perm[KILN_MAX_DIMS];
+    int32_t perm[KILN_MAX_DIMS]; /* permute; conv2d: its IR_CONV_* parameters */
     int32_t zero;   /* always 0: fills what would be padding, which memcmp reads */
 } ir_params;
 _Static_assert(sizeof(ir_params) == 80, "ir_params must have no padding");
+
+/* Where a conv2d node keeps its window in ir_params.perm (each below 2^31):
+ * stride, padding and dilation of axes 2 and 3, then groups. */
+enum {
+    IR_CONV_STRIDE = 0,
+    IR_CONV_PADDING = 2,
+    IR_CONV_DILATION = 4,
+    IR_CONV_GROUPS = 6,
+    IR_CONV_PARAMS = 7,
+};
+/* The windows of k taps dilated by d, stepping s over an extent padded by p
+ * on each side; 0 or less when none fits. */
+static inline int64_t ir_conv_extent(int64_t extent, int64_t k, int64_t s, int64_t p, int64_t d)
+{
+    int64_t room = extent + 2 * p - (d * (k - 1) + 1);
+    return room < 0 ? 0 : room / s + 1;
+}
 
 /* -- Sizes ----------------------------------------------------------------- *
  * A dimension of a node's shape is a concrete size (>= 0) or a symbolic one

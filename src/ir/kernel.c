@@ -169,6 +169,31 @@ const char *kx_product_misfit(const kx_kernel *k)
     return NULL;
 }
 
+/* Whether every view of k steps along its innermost outer dimension as far
+ * as a row's columns reach: the two are one axis of it. */
+static bool joinable(const kx_kernel *k)
+{
+    int d = k->n_outer - 1;
+    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores) /* rows would change meaning */
+        return false;
+    for (int v = 0; v < k->n_views; v++) {
+        const kx_view *w = &k->views[v];
+        if (w->inner_stride < 0 || w->outer_strides[d] != k->cols * w->inner_stride) /* (< 0: a table's) */
+            return false;
+    }
+    return true;
+}
+
+bool kx_join_cols(kx_kernel *k, int64_t cols)
+{
+    while (k->cols != cols && k->cols > 0 && cols % k->cols == 0 && joinable(k)) {
+        k->n_outer--;
+        k->cols *= k->outer[k->n_outer];
+        k->rows = ir_shape_product(&k->sizes, k->n_outer, k->outer);
+    }
+    return k->cols == cols;
+}
+
 /* -- Text -------------------------------------------------------------------- */
 
 static void put_value(strbuf *t, kx_value v, kiln_dtype dt)
@@ -196,6 +221,12 @@ static void put_header(strbuf *t, const kx_kernel *k)
     strbuf_put(t, "]");
     if (k->product >= 0)
         strbuf_put(t, " product=b%d", k->product);
+    const kx_conv *c = &k->conv;
+    if (c->kh)
+        strbuf_put(t, " conv=%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld", (long long)c->channels,
+                   (long long)c->height, (long long)c->width, (long long)c->out_width, (long long)c->kh,
+                   (long long)c->kw, (long long)c->stride[0], (long long)c->stride[1], (long long)c->padding[0],
+                   (long long)c->padding[1], (long long)c->dilation[0], (long long)c->dilation[1]);
     strbuf_put(t, "\n");
 }
 

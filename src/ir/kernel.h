@@ -97,6 +97,19 @@ typedef struct {
     int expr;
 } kx_row_store;
 
+/* A product that is a convolution (conv2d, without a column buffer): B,
+ * [C/groups KH KW, OH OW] per image and group, is read from the input x
+ * [N, C, H, W] through the window, padding read as zeros. The launch's
+ * kg_matmul_args say: batch [N, groups]; A the filters [O/groups, C/groups
+ * KH KW]; B's batch strides x's image stride and groups' channel offset
+ * (channels * its channel stride), b_row and b_col x's row and column
+ * strides. Concrete sizes, part of the kernel's text; kh 0: no convolution. */
+typedef struct {
+    int64_t channels;   /* per group */
+    int64_t height, width, out_width;
+    int64_t kh, kw, stride[2], padding[2], dilation[2];
+} kx_conv;
+
 typedef struct kx_kernel {
     ir_sizes sizes;             /* what its symbolic sizes name (see the top) */
     int n_outer;
@@ -127,6 +140,7 @@ typedef struct kx_kernel {
      * kernel (the indices are this kernel's). The launch's layout of A is
      * row-major. Owned by this kernel. */
     struct kx_kernel *prologue;
+    kx_conv conv;               /* with a product: how it reads B */
 } kx_kernel;
 
 /* How a kernel is compiled, beyond what it computes (a cache key component). */
@@ -166,6 +180,11 @@ int kx_product_view(const kx_kernel *k);
  * row-major [rows, cols]. Backends add what they compute (the dtypes of
  * that view). */
 const char *kx_product_misfit(const kx_kernel *k);
+/* Joins k's innermost outer dimension into its rows' columns while they are
+ * fewer than cols and every view walks the two as one axis; whether k's
+ * columns are then cols. Only n_outer, outer, rows and cols change (the
+ * views' strides past n_outer stay, unread), so restoring those undoes it. */
+bool kx_join_cols(kx_kernel *k, int64_t cols);
 
 /* -- Shape-generic kernels of eager ops ------------------------------------ *
  * One per op and dtypes, with sizes and strides as arguments, so one

@@ -141,20 +141,65 @@ static bool matmul_dims(const ir_graph *g, const ir_node *n, int64_t *m, int64_t
     return *batch > 0 && *m != 0 && *cols > 0;
 }
 
-/* Whether kernel step s may compute matmul node r, its input b, itself. */
+/* A conv2d node's window as a product's (kx_conv). */
+static kx_conv conv_of(const ir_graph *g, const ir_node *n)
+{
+    const ir_ref *ops = ir_operands(g, n);
+    const ir_node *x = &g->nodes[ops[0]], *w = &g->nodes[ops[1]];
+    const int32_t *p = n->params.perm;
+    kx_conv c = {.channels = w->shape[1], .height = x->shape[2], .width = x->shape[3], .out_width = n->shape[3],
+                 .kh = w->shape[2], .kw = w->shape[3]};
+    for (int d = 0; d < 2; d++) {
+        c.stride[d] = p[IR_CONV_STRIDE + d];
+        c.padding[d] = p[IR_CONV_PADDING + d];
+        c.dilation[d] = p[IR_CONV_DILATION + d];
+    }
+    return c;
+}
+
+/* The rows and columns of the product that node n (a matmul, or a conv2d
+ * the backend computes as one) is, as an epilogue sees it; false when n is
+ * neither or not of float matrices. A convolution's rows are its images'
+ * channels, its columns their pixels. */
+static bool product_dims(const ir_plan *p, const kx_backend *be, const ir_node *n, kx_kernel *k,
+                         int64_t *rows, int64_t *cols)
+{
+    if (n->op == OP_CONV2D && be->conv_products && n->shape[1] > 0 && n->shape[2] * n->shape[3] > 0) {
+        *rows = ir_shape_product(&k->sizes, 2, n->shape);
+        *cols = n->shape[2] * n->shape[3];
+        return true;
+    }
+    if (n->op != OP_MATMUL || !float_matrices(p->graph, n))
+        return false;
+    *rows = ir_shape_product(&k->sizes, n->ndim - 1, n->shape);
+    *cols = n->shape[n->ndim - 1];
+    return true;
+}
+
+/* Whether kernel step s may compute matmul (or conv2d) node r, its input b,
+ * itself. */
 static bool fuses_product(const ir_plan *p, const kx_backend *be, plan_step *s, int b, ir_ref r)
 {
     const ir_node *n = &p->graph->nodes[r];
-    kx_kernel *k = s->kernel;
-    if (n->op != OP_MATMUL || p->last_use[r] != s->node || !eager_step(p, r) || readers(p, r) != 1 ||
-        !float_matrices(p->graph, n) || k->rows != ir_shape_product(&k->sizes, n->ndim - 1, n->shape) ||
-        k->cols != n->shape[n->ndim - 1])
+    kx_kernel *k = s->kernel, before = *k;
+    int64_t rows, cols;
+    if (p->last_use[r] != s->node || !eager_step(p, r) || readers(p, r) != 1 || !product_dims(p, be, n, k, &rows, &cols))
         return false;
     char why[256];
-    s->kernel->product = b;
-    if (be->supports(s->kernel, why, sizeof why))
-        return true;
-    s->kernel->product = -1;
+    if (kx_join_cols(k, cols) && k->rows == rows) {
+        k->product = b;
+        if (n->op == OP_CONV2D)
+            k->conv = conv_of(p->graph, n);
+        if (be->supports(k, why, sizeof why))
+            return true;
+    }
+    /* as it was (kx_join_cols) */
+    k->n_outer = before.n_outer;
+    memcpy(k->outer, before.outer, sizeof k->outer);
+    k->rows = before.rows;
+    k->cols = before.cols;
+    k->product = -1;
+    k->conv = (kx_conv){0};
     return false;
 }
 
@@ -186,6 +231,8 @@ static int plan_products(ir_plan *p, const kx_backend *be)
 static int prologue_step(const ir_plan *p, const plan_step *s)
 {
     const ir_node *product = &p->graph->nodes[s->product];
+    if (product->op != OP_MATMUL) /* a convolution's A is its filters, read as they are */
+        return -1;
     ir_ref a = ir_operands(p->graph, product)[0];
     const ir_node *an = &p->graph->nodes[a];
     int sa = p->step_of[a];

@@ -247,6 +247,18 @@ static bool matmul_rule(deriver *d, ir_ref r, const ir_node *n, int64_t *out)
     return true;
 }
 
+/* A convolution keeps its input's batch; the rest are its traced sizes,
+ * from concrete sizes of the input. */
+static bool conv_rule(deriver *d, ir_ref r, const ir_node *n, int64_t *out)
+{
+    const int64_t *x = shape_of(d, ir_operands(d->g, n)[0]);
+    unsigned involved = symbols_of(d, x[1]) | symbols_of(d, x[2]) | symbols_of(d, x[3]);
+    if (involved)
+        return specialize(d, involved, r, "a convolution's windows");
+    out[0] = x[0];
+    return true;
+}
+
 /* cumsum keeps its operand's sizes; top-k takes k along a fixed axis. */
 static bool line_rule(deriver *d, ir_ref r, const ir_node *n, const int64_t *a, int64_t *out)
 {
@@ -294,7 +306,7 @@ static bool derive_node(deriver *d, ir_ref r)
         return true;
     case KIND_ELEMENTWISE: return broadcast_rule(d, r, n, out);
     case KIND_REDUCTION: return reduction_rule(d, n, as, a->ndim, out);
-    case KIND_MATMUL: return matmul_rule(d, r, n, out);
+    case KIND_MATMUL: return n->op == OP_CONV2D ? conv_rule(d, r, n, out) : matmul_rule(d, r, n, out);
     case KIND_ASSIGN: return true;
     case KIND_LINE: return line_rule(d, r, n, as, out);
     case KIND_INDEX: return index_rule(d, n, out);

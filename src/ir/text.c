@@ -71,6 +71,10 @@ static void put_params(strbuf *t, const ir_node *n)
         strbuf_put(t, " start=%lld step=%lld", (long long)p->start, (long long)p->step);
     } else if (n->op == OP_CONCAT) {
         put_axis(t, p->axis);
+    } else if (n->op == OP_CONV2D) {
+        strbuf_put(t, " conv=");
+        for (int i = 0; i < IR_CONV_PARAMS; i++)
+            strbuf_put(t, i ? ",%d" : "%d", p->perm[i]);
     } else if (n->op == OP_PERMUTE) {
         strbuf_put(t, " perm=");
         for (int d = 0; d < n->ndim; d++)
@@ -288,6 +292,22 @@ static int parse_perm(parser *ps, const char *v, ir_params *p)
     return 0;
 }
 
+/* A convolution's IR_CONV_PARAMS numbers, each in [0, 2^31). */
+static int parse_conv(parser *ps, const char *v, ir_params *p)
+{
+    int i = 0;
+    for (const char *s = v; *s; i++) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (end == s || i == IR_CONV_PARAMS || errno || x < 0 || x > INT32_MAX || (*end && *end != ','))
+            return fail(ps, "bad conv \"%s\"", v);
+        p->perm[i] = (int32_t)x;
+        s = *end ? end + 1 : end;
+    }
+    return i == IR_CONV_PARAMS ? 0 : fail(ps, "bad conv \"%s\"", v);
+}
+
 static int parse_param(parser *ps, const char *w, ir_params *p)
 {
     const char *eq = strchr(w, '=');
@@ -300,6 +320,8 @@ static int parse_param(parser *ps, const char *w, ir_params *p)
         return parse_axis(ps, v, p);
     if (klen == 4 && !strncmp(w, "perm", 4))
         return parse_perm(ps, v, p);
+    if (klen == 4 && !strncmp(w, "conv", 4))
+        return parse_conv(ps, v, p);
     if (!parse_int(v, &x))
         return fail(ps, "bad value in \"%s\"", w);
     if ((klen == 7 && !strncmp(w, "keepdim", 7)) || (klen == 7 && !strncmp(w, "largest", 7))) {

@@ -263,6 +263,31 @@ static int check_matmul(checker *c, const ir_node *n)
     return ir_result_dtype(RULE_MATMUL, dt) == (int)n->dtype ? 0 : bad(c, "dtype disagrees");
 }
 
+/* x [N, C, H, W] and w [O, C / groups, KH, KW] of the node's dtype, into
+ * [N, O, OH, OW] by its window (ir_conv_extent; sizes other than N
+ * concrete). */
+static int check_conv(checker *c, const ir_node *n)
+{
+    const ir_node *x = operand(c, 0), *w = operand(c, 1);
+    const int32_t *p = n->params.perm;
+    if (x->ndim != 4 || w->ndim != 4 || n->ndim != 4 || x->dtype != n->dtype || w->dtype != n->dtype ||
+        !ir_dtype_is_float(n->dtype))
+        return bad(c, "a convolution takes [N,C,H,W] and [O,C/groups,KH,KW] floats of its dtype");
+    if (p[IR_CONV_GROUPS] < 1 || p[IR_CONV_STRIDE] < 1 || p[IR_CONV_STRIDE + 1] < 1 || p[IR_CONV_DILATION] < 1 ||
+        p[IR_CONV_DILATION + 1] < 1 || p[IR_CONV_PADDING] < 0 || p[IR_CONV_PADDING + 1] < 0)
+        return bad(c, "bad convolution window");
+    for (int d = 1; d < 4; d++)
+        if (x->shape[d] < 0 || w->shape[d] < 0)
+            return bad(c, "a convolution's sizes but the batch are concrete");
+    int64_t g = p[IR_CONV_GROUPS], shape[4] = {x->shape[0], w->shape[0], 0, 0};
+    if (w->shape[0] < 0 || w->shape[0] % g || w->shape[1] * g != x->shape[1])
+        return bad(c, "channels do not match the groups");
+    for (int d = 0; d < 2; d++)
+        shape[2 + d] = ir_conv_extent(x->shape[2 + d], w->shape[2 + d], p[IR_CONV_STRIDE + d], p[IR_CONV_PADDING + d],
+                                      p[IR_CONV_DILATION + d]);
+    return same_shape(4, shape, n) ? 0 : bad(c, "shape is not the convolution's");
+}
+
 /* The parameters op reads; the others must be zero, so that equal nodes
  * print equal text. */
 static ir_params used_params(const ir_node *n)
@@ -296,6 +321,8 @@ static ir_params used_params(const ir_node *n)
     }
     if (n->op == OP_PERMUTE)
         memcpy(used.perm, p->perm, (size_t)n->ndim * sizeof *p->perm);
+    if (n->op == OP_CONV2D)
+        memcpy(used.perm, p->perm, IR_CONV_PARAMS * sizeof *p->perm);
     return used;
 }
 
@@ -333,7 +360,7 @@ static int check_node(checker *c)
     case KIND_ELEMENTWISE: return check_elementwise(c, n);
     case KIND_REDUCTION: return check_reduction(c, n);
     case KIND_MOVEMENT: return check_movement(c, n);
-    case KIND_MATMUL: return check_matmul(c, n);
+    case KIND_MATMUL: return n->op == OP_CONV2D ? check_conv(c, n) : check_matmul(c, n);
     case KIND_LINE: return check_line(c, n);
     case KIND_INDEX: return check_index(c, n);
     case KIND_ASSIGN: return bad(c, "assign is not a graph node (writebacks are)");

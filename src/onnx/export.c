@@ -403,6 +403,23 @@ static int along_axis(exporter *e, ir_ref r)
     return 0;
 }
 
+/* A convolution: ONNX's Conv with the node's window (pads begin, then end). */
+static int conv(exporter *e, ir_ref r)
+{
+    const ir_node *n = &e->g->nodes[r];
+    const ir_ref *ops = ir_operands(e->g, n);
+    const int32_t *p = n->params.perm;
+    Onnx__NodeProto *node = add_node(e, "Conv", 2, (const char *[]){e->names[ops[0]], e->names[ops[1]]}, e->names[r]);
+    int64_t strides[2] = {p[IR_CONV_STRIDE], p[IR_CONV_STRIDE + 1]};
+    int64_t dilations[2] = {p[IR_CONV_DILATION], p[IR_CONV_DILATION + 1]};
+    int64_t pads[4] = {p[IR_CONV_PADDING], p[IR_CONV_PADDING + 1], p[IR_CONV_PADDING], p[IR_CONV_PADDING + 1]};
+    attr_ints(e, node, "strides", strides, 2);
+    attr_ints(e, node, "dilations", dilations, 2);
+    attr_ints(e, node, "pads", pads, 4);
+    attr_int(e, node, "group", p[IR_CONV_GROUPS]);
+    return 0;
+}
+
 static int export_node(exporter *e, ir_ref r)
 {
     const ir_graph *g = e->g;
@@ -449,6 +466,9 @@ static int export_node(exporter *e, ir_ref r)
     case OP_CUMSUM:
         e->names[r] = fresh_name(e);
         return along_axis(e, r);
+    case OP_CONV2D:
+        e->names[r] = fresh_name(e);
+        return conv(e, r);
     default:
         break;
     }

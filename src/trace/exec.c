@@ -376,9 +376,13 @@ static kiln_tensor stand_in(const executable *x, const ir_node *n, const int64_t
 /* The operands of step s's product, after its buffers, and their layout.
  * They are matrices: one on another device is an error (operand_moved's). */
 static bool product_operands(const executable *x, const plan_step *s, kiln_tensor *const *values,
-                             const int64_t *symbols, void **buffers, kg_matmul_args *layout)
+                             const int64_t *symbols, void **buffers, kg_matmul_args *layout, kiln_tensor **staged)
 {
-    const ir_ref *ops = ir_operands(x->graph, &x->graph->nodes[s->product]);
+    const ir_node *product = &x->graph->nodes[s->product];
+    const ir_ref *ops = ir_operands(x->graph, product);
+    if (product->op == OP_CONV2D)
+        return eager_conv_args("kiln_call", product, values[ops[0]], values[ops[1]], layout,
+                               &buffers[s->n_inputs + s->n_outputs], staged) == 0;
     kiln_tensor header, *a = values[ops[0]], *b = values[ops[1]];
     if (s->kernel->prologue) {
         header = stand_in(x, &x->graph->nodes[ops[0]], symbols);
@@ -407,7 +411,8 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
     kiln_tensor *out = output_for(x, n, s->reuses, values, src->symbols);
     kg_matmul_args layout;
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
-              (s->product == IR_NONE || product_operands(x, s, values, src->symbols, buffers, &layout));
+              (s->product == IR_NONE ||
+               product_operands(x, s, values, src->symbols, buffers, &layout, &staged[s->kernel->product]));
     if (ok) {
         char why[512];
         buffers[s->n_inputs] = eager_data(out);
