@@ -20,7 +20,13 @@
  * alignment is less than a vector's, so the output stores carry a TBAA tag
  * instead, which the vectorizer copies to its wide stores and no other access
  * shares; after optimisation, codegen_stream_stores makes the aligned wide
- * stores with that tag non-temporal. */
+ * stores with that tag non-temporal.
+ *
+ * A row a kernel keeps between passes (kx_staged_view: softmax's
+ * exponentials) lives in a scratch row on the thread's stack, which stays in
+ * its caches, rather than in the output: the store pass then writes the
+ * output once, and may stream it, where the output would otherwise be read
+ * from memory before its first store and written back after its last. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +54,7 @@ typedef struct {
     LLVMValueRef i;          /* the current loop's element index */
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
+    LLVMValueRef *scratch;   /* per view: the row it stages (kx_staged_view), or NULL */
     char missing[128];       /* an op this backend lacks, met while building */
     const kx_view *product;  /* an epilogue's view of its product, read from tile[tile_index] */
     LLVMValueRef tile, tile_index;
@@ -290,8 +297,16 @@ static void compute_sizes(gen *g)
 
 static LLVMValueRef expr(gen *g, int e);
 
+/* Element i of the row view v stages. */
+static LLVMValueRef scratch_at(gen *g, const kx_view *v)
+{
+    return LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->scratch[v - g->k->views], &g->i, 1, "");
+}
+
 static LLVMValueRef load(gen *g, const kx_view *v)
 {
+    if (g->scratch[v - g->k->views])
+        return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), scratch_at(g, v), "");
     if (v == g->product)
         return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->tile,
                                                                             &g->tile_index, 1, ""), "");
@@ -414,7 +429,8 @@ static void emit_stores(gen *g, int pass)
             continue;
         const kx_view *v = &k->views[st->view];
         LLVMValueRef value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
-        LLVMValueRef store = LLVMBuildStore(g->b, value, address(g, v));
+        bool staged = g->scratch[st->view] && pass != KX_STORE_PASS;
+        LLVMValueRef store = LLVMBuildStore(g->b, value, staged ? scratch_at(g, v) : address(g, v));
         if (g->stream_tag && pass == KX_STORE_PASS)
             LLVMSetMetadata(store, LLVMGetMDKindIDInContext(g->ctx, "tbaa", 4), g->stream_tag);
     }
@@ -462,6 +478,20 @@ static void store_row(gen *g)
 }
 
 /* -- Rows ------------------------------------------------------------------ */
+
+/* The scratch rows of the views the kernel stages, in the body's entry
+ * (static allocas, so that LLVM keeps them in the frame). */
+static void stage_rows(gen *g)
+{
+    for (int v = 0; v < g->k->n_views; v++) {
+        g->scratch[v] = NULL;
+        if (!kx_staged_view(g->k, v))
+            continue;
+        LLVMTypeRef row = LLVMArrayType2(type_of(g->ctx, g->k->views[v].dtype), (uint64_t)g->k->cols);
+        g->scratch[v] = LLVMBuildAlloca(g->b, row, "staged");
+        LLVMSetAlignment(g->scratch[v], 64);
+    }
+}
 
 /* Each view's first element of row: its offset plus the row's outer index
  * times the outer strides. */
@@ -537,6 +567,7 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
     LLVMPositionBuilderAtEnd(g->b, entry);
     compute_sizes(g);
+    stage_rows(g);
     LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, rows);
@@ -613,7 +644,8 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
     g->rows = calloc((size_t)k->n_reductions + 1, sizeof *g->rows);
     g->memo = calloc((size_t)k->n_exprs + 1, sizeof *g->memo);
     g->sizes = calloc((size_t)k->sizes.n + 1, sizeof *g->sizes);
-    bool ok = g->view_base && g->rows && g->memo && g->sizes;
+    g->scratch = calloc((size_t)k->n_views + 1, sizeof *g->scratch);
+    bool ok = g->view_base && g->rows && g->memo && g->sizes && g->scratch;
     if (!ok)
         snprintf(err, err_size, "out of memory generating a kernel");
     return ok;
@@ -628,6 +660,7 @@ static int gen_close(gen *g, char *err, size_t err_size)
     free(g->rows);
     free(g->memo);
     free(g->sizes);
+    free(g->scratch);
     LLVMDisposeBuilder(g->b);
     return g->missing[0] ? -1 : 0;
 }
