@@ -925,6 +925,43 @@ START_TEST(test_streamed_staged_softmax_matches_eager)
 }
 END_TEST
 
+static int row_shares(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_div(in[0], kiln_sum(in[0], -1, true));
+    return out[0] ? 0 : -1;
+}
+
+/* x / sum(x) over rows: the store pass multiplies by the reciprocal of the
+ * sum where it is a normal number, and divides in rows where it is not (a
+ * subnormal sum, whose reciprocal is inf; one past 2^126, whose reciprocal
+ * is subnormal), and in rows of NaN, inf and zero. */
+START_TEST(test_row_divisions_take_reciprocals_where_exact)
+{
+    enum { COLS = 20 };
+    const float fills[] = {0.37f, 1e-40f, 1.5e37f, NAN, INFINITY, 0.0f};
+    enum { ROWS = sizeof fills / sizeof *fills };
+    float data[ROWS][COLS];
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++)
+            data[r][c] = r == 0 ? fills[0] * (float)(c + 1) : fills[r];
+    data[3][0] = 1; /* a NaN row with numbers */
+    kiln_scope_begin();
+    int64_t shape[2] = {ROWS, COLS};
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, shape, data), *got = NULL;
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, "row_shares", row_shares, 1, 1, NULL);
+    ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+    char *ir = take_dumped(dir, "kernel-0.llvm-before.ll");
+    ck_assert_msg(strstr(ir, "reciprocal:"), "no reciprocal loop:\n%s", ir);
+    free(ir);
+    assert_close(got, kiln_div(x, kiln_sum(x, -1, true)), 2e-7, 0, "x / sum(x)");
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- Random programs around products ---------------------------------------- */
 
 /* How many files in dir ending in suffix mention needle. */
@@ -1003,6 +1040,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_large_outputs_stream);
     tcase_add_test(ops, test_staged_stores_stream);
     tcase_add_test(ops, test_streamed_staged_softmax_matches_eager);
+    tcase_add_test(ops, test_row_divisions_take_reciprocals_where_exact);
     tcase_add_test(ops, test_fused_epilogues_do_not_stream);
     tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
