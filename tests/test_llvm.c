@@ -716,13 +716,19 @@ END_TEST
 
 /* Softmax against eager over rows of lengths about the vector widths (16
  * floats with AVX-512), 4096 and 100000, on contiguous and transposed
- * inputs; under valgrind, where a compile takes seconds, 17 and 100000. */
+ * inputs, and whether its exponentials were staged in a scratch row
+ * (kx_staged_view; a row of 1 is recomputed, not kept, and one of 100000
+ * floats is past KX_STAGE_BYTES, kept in the output); under valgrind, where
+ * a compile takes seconds, 17 and 100000. */
 static const struct {
     int64_t cols;
     bool transposed;
+    bool staged;
 } ROW_CASES[] = {
-    {1, false},    {7, false},    {7, true},     {15, false},    {16, false},   {17, false},
-    {17, true},    {4096, false}, {4096, true},  {100000, false}, {100000, true},
+    {1, false, false},   {7, false, true},    {7, true, true},        {15, false, true},
+    {16, false, true},   {17, false, true},   {17, true, true},       {4096, false, true},
+    {4096, true, true},  {16384, false, true}, {16385, false, false}, {100000, false, false},
+    {100000, true, false},
 };
 
 START_TEST(test_softmax_rows_match_eager)
@@ -734,10 +740,15 @@ START_TEST(test_softmax_rows_match_eager)
     kiln_tensor *x = ROW_CASES[_i].transposed ? kiln_transpose(kiln_randn(2, flipped, 41), 0, 1)
                                               : kiln_randn(2, shape, 41);
     x = kiln_mul_scalar(x, 8); /* exponentials far apart */
-    kiln_jit_options o = llvm();
-    kiln_fn *f = kiln_jit("softmax_rows", softmax_body, 1, 1, NULL, &o);
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, "softmax_rows", softmax_body, 1, 1, NULL);
     kiln_tensor *got = NULL, *want = kiln_softmax(x, -1);
     ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+    char *ir = take_dumped(dir, "kernel-0.llvm-before.ll");
+    bool staged = strstr(ir, "%staged = alloca") != NULL;
+    free(ir);
+    ck_assert_msg(staged == ROW_CASES[_i].staged, "cols %lld: staged %d", (long long)cols, staged);
     assert_close(got, want, 1e-5, 1e-7, "softmax rows");
     kiln_fn_free(f);
     kiln_scope_end();
@@ -873,14 +884,81 @@ static int softmax_rows(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
-/* Softmax's store pass rewrites rows its sum's pass left in cache: at 32 MiB
- * it stays staged and does not stream. Compiled only, never run. */
-START_TEST(test_staged_stores_do_not_stream)
+/* Softmax's sum's pass keeps its exponentials in a scratch row of the
+ * thread (kx_staged_view), so its store pass writes the output once: at 32
+ * MiB it streams. Rows past KX_STAGE_BYTES stay in the output, which the
+ * store pass reads back from cache: they do not stream. Compiled only. */
+START_TEST(test_staged_stores_stream)
 {
     kiln_spec spec = {.dtype = KILN_F32, .ndim = 2, .shape = {2048, 4096}, .device = KILN_CPU};
     char *kernel = precompiled_kernel("softmax_rows", softmax_rows, 1, NULL, &spec);
+    ck_assert_msg(strstr(kernel, " in r1\n") && strstr(kernel, "stream_stores"), "%s", kernel);
+    free(kernel);
+    spec.shape[0] = 128;
+    spec.shape[1] = 65536;
+    kernel = precompiled_kernel("softmax_rows", softmax_rows, 1, NULL, &spec);
     ck_assert_msg(strstr(kernel, " in r1\n") && !strstr(kernel, "stream_stores"), "%s", kernel);
     free(kernel);
+}
+END_TEST
+
+/* A staged softmax whose output streams, run: rows of 4096 (aligned, so the
+ * non-temporal stores are taken) and of 4100 (rows start unaligned). Too
+ * long under valgrind. */
+START_TEST(test_streamed_staged_softmax_matches_eager)
+{
+    if (UNDER_VALGRIND())
+        return;
+    const int64_t widths[] = {4096, 4100};
+    for (int w = 0; w < 2; w++) {
+        kiln_scope_begin();
+        int64_t shape[2] = {2048, widths[w]};
+        kiln_tensor *x = kiln_mul_scalar(kiln_randn(2, shape, 43), 8);
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit("softmax_rows", softmax_rows, 1, 1, NULL, &o);
+        kiln_tensor *got = NULL;
+        ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+        assert_close(got, kiln_softmax(x, -1), 1e-5, 1e-7, "streamed softmax");
+        kiln_fn_free(f);
+        kiln_scope_end();
+    }
+}
+END_TEST
+
+static int row_shares(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_div(in[0], kiln_sum(in[0], -1, true));
+    return out[0] ? 0 : -1;
+}
+
+/* x / sum(x) over rows: the store pass multiplies by the reciprocal of the
+ * sum where it is a normal number, and divides in rows where it is not (a
+ * subnormal sum, whose reciprocal is inf; one past 2^126, whose reciprocal
+ * is subnormal), and in rows of NaN, inf and zero. */
+START_TEST(test_row_divisions_take_reciprocals_where_exact)
+{
+    enum { COLS = 20 };
+    const float fills[] = {0.37f, 1e-40f, 1.5e37f, NAN, INFINITY, 0.0f};
+    enum { ROWS = sizeof fills / sizeof *fills };
+    float data[ROWS][COLS];
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++)
+            data[r][c] = r == 0 ? fills[0] * (float)(c + 1) : fills[r];
+    data[3][0] = 1; /* a NaN row with numbers */
+    kiln_scope_begin();
+    int64_t shape[2] = {ROWS, COLS};
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, shape, data), *got = NULL;
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, "row_shares", row_shares, 1, 1, NULL);
+    ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+    char *ir = take_dumped(dir, "kernel-0.llvm-before.ll");
+    ck_assert_msg(strstr(ir, "reciprocal:"), "no reciprocal loop:\n%s", ir);
+    free(ir);
+    assert_close(got, kiln_div(x, kiln_sum(x, -1, true)), 2e-7, 0, "x / sum(x)");
+    kiln_fn_free(f);
+    kiln_scope_end();
 }
 END_TEST
 
@@ -960,7 +1038,9 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
     tcase_add_test(ops, test_large_outputs_stream);
-    tcase_add_test(ops, test_staged_stores_do_not_stream);
+    tcase_add_test(ops, test_staged_stores_stream);
+    tcase_add_test(ops, test_streamed_staged_softmax_matches_eager);
+    tcase_add_test(ops, test_row_divisions_take_reciprocals_where_exact);
     tcase_add_test(ops, test_fused_epilogues_do_not_stream);
     tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));

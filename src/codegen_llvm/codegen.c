@@ -9,7 +9,11 @@
  * the pointers and calls the body. A symbolic size (rows, cols, strides) is
  * its polynomial evaluated once, in the body's entry, from the symbols'
  * values (i64 each). Sums may be reassociated (as eager's vectorized sums
- * are); nothing else is.
+ * are), and in the store pass a division by a value of the row (softmax's
+ * by its sum) is a product with its reciprocal, taken once a row, in rows
+ * where every such reciprocal is a normal number (a division a vector costs
+ * as much as the rest of softmax's store pass; at most an ulp more); nothing
+ * else is.
  *
  * A kernel compiled to stream its stores (kx_kernel_options.stream_stores)
  * has a second body, for when its outputs are 64-byte aligned (as kiln
@@ -20,7 +24,13 @@
  * alignment is less than a vector's, so the output stores carry a TBAA tag
  * instead, which the vectorizer copies to its wide stores and no other access
  * shares; after optimisation, codegen_stream_stores makes the aligned wide
- * stores with that tag non-temporal. */
+ * stores with that tag non-temporal.
+ *
+ * A row a kernel keeps between passes (kx_staged_view: softmax's
+ * exponentials) lives in a scratch row on the thread's stack, which stays in
+ * its caches, rather than in the output: the store pass then writes the
+ * output once, and may stream it, where the output would otherwise be read
+ * from memory before its first store and written back after its last. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +58,8 @@ typedef struct {
     LLVMValueRef i;          /* the current loop's element index */
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
+    LLVMValueRef *scratch;   /* per view: the row it stages (kx_staged_view), or NULL */
+    bool reciprocal;         /* divisions by a row's value multiply by its reciprocal */
     char missing[128];       /* an op this backend lacks, met while building */
     const kx_view *product;  /* an epilogue's view of its product, read from tile[tile_index] */
     LLVMValueRef tile, tile_index;
@@ -290,8 +302,16 @@ static void compute_sizes(gen *g)
 
 static LLVMValueRef expr(gen *g, int e);
 
+/* Element i of the row view v stages. */
+static LLVMValueRef scratch_at(gen *g, const kx_view *v)
+{
+    return LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->scratch[v - g->k->views], &g->i, 1, "");
+}
+
 static LLVMValueRef load(gen *g, const kx_view *v)
 {
+    if (g->scratch[v - g->k->views])
+        return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), scratch_at(g, v), "");
     if (v == g->product)
         return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->tile,
                                                                             &g->tile_index, 1, ""), "");
@@ -301,6 +321,27 @@ static LLVMValueRef load(gen *g, const kx_view *v)
     LLVMTypeRef t = type_of(g->ctx, v->dtype);
     LLVMValueRef at = LLVMBuildGEP2(g->b, t, g->buffers[v->buffer], &index, 1, "");
     return LLVMBuildLoad2(g->b, t, at, "");
+}
+
+/* Whether expression e is the same along a row and made from a row's value
+ * (constants alone fold at compile time, where LLVM divides exactly). */
+static bool of_row(const kx_kernel *k, int e, bool *row)
+{
+    const kx_expr *x = &k->exprs[e];
+    if (x->kind == KX_LOAD)
+        return false;
+    *row |= x->kind == KX_ROW;
+    for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++)
+        if (!of_row(k, x->args[i], row))
+            return false;
+    return true;
+}
+
+/* Whether e is a float division by a row's value. */
+static bool row_division(const kx_kernel *k, const kx_expr *e)
+{
+    bool row = false;
+    return e->kind == KX_OP && e->op == OP_DIV && ir_dtype_is_float(e->dtype) && of_row(k, e->args[1], &row) && row;
 }
 
 static LLVMValueRef compute(gen *g, const kx_expr *e)
@@ -320,6 +361,8 @@ static LLVMValueRef compute(gen *g, const kx_expr *e)
         return LLVMBuildSelect(g->b, cond, a[1], a[2], "");
     }
     kiln_dtype operand = g->k->exprs[e->args[0]].dtype;
+    if (g->reciprocal && row_division(g->k, e)) /* LLVM hoists 1 / b out of the loop */
+        return LLVMBuildFMul(g->b, a[0], LLVMBuildFDiv(g->b, constant(g, operand, 1), a[1], ""), "");
     LLVMValueRef v = ir_dtype_is_float(operand) ? float_op(g, e->op, operand, a) : int_op(g, e->op, operand, a);
     if (v)
         return v;
@@ -414,7 +457,8 @@ static void emit_stores(gen *g, int pass)
             continue;
         const kx_view *v = &k->views[st->view];
         LLVMValueRef value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
-        LLVMValueRef store = LLVMBuildStore(g->b, value, address(g, v));
+        bool staged = g->scratch[st->view] && pass != KX_STORE_PASS;
+        LLVMValueRef store = LLVMBuildStore(g->b, value, staged ? scratch_at(g, v) : address(g, v));
         if (g->stream_tag && pass == KX_STORE_PASS)
             LLVMSetMetadata(store, LLVMGetMDKindIDInContext(g->ctx, "tbaa", 4), g->stream_tag);
     }
@@ -446,6 +490,39 @@ static LLVMValueRef reduce_row(gen *g, int n)
     return LLVMBuildFDiv(g->b, sum, LLVMBuildSIToFP(g->b, count, type_of(g->ctx, r->result), ""), "");
 }
 
+static void store_loop(gen *g)
+{
+    loop l = loop_begin(g, "store");
+    g->i = l.index;
+    clear_memo(g);
+    emit_stores(g, KX_STORE_PASS);
+    loop_end(g, &l, size_value(g, g->k->cols));
+}
+
+/* Whether the reciprocal of each divisor of a division by a row's value is
+ * a normal number, so that a * (1 / b) is within an ulp of a / b: |b| in
+ * [least normal, 1 / least normal]; NULL when there is no such division. */
+static LLVMValueRef reciprocals_normal(gen *g)
+{
+    const kx_kernel *k = g->k;
+    LLVMValueRef all = NULL;
+    clear_memo(g);
+    for (int e = 0; e < k->n_exprs; e++) {
+        if (!row_division(k, &k->exprs[e]))
+            continue;
+        kiln_dtype dt = k->exprs[e].dtype;
+        double least = dt == KILN_F32 ? 0x1p-126 : 0x1p-1022;
+        LLVMValueRef b = expr(g, k->exprs[e].args[1]);
+        LLVMValueRef mag = intrinsic(g, "llvm.fabs", type_of(g->ctx, dt), &b, 1);
+        LLVMValueRef ok = LLVMBuildAnd(g->b, LLVMBuildFCmp(g->b, LLVMRealOGE, mag, constant(g, dt, least), ""),
+                                       LLVMBuildFCmp(g->b, LLVMRealOLE, mag, constant(g, dt, 1 / least), ""), "");
+        all = all ? LLVMBuildAnd(g->b, all, ok, "") : ok;
+    }
+    return all;
+}
+
+/* The store pass; with divisions by a row's value, a second loop taking
+ * their reciprocals, for rows where that is exact enough. */
 static void store_row(gen *g)
 {
     const kx_kernel *k = g->k;
@@ -454,14 +531,41 @@ static void store_row(gen *g)
         any |= k->stores[s].pass == KX_STORE_PASS;
     if (!any || k->cols == 0)
         return;
-    loop l = loop_begin(g, "store");
-    g->i = l.index;
-    clear_memo(g);
-    emit_stores(g, KX_STORE_PASS);
-    loop_end(g, &l, size_value(g, k->cols));
+    LLVMValueRef normal = reciprocals_normal(g);
+    if (!normal) {
+        store_loop(g);
+        return;
+    }
+    LLVMBasicBlockRef fast = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "reciprocal");
+    LLVMBasicBlockRef slow = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "divide");
+    LLVMBasicBlockRef stored = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "stored");
+    LLVMBuildCondBr(g->b, normal, fast, slow);
+    LLVMPositionBuilderAtEnd(g->b, fast);
+    g->reciprocal = true;
+    store_loop(g);
+    g->reciprocal = false;
+    LLVMBuildBr(g->b, stored);
+    LLVMPositionBuilderAtEnd(g->b, slow);
+    store_loop(g);
+    LLVMBuildBr(g->b, stored);
+    LLVMPositionBuilderAtEnd(g->b, stored);
 }
 
 /* -- Rows ------------------------------------------------------------------ */
+
+/* The scratch rows of the views the kernel stages, in the body's entry
+ * (static allocas, so that LLVM keeps them in the frame). */
+static void stage_rows(gen *g)
+{
+    for (int v = 0; v < g->k->n_views; v++) {
+        g->scratch[v] = NULL;
+        if (!kx_staged_view(g->k, v))
+            continue;
+        LLVMTypeRef row = LLVMArrayType2(type_of(g->ctx, g->k->views[v].dtype), (uint64_t)g->k->cols);
+        g->scratch[v] = LLVMBuildAlloca(g->b, row, "staged");
+        LLVMSetAlignment(g->scratch[v], 64);
+    }
+}
 
 /* Each view's first element of row: its offset plus the row's outer index
  * times the outer strides. */
@@ -537,6 +641,7 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
     LLVMPositionBuilderAtEnd(g->b, entry);
     compute_sizes(g);
+    stage_rows(g);
     LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, rows);
@@ -613,7 +718,8 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
     g->rows = calloc((size_t)k->n_reductions + 1, sizeof *g->rows);
     g->memo = calloc((size_t)k->n_exprs + 1, sizeof *g->memo);
     g->sizes = calloc((size_t)k->sizes.n + 1, sizeof *g->sizes);
-    bool ok = g->view_base && g->rows && g->memo && g->sizes;
+    g->scratch = calloc((size_t)k->n_views + 1, sizeof *g->scratch);
+    bool ok = g->view_base && g->rows && g->memo && g->sizes && g->scratch;
     if (!ok)
         snprintf(err, err_size, "out of memory generating a kernel");
     return ok;
@@ -628,6 +734,7 @@ static int gen_close(gen *g, char *err, size_t err_size)
     free(g->rows);
     free(g->memo);
     free(g->sizes);
+    free(g->scratch);
     LLVMDisposeBuilder(g->b);
     return g->missing[0] ? -1 : 0;
 }
