@@ -196,6 +196,8 @@ static void put_header(strbuf *t, const kx_kernel *k)
     strbuf_put(t, "]");
     if (k->product >= 0)
         strbuf_put(t, " product=b%d", k->product);
+    if (k->attention)
+        strbuf_put(t, " attention");
     strbuf_put(t, "\n");
 }
 
