@@ -1,9 +1,11 @@
 /* The driver of a fused attention kernel (gemm.h: attention_run): blocks of
  * q's rows against blocks of k's and v's rows, over kiln's thread pool.
  *
- * A task owns a block of BR rows of one matrix of the batch: it packs those
- * rows of q once, then for each block of columns of the scores packs kᵀ's
- * block, multiplies into a block of scores (in L1 and L2, never the whole
+ * A task owns consecutive blocks of BR rows of one matrix of the batch
+ * (the whole matrix when the batch alone gives every thread tasks): it
+ * packs kᵀ and v once, as it first needs each block. For each block of
+ * rows it packs those rows of q, then for each block of columns of the
+ * scores multiplies into a block of scores (in L1 and L2, never the whole
  * [m, n]), computes x over it, folds it into the rows' running maximum and
  * sum, and adds weights @ v to the rows' output sums, which end divided by
  * the rows' sums. Blocks whose weights are all 0 (masked, as a causal mask
@@ -30,6 +32,7 @@ typedef struct {
     void *const *buffers;
     const int64_t *symbols;
     int64_t br, bc, blocks; /* rows and columns of a block; blocks of rows per matrix */
+    int64_t per_task;       /* blocks of rows a task takes */
     int64_t ld_o;           /* v's columns, whole tiles */
     _Atomic bool failed;
 } job;
@@ -50,8 +53,8 @@ static bool scratch_alloc(const job *j, scratch *s)
 {
     const gemm_code *g = &j->c->gemm;
     int64_t d = j->args[0].k > 0 ? j->args[0].k : 1, size = g->size;
-    int64_t sizes[8] = {j->br * d, d * j->bc, j->bc * j->ld_o, j->br * j->bc, j->br * j->bc, j->br * j->ld_o, j->br,
-                        j->br};
+    int64_t n = round_up(j->args[0].n, j->bc);
+    int64_t sizes[8] = {j->br * d, d * n, n * j->ld_o, j->br * j->bc, j->br * j->bc, j->br * j->ld_o, j->br, j->br};
     int64_t total = 0;
     for (int i = 0; i < 8; i++)
         total += round_up(sizes[i] * size, 64);
@@ -104,8 +107,9 @@ static void finish(const job *j, const scratch *s, int64_t row0, int64_t rows)
     }
 }
 
-/* Rows [i0, i0 + rows) of matrix z. */
-static void rows_block(const job *j, const scratch *s, int64_t z, int64_t i0, int64_t rows)
+/* Rows [i0, i0 + rows) of matrix z, whose blocks of kᵀ and v before
+ * *packed are packed in s; *packed moves on as more are. */
+static void rows_block(const job *j, const scratch *s, int64_t z, int64_t i0, int64_t rows, int64_t *packed)
 {
     const gemm_code *g = &j->c->gemm;
     const kg_matmul_args *a = &j->args[0], *b = &j->args[1];
@@ -119,14 +123,17 @@ static void rows_block(const job *j, const scratch *s, int64_t z, int64_t i0, in
     memset(s->o, 0, (size_t)(j->br * j->ld_o * size));
     for (int64_t j0 = 0; j0 < a->n; j0 += j->bc) {
         int64_t cols = a->n - j0 < j->bc ? a->n - j0 : j->bc;
-        if (d > 0)
-            g->pack_b(j->kt + (k_z + j0 * a->b_col) * size, a->b_row, a->b_col, d, cols, s->kp);
-        block_product(g, rows, cols, d, s->qp, s->kp, s->s, j->bc, 0);
+        char *kp = s->kp + j0 * d * size, *vp = s->vp + j0 * j->ld_o * size;
+        if (d > 0 && j0 >= *packed)
+            g->pack_b(j->kt + (k_z + j0 * a->b_col) * size, a->b_row, a->b_col, d, cols, kp);
+        block_product(g, rows, cols, d, s->qp, kp, s->s, j->bc, 0);
         j->c->scores(s->s, rows, cols, z * a->m + i0, j0, j->buffers, j->symbols);
-        if (!j->c->online(s->s, rows, cols, s->max, s->sum, s->o, dv, j->ld_o, s->p))
-            continue;
-        g->pack_b(j->v + (v_z + j0 * b->b_row) * size, b->b_row, b->b_col, cols, dv, s->vp);
-        block_product(g, rows, dv, cols, s->p, s->vp, s->o, j->ld_o, GEMM_LOAD);
+        if (j0 >= *packed) {
+            g->pack_b(j->v + (v_z + j0 * b->b_row) * size, b->b_row, b->b_col, cols, dv, vp);
+            *packed = j0 + cols;
+        }
+        if (j->c->online(s->s, rows, cols, s->max, s->sum, s->o, dv, j->ld_o, s->p))
+            block_product(g, rows, dv, cols, s->p, vp, s->o, j->ld_o, GEMM_LOAD);
     }
     finish(j, s, z * a->m + i0, rows);
 }
@@ -139,9 +146,11 @@ static void run_tasks(void *ctx, int64_t begin, int64_t end)
         atomic_store(&j->failed, true);
         return;
     }
+    int64_t parts = (j->blocks + j->per_task - 1) / j->per_task, m = j->args[0].m;
     for (int64_t t = begin; t < end; t++) {
-        int64_t z = t / j->blocks, i0 = t % j->blocks * j->br;
-        rows_block(j, &s, z, i0, j->args[0].m - i0 < j->br ? j->args[0].m - i0 : j->br);
+        int64_t z = t / parts, first = t % parts * j->per_task, packed = 0;
+        for (int64_t b = first; b < first + j->per_task && b < j->blocks; b++)
+            rows_block(j, &s, z, b * j->br, m - b * j->br < j->br ? m - b * j->br : j->br, &packed);
     }
     core_free(s.raw, s.bytes + 64);
 }
@@ -164,9 +173,13 @@ int attention_run(const attention_code *c, const kg_matmul_args *args, const voi
     if (a->m < j.br)
         j.br = round_up(a->m, g->mr);
     j.blocks = (a->m + j.br - 1) / j.br;
-    int64_t tasks = a->batch * j.blocks;
     double work = (double)a->batch * (double)a->m * (double)a->n * (double)(a->k + dv);
-    core_parallel_for(tasks, work < ATTENTION_SMALL ? tasks : 1, run_tasks, &j);
+    int64_t threads = work < ATTENTION_SMALL ? 1 : core_threads();
+    /* Parts of each matrix: a few tasks a thread, for balance. */
+    int64_t parts = a->batch >= 4 * threads ? 1 : (4 * threads + a->batch - 1) / a->batch;
+    j.per_task = (j.blocks + parts - 1) / parts;
+    int64_t tasks = a->batch * ((j.blocks + j.per_task - 1) / j.per_task);
+    core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_tasks, &j);
     if (atomic_load(&j.failed)) {
         snprintf(err, err_size, "out of memory for attention's blocks");
         return -1;

@@ -2,6 +2,7 @@
  * scalar loops over a block's rows, which the loop vectorizer widens. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "codegen_llvm/gemm_codegen.h"
 #include "codegen_llvm/math.h"
@@ -12,7 +13,8 @@ typedef struct {
     LLVMBuilderRef b;
     LLVMValueRef fn;
     LLVMTypeRef t, i64, ptr;
-    LLVMValueRef acc; /* a stack slot of dtype t the loops fold into */
+    LLVMValueRef acc;  /* a stack slot of dtype t the loops fold into */
+    LLVMValueRef vacc; /* and one of a vector of LANES of them */
 } ag;
 
 typedef struct {
@@ -57,19 +59,40 @@ static void loop_end(const ag *g, aloop *l, LLVMValueRef n)
     LLVMPositionBuilderAtEnd(g->b, l->exit);
 }
 
-/* The largest of start and the row's cols values (llvm.maxnum: a reduction
- * the vectorizer takes). */
+enum { LANES = 16 };
+
+static LLVMValueRef call(const ag *g, const char *name, LLVMTypeRef type, LLVMValueRef *args, unsigned n)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    return LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, &type, 1), LLVMGetIntrinsicDeclaration(g->m, id, &type, 1),
+                          args, n, "");
+}
+
+/* The largest of start and the row's cols values: whole vectors of LANES
+ * (llvm.maxnum, which the loop vectorizer does not fold across lanes), then
+ * the rest one by one. */
 static LLVMValueRef row_max(const ag *g, LLVMValueRef row, LLVMValueRef cols, LLVMValueRef start)
 {
-    LLVMBuildStore(g->b, start, g->acc);
-    aloop j = loop_begin(g, cols, "max");
-    unsigned id = LLVMLookupIntrinsicID("llvm.maxnum", 11);
-    LLVMTypeRef t = g->t;
-    LLVMValueRef args[2] = {LLVMBuildLoad2(g->b, g->t, g->acc, ""), get(g, row, j.index)};
-    LLVMValueRef max = LLVMBuildCall2(g->b, LLVMIntrinsicGetType(g->ctx, id, &t, 1),
-                                      LLVMGetIntrinsicDeclaration(g->m, id, &t, 1), args, 2, "");
-    LLVMBuildStore(g->b, max, g->acc);
-    loop_end(g, &j, cols);
+    LLVMTypeRef vt = LLVMVectorType(g->t, LANES);
+    LLVMValueRef vacc = g->vacc, splat[LANES];
+    for (int l = 0; l < LANES; l++)
+        splat[l] = LLVMConstReal(g->t, -INFINITY);
+    LLVMBuildStore(g->b, LLVMConstVector(splat, LANES), vacc);
+    LLVMValueRef vectors = LLVMBuildSDiv(g->b, cols, c64(g, LANES), "");
+    aloop v = loop_begin(g, vectors, "max");
+    LLVMValueRef x = LLVMBuildLoad2(g->b, vt, at(g, row, LLVMBuildMul(g->b, v.index, c64(g, LANES), "")), "");
+    LLVMSetAlignment(x, (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->m), g->t));
+    LLVMValueRef args[2] = {LLVMBuildLoad2(g->b, vt, vacc, ""), x};
+    LLVMBuildStore(g->b, call(g, "llvm.maxnum", vt, args, 2), vacc);
+    loop_end(g, &v, vectors);
+    LLVMValueRef reduced = LLVMBuildLoad2(g->b, vt, vacc, "");
+    LLVMValueRef folded[2] = {start, call(g, "llvm.vector.reduce.fmax", vt, &reduced, 1)};
+    LLVMBuildStore(g->b, call(g, "llvm.maxnum", g->t, folded, 2), g->acc);
+    LLVMValueRef done = LLVMBuildMul(g->b, vectors, c64(g, LANES), ""), rest = LLVMBuildSub(g->b, cols, done, "");
+    aloop j = loop_begin(g, rest, "max_rest");
+    LLVMValueRef one[2] = {LLVMBuildLoad2(g->b, g->t, g->acc, ""), get(g, row, LLVMBuildAdd(g->b, done, j.index, ""))};
+    LLVMBuildStore(g->b, call(g, "llvm.maxnum", g->t, one, 2), g->acc);
+    loop_end(g, &j, rest);
     return LLVMBuildLoad2(g->b, g->t, g->acc, "");
 }
 
@@ -136,6 +159,7 @@ int attention_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, g
     g.fn = LLVMAddFunction(module, name, LLVMFunctionType(g.i64, params, 9, 0));
     LLVMPositionBuilderAtEnd(g.b, LLVMAppendBasicBlockInContext(ctx, g.fn, "entry"));
     g.acc = LLVMBuildAlloca(g.b, g.t, "acc");
+    g.vacc = LLVMBuildAlloca(g.b, LLVMVectorType(g.t, LANES), "vacc");
     LLVMValueRef grew = LLVMBuildAlloca(g.b, g.i64, "grew"), rows = LLVMGetParam(g.fn, 1);
     LLVMBuildStore(g.b, c64(&g, 0), grew);
     aloop r = loop_begin(&g, rows, "row");
