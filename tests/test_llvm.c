@@ -816,6 +816,95 @@ START_TEST(test_products_fused_match_eager)
 }
 END_TEST
 
+/* -- Attention in one kernel -------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int64_t heads, seq, keys, dim; /* keys 0: seq */
+    bool causal, f64;
+    bool mask_input; /* the mask is the body's fourth input, not made in it */
+} attention_case;
+
+/* Sequences of 1, 7, 256 and 1000 (1000 crosses blocks of every size and
+ * ends inside one), heads 1 and 8, dims that are no multiple of a tile; one
+ * query against 9 keys, as decoding a token does (one against one key is
+ * v itself, and its one-column softmax no row kernel: not fused). */
+static const attention_case ATTENTION_CASES[] = {
+    {"one query", 1, 1, 9, 16, false, false, false},
+    {"one query, causal", 8, 1, 9, 16, true, false, false},
+    {"seven, causal", 8, 7, 0, 5, true, false, false},
+    {"seven, f64", 1, 7, 0, 33, false, true, false},
+    {"256, eight heads", 8, 256, 0, 64, false, false, false},
+    {"256, causal, f64", 1, 256, 0, 17, true, true, false},
+    {"256, masked by an input", 8, 256, 0, 16, true, false, true},
+    {"1000, causal", 1, 1000, 0, 64, true, false, false},
+    {"1000, eight heads", 8, 1000, 0, 24, false, false, false},
+};
+
+static kiln_tensor *causal_mask(const attention_case *c)
+{
+    int64_t keys = c->keys ? c->keys : c->seq;
+    return kiln_triu(kiln_ones(KILN_BOOL, 2, (int64_t[]){c->seq, keys}), 1);
+}
+
+static int causal_mask_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)in;
+    out[0] = causal_mask(user);
+    return out[0] ? 0 : -1;
+}
+
+/* softmax(q @ kᵀ / √d [masked]) @ v, as bench/models.c writes it. */
+static int attention_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const attention_case *c = user;
+    kiln_tensor *scores = kiln_mul_scalar(kiln_matmul(in[0], kiln_transpose(in[1], -2, -1)), 1 / sqrt((double)c->dim));
+    if (c->causal)
+        scores = kiln_masked_fill(scores, c->mask_input ? in[3] : causal_mask(c), -INFINITY);
+    out[0] = kiln_matmul(kiln_softmax(scores, -1), in[2]);
+    return out[0] ? 0 : -1;
+}
+
+/* Attention runs as one kernel (with a mask made in the body, the mask's
+ * kernels beside it) and gives what the unfused ops give eagerly. */
+START_TEST(test_attention_fused_matches_eager)
+{
+    const attention_case *c = &ATTENTION_CASES[_i];
+    if ((SANITIZED && c->seq > 256) || (UNDER_VALGRIND() && c->seq > 7))
+        return; /* memory checks: the small cases take every path but the long rows' blocks */
+    int64_t keys = c->keys ? c->keys : c->seq;
+    int64_t shape[2][4] = {{2, c->heads, c->seq, c->dim}, {2, c->heads, keys, c->dim}}, square[2] = {c->seq, keys};
+    kiln_tensor *in[4];
+    for (int i = 0; i < 3; i++) {
+        in[i] = kiln_randn(4, shape[i > 0], 7 + (uint64_t)i);
+        if (c->f64)
+            in[i] = kiln_cast(in[i], KILN_F64);
+    }
+    in[3] = kiln_gt(kiln_rand(2, square, 11), kiln_scalar(0.7)); /* some rows masked but for few */
+    kiln_tensor *want = NULL, *got = NULL;
+    ck_assert_int_eq(attention_body(in, &want, (void *)c), 0);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("attention", attention_body, 3 + c->mask_input, 1, (void *)c, &o);
+    ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", c->name, kiln_last_error());
+    /* Unfused: the two products and the softmax. A mask made in the body
+     * takes the kernels it takes alone, but its last (its where), which
+     * attention's scores compute. */
+    int64_t kernels = 1;
+    if (c->causal && !c->mask_input) {
+        kiln_fn *mask = kiln_jit("mask", causal_mask_body, 1, 1, (void *)c, &o);
+        kiln_tensor *made = NULL;
+        ck_assert_int_eq(kiln_call(mask, in, &made), 0);
+        kernels = kernels_of(mask);
+        kiln_release(made);
+        kiln_fn_free(mask);
+    }
+    ck_assert_msg(kernels_of(f) == kernels, "%s: %lld kernels, not %lld", c->name, (long long)kernels_of(f),
+                  (long long)kernels);
+    assert_close(got, want, c->f64 ? 1e-12 : 1e-5, c->f64 ? 1e-12 : 1e-5, c->name);
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* A product of 32 MiB with its epilogue: the tiles are stored as the
  * product makes them, in cache, so its kernel does not stream, though it
  * writes 32 MiB. Compiled only, never run. */
@@ -1044,6 +1133,8 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_fused_epilogues_do_not_stream);
     tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
+    tcase_add_loop_test(ops, test_attention_fused_matches_eager, 0,
+                        (int)(sizeof ATTENTION_CASES / sizeof *ATTENTION_CASES));
     suite_add_tcase(s, ops);
     TCase *wl = tcase_create("workloads");
     tcase_add_checked_fixture(wl, setup_unscoped, teardown_unscoped);

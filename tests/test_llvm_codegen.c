@@ -193,7 +193,7 @@ START_TEST(test_products_for_named_cpus_run_here)
     ck_assert_msg(llvm_compile_gemm(dt, "named", target, &opt, &object, &size, err, sizeof err) == 0, "%s: %s",
                   t.target, err);
     gemm_code g;
-    llvm_code *code = t.runs ? gemm_load(object, size, "named", false, &g, err, sizeof err) : NULL;
+    llvm_code *code = t.runs ? gemm_load(object, size, "named", NULL, 0, NULL, &g, err, sizeof err) : NULL;
     ck_assert_msg(code || !t.runs, "%s: %s", t.target, err);
     free(object);
     if (!code)

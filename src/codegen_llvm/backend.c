@@ -23,8 +23,9 @@ struct kx_code {
     int64_t work;  /* elements a pool task takes at least */
     ir_poly cols;  /* the kernel's row length */
     bool product;  /* runs as a product with k's epilogue on its tiles */
-    gemm_code gemm;
-    kx_conv conv;  /* the product's convolution, if it is one */
+    bool attention;
+    attention_code att; /* a product's: its gemm */
+    kx_conv conv;       /* the product's convolution, if it is one */
     int n_buffers;
 };
 
@@ -69,6 +70,8 @@ static const char *misfit(const kx_kernel *k)
 static bool supports(const kx_kernel *k, char *why, size_t why_size)
 {
     const char *misfits = k->product >= 0 ? misfit(k) : NULL;
+    if (!misfits && k->attention && (k->n_stores != 1 || k->prologue))
+        misfits = "attention's scores are not one elementwise store";
     if (misfits)
         snprintf(why, why_size, "cannot fuse the epilogue into the product: %s", misfits);
     return !misfits;
@@ -90,6 +93,21 @@ static int compile(const kx_kernel *k, const char *symbol, const kx_target *t, c
     return status;
 }
 
+/* A product kernel's code: its gemm, and its prologue or attention's functions. */
+static llvm_code *load_product(const kx_kernel *k, const void *object, size_t size, const char *symbol,
+                               attention_code *a, char *err, size_t err_size)
+{
+    static const char *const attention[2] = {GEMM_SCORES, GEMM_ONLINE}, *const prologue[1] = {GEMM_PROLOGUE};
+    void *at[2] = {NULL};
+    llvm_code *code = k->attention ? gemm_load(object, size, symbol, attention, 2, at, &a->gemm, err, err_size)
+                                   : gemm_load(object, size, symbol, prologue, k->prologue ? 1 : 0, at, &a->gemm,
+                                               err, err_size);
+    a->gemm.prologue = k->attention ? NULL : (gemm_prologue_fn)(uintptr_t)at[0];
+    a->scores = k->attention ? (attention_scores_fn)(uintptr_t)at[0] : NULL;
+    a->online = k->attention ? (attention_online_fn)(uintptr_t)at[1] : NULL;
+    return code;
+}
+
 static kx_code *load(const kx_kernel *k, const void *object, size_t size, const char *symbol, char *err,
                      size_t err_size)
 {
@@ -99,9 +117,10 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
         return NULL;
     }
     c->product = k->product >= 0;
+    c->attention = k->attention;
     c->n_buffers = k->n_buffers;
     c->conv = k->conv;
-    c->code = c->product ? gemm_load(object, size, symbol, k->prologue != NULL, &c->gemm, err, err_size)
+    c->code = c->product ? load_product(k, object, size, symbol, &c->att, err, err_size)
                          : llvm_load(object, size, symbol, &c->fn, err, err_size);
     if (!c->code) {
         free(c);
@@ -129,9 +148,13 @@ static void run_rows(void *ctx, int64_t begin, int64_t end)
 static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
                   int64_t begin, int64_t end, char *err, size_t err_size)
 {
+    void *const *operands = buffers + code->n_buffers; /* after the kernel's */
+    if (code->attention)
+        return attention_run(&code->att, product, operands[0], operands[1], operands[2],
+                             buffers[code->n_buffers - 1], buffers, symbols, err, err_size);
     if (code->product)
-        return gemm_run_conv(&code->gemm, code->conv.kh ? &code->conv : NULL, product, buffers[code->n_buffers],
-                             buffers[code->n_buffers + 1], NULL, buffers, symbols, err, err_size);
+        return gemm_run_conv(&code->att.gemm, code->conv.kh ? &code->conv : NULL, product, operands[0], operands[1],
+                             NULL, buffers, symbols, err, err_size);
     rows_call call = {code, buffers, symbols, begin};
     int64_t cols = ir_poly_eval(&code->cols, symbols);
     core_parallel_for(end - begin, cols > 0 ? code->work / cols : code->work, run_rows, &call);
@@ -192,7 +215,7 @@ static int load_generic(const kg_kernel *k, const void *object, size_t size, con
         snprintf(err, err_size, "%s", misfits ? misfits : "out of memory");
         return -1;
     }
-    if (!(p->code = gemm_load(object, size, symbol, false, &p->gemm, err, err_size))) {
+    if (!(p->code = gemm_load(object, size, symbol, NULL, 0, NULL, &p->gemm, err, err_size))) {
         free(p);
         return -1;
     }

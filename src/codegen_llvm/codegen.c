@@ -821,9 +821,21 @@ static void call_with_buffers(gen *g, LLVMValueRef body, LLVMValueRef *args, LLV
     LLVMBuildRetVoid(g->b);
 }
 
+/* The value of attention kernel k's one store (its scores) over the
+ * product's element in the tile: written over it, in the product's dtype. */
+static void emit_score(gen *g)
+{
+    const kx_kernel *k = g->k;
+    kiln_dtype dt = k->buffer_dtypes[k->product];
+    const kx_store *st = &k->stores[0];
+    LLVMValueRef value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, dt);
+    LLVMBuildStore(g->b, value, LLVMBuildGEP2(g->b, type_of(g->ctx, dt), g->tile, &g->tile_index, 1, ""));
+}
+
 /* body(tile, m_rem, n_rem, row0, col0, buffers..., symbols): k's stores over rows
  * [row0, row0 + m_rem) and columns [col0, col0 + n_rem) (both at least 1),
- * the product's element (r, j) of them read from tile[r * ld + j]. */
+ * the product's element (r, j) of them read from tile[r * ld + j]; an
+ * attention kernel's scores written over the tile. */
 static LLVMValueRef emit_epilogue_body(gen *g, const char *name, int ld)
 {
     tile_function(g, name);
@@ -837,7 +849,10 @@ static LLVMValueRef emit_epilogue_body(gen *g, const char *name, int ld)
     g->i = LLVMBuildAdd(g->b, col0, cols.index, "");
     g->tile_index = LLVMBuildAdd(g->b, tile_row, cols.index, "");
     clear_memo(g);
-    emit_stores(g, KX_STORE_PASS);
+    if (g->k->attention)
+        emit_score(g);
+    else
+        emit_stores(g, KX_STORE_PASS);
     loop_end(g, &cols, n_rem);
     loop_end(g, &rows, m_rem);
     LLVMBuildRetVoid(g->b);
@@ -948,9 +963,10 @@ static LLVMValueRef emit_prologue_body(gen *g, const char *name, int mr, kiln_dt
     return g->fn;
 }
 
-/* prologue(dst, row0, rows, col0, cols, buffers, symbols): the buffer
- * pointers loaded, the body called. */
-static void emit_prologue_entry(gen *g, LLVMValueRef body, const char *name)
+/* name(p, i, i, i, i, buffers, symbols), a prologue or attention's scores:
+ * the buffer pointers loaded, body(p, i, i, i, i, buffers..., symbols)
+ * called. */
+static void emit_block_entry(gen *g, LLVMValueRef body, const char *name)
 {
     LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), params[7] = {ptr, g->i64, g->i64, g->i64, g->i64, ptr, ptr};
     LLVMValueRef fn = LLVMAddFunction(g->module, name, LLVMFunctionType(LLVMVoidTypeInContext(g->ctx), params, 7, 0));
@@ -973,6 +989,21 @@ int codegen_prologue(LLVMModuleRef module, const kx_kernel *k, const char *symbo
     char body_name[192], name[192];
     snprintf(body_name, sizeof body_name, "%s%s.body", symbol, GEMM_PROLOGUE);
     snprintf(name, sizeof name, "%s%s", symbol, GEMM_PROLOGUE);
-    emit_prologue_entry(&g, emit_prologue_body(&g, body_name, mr, k->buffer_dtypes[k->product]), name);
+    emit_block_entry(&g, emit_prologue_body(&g, body_name, mr, k->buffer_dtypes[k->product]), name);
+    return gen_close(&g, err, err_size);
+}
+
+int codegen_scores(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int ld, char *err, size_t err_size)
+{
+    KILN_ASSERT(k->attention && k->n_buffers <= KX_MAX_BUFFERS && !kx_product_misfit(k) && k->n_stores == 1);
+    gen g;
+    LLVMValueRef buffers[KX_MAX_BUFFERS];
+    if (!gen_open(&g, module, k, buffers, err, err_size))
+        return gen_close(&g, err, err_size), -1;
+    g.product = &k->views[kx_product_view(k)];
+    char body_name[192], name[192];
+    snprintf(body_name, sizeof body_name, "%s%s.body", symbol, GEMM_SCORES);
+    snprintf(name, sizeof name, "%s%s", symbol, GEMM_SCORES);
+    emit_block_entry(&g, emit_epilogue_body(&g, body_name, ld), name);
     return gen_close(&g, err, err_size);
 }

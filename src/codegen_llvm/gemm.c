@@ -87,7 +87,7 @@ typedef struct {
     int64_t ld_acc;
 } scratch;
 
-static int64_t batch_offset(const long long *strides, const kg_matmul_args *a, int64_t z)
+int64_t gemm_batch_offset(const long long *strides, const kg_matmul_args *a, int64_t z)
 {
     int64_t offset = 0;
     for (int d = a->batch_ndim - 1; d >= 0; d--) {
@@ -125,7 +125,7 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
     const gemm_code *g = j->g;
     const kg_matmul_args *a = j->args;
     int64_t size = g->size;
-    int64_t a_z = batch_offset(a->a_batch_strides, a, z), b_z = batch_offset(a->b_batch_strides, a, z);
+    int64_t a_z = gemm_batch_offset(a->a_batch_strides, a, z), b_z = gemm_batch_offset(a->b_batch_strides, a, z);
     for (int64_t jc = n0; jc < n1; jc += j->bl.nc) {
         int64_t nc = n1 - jc < j->bl.nc ? n1 - jc : j->bl.nc;
         if (a->k > 0 && j->conv)
@@ -149,9 +149,8 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
     }
 }
 
-/* Block bytes at a 64-byte boundary (the kernel loads whole vectors of the
- * B panel aligned), however small; from raw, bytes + 64 long. */
-static char *aligned_block(char **raw, size_t bytes)
+/* 64-byte aligned: the kernel loads whole vectors of the B panel aligned. */
+char *gemm_aligned_block(char **raw, size_t bytes)
 {
     *raw = core_alloc(bytes + 64);
     return *raw ? *raw + (64 - (uintptr_t)*raw % 64) % 64 : NULL;
@@ -168,9 +167,9 @@ static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
     sizes[1] = (size_t)((j->args->k > 0 ? j->args->k : 1) * nc * g->size);
     sizes[2] = j->args->k > j->bl.kc ? (size_t)(mc * nc * g->size) : 0;
     s->ld_acc = nc;
-    s->ap = aligned_block(&s->raw[0], sizes[0]);
-    s->bp = aligned_block(&s->raw[1], sizes[1]);
-    s->acc = sizes[2] ? aligned_block(&s->raw[2], sizes[2]) : NULL;
+    s->ap = gemm_aligned_block(&s->raw[0], sizes[0]);
+    s->bp = gemm_aligned_block(&s->raw[1], sizes[1]);
+    s->acc = sizes[2] ? gemm_aligned_block(&s->raw[2], sizes[2]) : NULL;
     return s->ap && s->bp && (s->acc || !sizes[2]);
 }
 
@@ -265,23 +264,28 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
     return 0;
 }
 
-llvm_code *gemm_load(const void *object, size_t size, const char *symbol, bool prologue, gemm_code *g, char *err,
-                     size_t err_size)
+llvm_code *gemm_load(const void *object, size_t size, const char *symbol, const char *const *extra, int n_extra,
+                     void **extra_at, gemm_code *g, char *err, size_t err_size)
 {
-    static const char *const suffixes[5] = {GEMM_PACK_A, GEMM_PACK_B, GEMM_KERNEL, GEMM_GEOMETRY, GEMM_PROLOGUE};
-    char names[5][160];
-    const char *list[5];
-    for (int i = 0; i < 5; i++) {
-        snprintf(names[i], sizeof names[i], "%s%s", symbol, suffixes[i]);
+    enum { MAX = 8 };
+    const char *suffixes[MAX] = {GEMM_PACK_A, GEMM_PACK_B, GEMM_KERNEL, GEMM_GEOMETRY};
+    char names[MAX][160];
+    const char *list[MAX];
+    int n = 4 + n_extra;
+    KILN_ASSERT(n <= MAX);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof names[i], "%s%s", symbol, i < 4 ? suffixes[i] : extra[i - 4]);
         list[i] = names[i];
     }
-    void *at[5] = {NULL};
-    llvm_code *code = llvm_load_symbols(object, size, list, prologue ? 5 : 4, at, err, err_size);
+    void *at[MAX] = {NULL};
+    llvm_code *code = llvm_load_symbols(object, size, list, n, at, err, err_size);
     if (!code)
         return NULL;
     const int32_t *geometry = at[3];
     *g = (gemm_code){.pack_a = (gemm_pack_fn)(uintptr_t)at[0], .pack_b = (gemm_pack_fn)(uintptr_t)at[1],
-                     .kernel = (gemm_kernel_fn)(uintptr_t)at[2], .prologue = (gemm_prologue_fn)(uintptr_t)at[4],
-                     .mr = geometry[0], .nr = geometry[1], .size = geometry[3]};
+                     .kernel = (gemm_kernel_fn)(uintptr_t)at[2], .mr = geometry[0], .nr = geometry[1],
+                     .size = geometry[3]};
+    for (int i = 0; i < n_extra; i++)
+        extra_at[i] = at[4 + i];
     return code;
 }

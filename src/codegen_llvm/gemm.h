@@ -49,6 +49,8 @@ typedef void (*gemm_kernel_fn)(int64_t kc, const void *ap, const void *bp, void 
 #define GEMM_KERNEL ".kernel"
 #define GEMM_GEOMETRY ".geometry" /* i32 [mr, nr, lanes, dtype size] */
 #define GEMM_PROLOGUE ".prologue" /* a fused kernel's, in place of pack_a (codegen_prologue) */
+#define GEMM_SCORES ".scores"     /* an attention kernel's (codegen_scores) */
+#define GEMM_ONLINE ".online"     /* an attention kernel's (attention_codegen) */
 
 /* -- The driver ---------------------------------------------------------------- */
 
@@ -66,10 +68,17 @@ typedef struct {
 } gemm_code;
 
 /* Loads a product's object code (host; borrowed: copied): its functions
- * under symbol and their tile into g, and its prologue when it has one. The
- * code (llvm_code_free ends it), or NULL with why in err. */
-struct llvm_code *gemm_load(const void *object, size_t size, const char *symbol, bool prologue, gemm_code *g,
-                            char *err, size_t err_size);
+ * under symbol and their tile into g, and the n_extra functions named
+ * symbol + extra[i] into extra_at[i] (a prologue, say). The code
+ * (llvm_code_free ends it), or NULL with why in err. */
+struct llvm_code *gemm_load(const void *object, size_t size, const char *symbol, const char *const *extra,
+                            int n_extra, void **extra_at, gemm_code *g, char *err, size_t err_size);
+/* Element offset of matrix z of a batch laid out as a says, for an
+ * operand's batch strides. */
+int64_t gemm_batch_offset(const long long *strides, const kg_matmul_args *a, int64_t z);
+/* bytes at a 64-byte boundary inside a new block *raw of bytes + 64
+ * (core_free(*raw, bytes + 64) ends it), or NULL. */
+char *gemm_aligned_block(char **raw, size_t bytes);
 /* C = A @ B as args lays them out (ir/kernel.h), over kiln's thread pool:
  * into out (contiguous [batch, m, n]) when buffers is NULL, else through the
  * fused kernel's epilogue over buffers, for the symbols' values. 0, or -1
@@ -86,5 +95,45 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
  * bytes (f32, f64). */
 void conv_pack_b(const kx_conv *c, const kg_matmul_args *args, const char *x, int64_t col0, int64_t cols, int nr,
                  int size, char *dst);
+
+/* -- Attention (attention.c) ----------------------------------------------------- *
+ * softmax(x) @ v for each row of scores x computed from q @ kᵀ (an attention
+ * kernel, ir/kernel.h), by blocks of BR rows of q against blocks of
+ * ATTENTION_BLOCK_TILES * nr rows of k and v: the product's micro-kernel
+ * makes a block of q @ kᵀ, scores computes x over it in place, online
+ * folds it into each row's running maximum and sum (the flash-attention
+ * recurrence) and writes the weights packed as the micro-kernel's left
+ * panels, and the micro-kernel adds weights @ v to the rows' sums. */
+
+enum { ATTENTION_BLOCK_TILES = 8 };
+
+/* scores(s, rows, cols, row0, col0, buffers, symbols): x over rows [row0,
+ * row0 + rows) of the product (counted over the batch) and columns [col0,
+ * col0 + cols), both at least 1, written over the product's values at
+ * s[r * ATTENTION_BLOCK_TILES * nr + j]. */
+typedef void (*attention_scores_fn)(void *s, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
+                                    void *const *buffers, const int64_t *symbols);
+/* online(s, rows, cols, max, sum, o, o_cols, ld_o, p): for each row r of the
+ * block s (as scores leaves it), the new maximum m' of max[r] and the row's
+ * values, sum[r] and the row's o_cols values of o (leading dimension ld_o)
+ * scaled by exp(max[r] - m'), then exp(x - m') added to sum[r] and written
+ * to p packed as pack_a would pack them (cols steps); max[r] = m'. A row
+ * whose values are all -inf so far adds zeros. Whether any exp was not 0. */
+typedef int64_t (*attention_online_fn)(const void *s, int64_t rows, int64_t cols, void *max, void *sum, void *o,
+                                       int64_t o_cols, int64_t ld_o, void *p);
+
+typedef struct {
+    gemm_code gemm;
+    attention_scores_fn scores;
+    attention_online_fn online;
+} attention_code;
+
+/* Attention over q, kᵀ (args[0] lays them out) and v (args[1], its left
+ * operand the weights, row-major) into out (contiguous [batch, m, columns
+ * of v]), x computed from buffers for the symbols' values, over kiln's
+ * thread pool. 0, or -1 with why in err (out of memory). */
+int attention_run(const attention_code *c, const kg_matmul_args *args, const void *q, const void *kt,
+                  const void *v, void *out, void *const *buffers, const int64_t *symbols, char *err,
+                  size_t err_size);
 
 #endif

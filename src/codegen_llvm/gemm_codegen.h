@@ -34,4 +34,10 @@ gemm_shape gemm_shape_for(kiln_dtype dt, gemm_registers r);
 int gemm_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_shape s, bool epilogue, char *err,
                  size_t err_size);
 
+/* Adds attention's online softmax step of dtype dt for tile s to module:
+ * "<symbol>" GEMM_ONLINE, gemm.h's attention_online_fn. 0, or -1 with why
+ * in err. */
+int attention_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_shape s, char *err,
+                      size_t err_size);
+
 #endif

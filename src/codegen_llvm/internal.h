@@ -24,6 +24,10 @@ LLVMValueRef codegen_epilogue(LLVMModuleRef module, const kx_kernel *k, const ch
  * product's left operand as it computes it. 0, or -1 with the reason in err. */
 int codegen_prologue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int mr, char *err,
                      size_t err_size);
+/* Adds to module attention kernel k's scores (its one store's expression):
+ * "<symbol>" GEMM_SCORES, gemm.h's attention_scores_fn, over a block of the
+ * product at s[r * ld + j]. 0, or -1 with the reason in err. */
+int codegen_scores(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int ld, char *err, size_t err_size);
 /* A new empty module in ctx for the target machine tm (its triple and data
  * layout). */
 LLVMModuleRef llvm_module_for(LLVMContextRef ctx, LLVMTargetMachineRef tm);

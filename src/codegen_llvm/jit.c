@@ -462,6 +462,20 @@ static int kernel_module(LLVMModuleRef m, const kx_kernel *k, const char *symbol
     return 0;
 }
 
+/* An attention kernel's module: its scores and online softmax optimised,
+ * then the product's functions, as product_module makes them. */
+static int attention_module(LLVMModuleRef m, const kx_kernel *k, const char *symbol, const llvm_options *opt,
+                            gemm_shape shape, LLVMTargetMachineRef tm, char *err, size_t err_size)
+{
+    kiln_dtype dt = k->buffer_dtypes[k->product];
+    if (codegen_scores(m, k, symbol, ATTENTION_BLOCK_TILES * shape.nr, err, err_size) < 0 ||
+        attention_codegen(m, symbol, dt, shape, err, err_size) < 0 || verified(m, opt, err, err_size) < 0 ||
+        optimise(m, tm, opt->opt_level, false, err, err_size) < 0 ||
+        gemm_codegen(m, symbol, dt, shape, false, err, err_size) < 0)
+        return -1;
+    return verify(m, err, err_size);
+}
+
 /* A product's module: its epilogue and prologue (if any) optimised on
  * their own, then the packing and micro-kernel, whose IR is final as made (explicit vectors and
  * unrolled steps) and goes to code generation as it is: optimising it
@@ -472,6 +486,8 @@ static int product_module(LLVMModuleRef m, const contents *c, const char *symbol
     const kx_kernel *k = c->kernel;
     kiln_dtype dt = k ? k->buffer_dtypes[k->product] : c->product;
     gemm_shape shape = product_shape(t, tm, dt);
+    if (k && k->attention)
+        return attention_module(m, k, symbol, opt, shape, tm, err, err_size);
     if (k && (!codegen_epilogue(m, k, symbol, shape.nr, err, err_size) ||
               (k->prologue && codegen_prologue(m, k, symbol, shape.mr, err, err_size) < 0) ||
               verified(m, opt, err, err_size) < 0 || optimise(m, tm, opt->opt_level, false, err, err_size) < 0))

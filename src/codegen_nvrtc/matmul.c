@@ -430,6 +430,8 @@ static const char *misfit(const kx_kernel *k)
         return "the product is not f32: only the f32 matmul takes an epilogue";
     if (!misfits && k->prologue)
         return "a prologue on the left operand is not in the CUDA backend";
+    if (!misfits && k->attention)
+        return "fused attention is not in the CUDA backend";
     return misfits;
 }
 

@@ -66,7 +66,9 @@ typedef struct kx_backend {
     /* Runs rows [begin, end) of the kernel (all of them unless
      * runs_row_ranges) over buffers (inputs, then outputs) for the symbols'
      * values (IR_MAX_SYMBOLS of them); product lays out the operands of k's
-     * product, which follow the buffers, or is NULL. 0, or -1 with why. */
+     * product, which follow the buffers, or is NULL; an attention kernel's
+     * are two, the scores' (q, kᵀ) and the weights' (their stand-in, v),
+     * and q, kᵀ and v follow the buffers. 0, or -1 with why. */
     int (*launch)(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
                   int64_t begin, int64_t end, char *err, size_t err_size);
     void (*unload)(kx_code *code);

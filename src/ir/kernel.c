@@ -248,6 +248,8 @@ static void put_header(strbuf *t, const kx_kernel *k)
                    (long long)c->height, (long long)c->width, (long long)c->out_width, (long long)c->kh,
                    (long long)c->kw, (long long)c->stride[0], (long long)c->stride[1], (long long)c->padding[0],
                    (long long)c->padding[1], (long long)c->dilation[0], (long long)c->dilation[1]);
+    if (k->attention)
+        strbuf_put(t, " attention");
     strbuf_put(t, "\n");
 }
 

@@ -141,6 +141,13 @@ typedef struct kx_kernel {
      * row-major. Owned by this kernel. */
     struct kx_kernel *prologue;
     kx_conv conv;               /* with a product: how it reads B */
+    /* With a product (the scores q @ kᵀ, [rows, cols]): the kernel is
+     * attention, softmax(x) @ v over each row, x its one store's expression
+     * (the scores scaled and masked) and v a second product operand passed
+     * at launch; the store's view is not written, and the output buffer is
+     * the contiguous [rows, columns of v]. The softmax is online (a running
+     * maximum and sum over blocks of columns), so x is never stored. */
+    bool attention;
 } kx_kernel;
 
 /* How a kernel is compiled, beyond what it computes (a cache key component). */

@@ -305,8 +305,10 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
     bool rows_match = b->root_ndim == in->ndim && !memcmp(b->root_shape, in->shape, (size_t)in->ndim * sizeof *in->shape);
     for (int j = 0; rows_match && j < n->ndim; j++) {
         bool reduced_axis = n->params.keepdim && j == n->ndim - 1;
+        /* an axis of 1 maps to its one index, and reads as broadcast */
+        bool one = in->shape[j] == 1 && m->bias[j] == 0;
         rows_match = reduced_axis ? m->src[j] < 0 && m->bias[j] == 0
-                                  : m->src[j] == j && m->coef[j] == 1 && m->bias[j] == 0;
+                                  : one || (m->src[j] == j && m->coef[j] == 1 && m->bias[j] == 0);
     }
     if (!rows_match) {
         b->failed = node;

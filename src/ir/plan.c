@@ -2,6 +2,9 @@
  * kernels depends on, made before they are frozen, then liveness and memory.
  *
  * The decisions, in order, each asking the backend what it does:
+ * - softmax(x) @ v, where x is computed elementwise from a product q @ kᵀ
+ *   (scaled, masked) that only the softmax reads, is one attention kernel
+ *   where the backend has one: neither x nor the weights are stored;
  * - a matmul's product that only one elementwise kernel reads is computed
  *   inside that kernel, tile by tile, and never stored, where the backend
  *   fuses such an epilogue; the product's operands then live until that
@@ -48,7 +51,7 @@ const ir_ref *ir_plan_uses(const ir_plan *p, ir_ref r, uint32_t *n)
 /* Step s's uses from its buffers, what it writes over and its product. */
 static int set_uses(const ir_plan *p, plan_step *s)
 {
-    ir_ref *uses = realloc(s->uses, ((size_t)s->n_inputs + 3) * sizeof *uses);
+    ir_ref *uses = realloc(s->uses, ((size_t)s->n_inputs + 4) * sizeof *uses);
     if (!uses)
         return -CORE_NOMEM;
     int n = 0;
@@ -63,6 +66,8 @@ static int set_uses(const ir_plan *p, plan_step *s)
             uses[n++] = ops[0];
         uses[n++] = ops[1];
     }
+    if (s->kernel->attention) /* v, the weights' right operand */
+        uses[n++] = ir_operands(p->graph, &p->graph->nodes[s->node])[1];
     s->uses = uses;
     s->n_uses = n;
     return 0;
@@ -300,7 +305,7 @@ static int plan_prologues(ir_plan *p, const kx_backend *be)
 {
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
-        int sa = s->product != IR_NONE ? prologue_step(p, s) : -1;
+        int sa = s->product != IR_NONE && !s->kernel->attention ? prologue_step(p, s) : -1;
         if (sa < 0 || s->kernel->n_buffers + p->steps[sa].n_inputs > KX_MAX_BUFFERS)
             continue;
         char why[256];
@@ -312,6 +317,140 @@ static int plan_prologues(ir_plan *p, const kx_backend *be)
             return status;
         if (supported)
             plan_liveness(p);
+    }
+    return 0;
+}
+
+/* -- Attention in one kernel ---------------------------------------------------- */
+
+static ir_ref operand(const ir_graph *g, ir_ref r, int i)
+{
+    return ir_operands(g, &g->nodes[r])[i];
+}
+
+/* Whether node r is op of x along its last axis, kept. */
+static bool row_reduction(const ir_graph *g, ir_ref r, ir_op op, ir_ref x)
+{
+    const ir_node *n = &g->nodes[r];
+    return n->op == op && operand(g, r, 0) == x && n->params.keepdim &&
+           (n->params.axis == n->ndim - 1 || n->params.axis == -1);
+}
+
+/* The x of w = softmax(x) along rows as kiln_softmax writes it, exp(x -
+ * max(x)) / sum(exp(x - max(x))), or IR_NONE. */
+static ir_ref softmax_of(const ir_graph *g, ir_ref w)
+{
+    if (g->nodes[w].op != OP_DIV)
+        return IR_NONE;
+    ir_ref e = operand(g, w, 0), d = operand(g, e, 0);
+    if (g->nodes[e].op != OP_EXP || !row_reduction(g, operand(g, w, 1), OP_SUM, e) || g->nodes[d].op != OP_SUB)
+        return IR_NONE;
+    ir_ref x = operand(g, d, 0);
+    return row_reduction(g, operand(g, d, 1), OP_MAX, x) ? x : IR_NONE;
+}
+
+static bool same_shape(const ir_node *a, const ir_node *b, int dims)
+{
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)dims * sizeof *a->shape);
+}
+
+/* The input of softmax step sk that is the scores' product q @ kᵀ, to be
+ * computed inside the attention kernel of weights @ v (node r2): a float
+ * product of x's shape, which only sk reads; -1 if none. */
+static int scores_input(const ir_plan *p, const plan_step *sk, ir_ref x, ir_ref r2)
+{
+    const ir_graph *g = p->graph;
+    const ir_node *xn = &g->nodes[x], *out = &g->nodes[r2];
+    for (int b = 0; b < sk->n_inputs; b++) {
+        ir_ref r1 = sk->buffers[b];
+        const ir_node *n = &g->nodes[r1];
+        if (n->op == OP_MATMUL && eager_step(p, r1) && float_matrices(g, n) && n->dtype == out->dtype &&
+            readers(p, r1) == 1 && p->last_use[r1] == sk->node && same_shape(n, xn, n->ndim) &&
+            same_shape(n, out, n->ndim - 2) && sk->kernel->rows == ir_shape_product(&sk->kernel->sizes, n->ndim - 1, n->shape) &&
+            sk->kernel->cols == n->shape[n->ndim - 1])
+            return b;
+    }
+    return -1;
+}
+
+/* The max reduction of softmax kernel k (its expression is the scores x),
+ * or -1: k folds a max and a sum and stores the weights, nothing else. */
+static int softmax_max(const kx_kernel *k)
+{
+    if (k->n_reductions != 2 || k->n_row_stores || k->product >= 0 || k->prologue)
+        return -1;
+    for (int r = 0; r < 2; r++)
+        if (k->reductions[r].op == OP_MAX)
+            return r;
+    return -1;
+}
+
+/* Turns softmax kernel k into attention's: its one store x, its product
+ * the scores at buffer b, where the backend takes it; false (k as it was)
+ * where not. */
+static bool to_attention(const kx_backend *be, kx_kernel *k, int b)
+{
+    int max = softmax_max(k);
+    if (max < 0)
+        return false;
+    int n_stores = k->n_stores;
+    kx_store x = {.view = k->stores[k->n_stores - 1].view, .expr = k->reductions[max].expr, .pass = KX_STORE_PASS};
+    kx_store first = k->stores[0];
+    k->stores[0] = x;
+    k->n_stores = 1;
+    k->n_reductions = 0;
+    k->product = b;
+    k->attention = true;
+    char why[256];
+    if (be->supports(k, why, sizeof why))
+        return true;
+    k->stores[0] = first;
+    k->n_stores = n_stores;
+    k->n_reductions = 2;
+    k->product = -1;
+    k->attention = false;
+    return false;
+}
+
+/* Eager step s2, weights @ v, takes over the kernel of softmax step sk, which
+ * becomes attention's over product r1. */
+static int take_attention(ir_plan *p, plan_step *s2, plan_step *sk, ir_ref r1)
+{
+    s2->kernel = sk->kernel;
+    s2->buffers = sk->buffers;
+    s2->buffers[sk->n_inputs] = s2->node;
+    s2->n_inputs = sk->n_inputs;
+    s2->n_outputs = 1;
+    s2->product = r1;
+    s2->options = sk->options;
+    sk->kernel = NULL;
+    sk->buffers = NULL;
+    p->materialized[sk->node] = false;
+    p->materialized[r1] = false;
+    return set_uses(p, s2);
+}
+
+/* softmax(x) @ v, x computed from a product q @ kᵀ (scaled and masked as
+ * the softmax kernel does it), runs as one kernel where the backend takes
+ * it, so the scores and weights are never stored. */
+static int plan_attention(ir_plan *p, const kx_backend *be)
+{
+    const ir_graph *g = p->graph;
+    for (int i = 0; i < p->n_steps; i++) {
+        plan_step *s2 = &p->steps[i];
+        ir_ref r2 = s2->node, w, x;
+        if (s2->kernel || g->nodes[r2].op != OP_MATMUL || !float_matrices(g, &g->nodes[r2]) ||
+            (x = softmax_of(g, w = operand(g, r2, 0))) == IR_NONE || p->step_of[w] < 0 || readers(p, w) != 1 ||
+            g->nodes[operand(g, r2, 1)].dtype != g->nodes[r2].dtype)
+            continue;
+        plan_step *sk = &p->steps[p->step_of[w]];
+        int b = sk->kernel && sk->n_outputs == 1 ? scores_input(p, sk, x, r2) : -1;
+        if (b < 0 || !to_attention(be, sk->kernel, b))
+            continue;
+        int status = take_attention(p, s2, sk, sk->buffers[b]);
+        if (status < 0)
+            return status;
+        plan_liveness(p);
     }
     return 0;
 }
@@ -580,7 +719,9 @@ static int decide(ir_plan *p, const plan_options *o)
             return -CORE_NOMEM;
     }
     plan_liveness(p);
-    int status = be->supports ? plan_products(p, be) : 0;
+    int status = be->supports ? plan_attention(p, be) : 0;
+    if (status == 0 && be->supports)
+        status = plan_products(p, be);
     if (status == 0 && be->supports)
         status = plan_prologues(p, be);
     if (status == 0)

@@ -373,6 +373,21 @@ static kiln_tensor stand_in(const executable *x, const ir_node *n, const int64_t
     return t;
 }
 
+/* Attention's v, after its product's operands, and the layout of the
+ * weights' product (the weights, never stored, row-major). */
+static bool attention_operand(const executable *x, const plan_step *s, kiln_tensor *const *values,
+                              const int64_t *symbols, void **buffers, kg_matmul_args *layout)
+{
+    const ir_ref *ops = ir_operands(x->graph, &x->graph->nodes[s->node]);
+    kiln_tensor weights = stand_in(x, &x->graph->nodes[ops[0]], symbols), *v = values[ops[1]];
+    if (v->device != x->device) {
+        kiln_release(operand_moved(x, v));
+        return false;
+    }
+    buffers[s->n_inputs + s->n_outputs + 2] = eager_data(v);
+    return eager_matmul_args("kiln_call", &weights, v, layout) == 0;
+}
+
 /* The operands of step s's product, after its buffers, and their layout.
  * They are matrices: one on another device is an error (operand_moved's). */
 static bool product_operands(const executable *x, const plan_step *s, kiln_tensor *const *values,
@@ -396,7 +411,7 @@ static bool product_operands(const executable *x, const plan_step *s, kiln_tenso
         return false;
     buffers[s->n_inputs + s->n_outputs] = s->kernel->prologue ? NULL : eager_data(a);
     buffers[s->n_inputs + s->n_outputs + 1] = eager_data(b);
-    return true;
+    return !s->kernel->attention || attention_operand(x, s, values, symbols, buffers, layout + 1);
 }
 
 /* Runs kernel step i over its inputs into its output tensor. */
@@ -404,19 +419,19 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
 {
     const plan_step *s = &x->plan.steps[i];
     const ir_node *n = &x->graph->nodes[s->node];
-    void *buffers[KX_MAX_BUFFERS + 2];
+    void *buffers[KX_MAX_BUFFERS + 3];
     kiln_tensor *staged[KX_MAX_BUFFERS];
     for (int b = 0; b < s->n_inputs; b++)
         staged[b] = NULL;
     kiln_tensor *out = output_for(x, n, s->reuses, values, src->symbols);
-    kg_matmul_args layout;
+    kg_matmul_args layout[2]; /* attention's two products */
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
               (s->product == IR_NONE ||
-               product_operands(x, s, values, src->symbols, buffers, &layout, &staged[s->kernel->product]));
+               product_operands(x, s, values, src->symbols, buffers, layout, &staged[s->kernel->product]));
     if (ok) {
         char why[512];
         buffers[s->n_inputs] = eager_data(out);
-        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? &layout : NULL,
+        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? layout : NULL,
                                src->symbols, 0, kx_size(s->kernel, s->kernel->rows, src->symbols), why,
                                sizeof why) < 0)
             ok = launch_failed(why) == 0;
