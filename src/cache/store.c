@@ -694,6 +694,12 @@ static void parse_counts(const char *text, int64_t *hits, int64_t *misses)
     }
 }
 
+/* The stats file's text for counts h and m: its length. */
+static int counts_text(char *text, size_t size, int64_t h, int64_t m)
+{
+    return snprintf(text, size, "hits %lld\nmisses %lld\n", (long long)h, (long long)m);
+}
+
 /* Adds to the counts in the stats file at path in place: false where that
  * file is not this user's plain regular file (missing, a link planted there,
  * a second name of another file), which is then replaced instead. In place
@@ -713,7 +719,7 @@ static bool count_in_place(const char *path, int64_t hits, int64_t misses)
     text[got > 0 ? got : 0] = '\0';
     int64_t h = 0, m = 0;
     parse_counts(text, &h, &m);
-    int len = snprintf(text, sizeof text, "hits %lld\nmisses %lld\n", (long long)(h + hits), (long long)(m + misses));
+    int len = counts_text(text, sizeof text, h + hits, m + misses);
     if (pwrite(fd, text, (size_t)len, 0) == len)
         (void)ftruncate(fd, len);
     close(fd);
@@ -734,8 +740,7 @@ void cache_count(const char *dir, int64_t hits, int64_t misses)
         if (!count_in_place(path, hits, misses)) {
             int64_t h, m;
             cache_counts_read(dir, &h, &m);
-            int len = snprintf(text, sizeof text, "hits %lld\nmisses %lld\n", (long long)(h + hits),
-                               (long long)(m + misses));
+            int len = counts_text(text, sizeof text, h + hits, m + misses);
             (void)core_write_file(path, text, (size_t)len, 0600); /* counts are worth no warning */
         }
         flock(lock, LOCK_UN);

@@ -254,14 +254,18 @@ static void release(kiln_tensor *t)
 
 static void scope_forget(kiln_tensor *t);
 
+/* Whether t may be released: not NULL, and alive (else fn's error). */
+static bool releasable(const kiln_tensor *t, const char *fn)
+{
+    if (t && !eager_alive(t))
+        dead_tensor(fn);
+    return t && eager_alive(t);
+}
+
 void kiln_release(kiln_tensor *t)
 {
-    if (!t)
+    if (!releasable(t, "kiln_release"))
         return;
-    if (!eager_alive(t)) {
-        dead_tensor("kiln_release");
-        return;
-    }
     /* Every reference left but kiln's own is a scope's (kiln_cast to the
      * same dtype gave a scope a second one): the one released is a scope's,
      * released early. */
@@ -280,12 +284,8 @@ kiln_tensor *eager_hold(kiln_tensor *t)
 
 void eager_unhold(kiln_tensor *t)
 {
-    if (!t)
+    if (!releasable(t, "kiln_release"))
         return;
-    if (!eager_alive(t)) {
-        dead_tensor("kiln_release");
-        return;
-    }
     atomic_fetch_sub_explicit(&t->held, 1, memory_order_relaxed);
     release(t);
 }
