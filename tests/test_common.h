@@ -178,9 +178,11 @@ static inline void assert_same_kind(kiln_tensor *got, kiln_tensor *want, const c
     ck_assert_msg(got && want, "%s: missing result (%s)", what, kiln_last_error());
     ck_assert_msg(kiln_dtype_of(got) == kiln_dtype_of(want), "%s: dtype %s, eager %s", what,
                   kiln_dtype_name(kiln_dtype_of(got)), kiln_dtype_name(kiln_dtype_of(want)));
-    ck_assert_int_eq(kiln_ndim(got), kiln_ndim(want));
+    ck_assert_msg(kiln_ndim(got) == kiln_ndim(want), "%s: %d dimensions, eager %d", what, kiln_ndim(got),
+                  kiln_ndim(want));
     for (int d = 0; d < kiln_ndim(got); d++)
-        ck_assert_int_eq(kiln_shape(got)[d], kiln_shape(want)[d]);
+        ck_assert_msg(kiln_shape(got)[d] == kiln_shape(want)[d], "%s: size %lld in dimension %d, eager %lld", what,
+                      (long long)kiln_shape(got)[d], d, (long long)kiln_shape(want)[d]);
 }
 
 /* got within tolerance of want (same dtype and shape); NaN matches NaN. */

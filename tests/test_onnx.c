@@ -675,7 +675,7 @@ START_TEST(test_export_round_trip)
         PROGEN_MATMUL, PROGEN_SOFTMAX, PROGEN_LOG_SOFTMAX, PROGEN_LAYER_NORM, PROGEN_GELU, PROGEN_SILU,
         PROGEN_FULL, PROGEN_ZEROS, PROGEN_ONES, PROGEN_ARANGE, PROGEN_SCALAR, PROGEN_FROM_DATA, PROGEN_FLOOR,
         PROGEN_CEIL, PROGEN_ROUND, PROGEN_TAN, PROGEN_ATAN, PROGEN_PROD, PROGEN_ARGMIN, PROGEN_GATHER,
-        PROGEN_INDEX_SELECT, PROGEN_EMBEDDING, PROGEN_CUMSUM,
+        PROGEN_INDEX_SELECT, PROGEN_EMBEDDING, PROGEN_CUMSUM, PROGEN_CONV2D,
     };
     progen_options po = {0};
     for (size_t i = 0; i < sizeof exported / sizeof *exported; i++)
@@ -769,6 +769,43 @@ START_TEST(test_export_conv)
 }
 END_TEST
 
+/* Ops whose ONNX forms once computed something else: argmin of the
+ * int64 minimum (taken as argmax of the negation, which overflows) and of
+ * bools (cast back to bool), a one-element slice with a huge step (its
+ * end overflowed to nothing), tan (sin / cos, ulps off kiln_tan). */
+static int edges_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_argmin(in[0], 0, true);
+    out[1] = kiln_argmin(kiln_gt(in[1], kiln_scalar(0)), 1, false);
+    out[2] = kiln_slice(in[1], 1, 2, 6, INT64_MAX);
+    out[3] = kiln_tan(in[1]);
+    return out[0] && out[1] && out[2] && out[3] ? 0 : -1;
+}
+
+START_TEST(test_export_edges)
+{
+    const int64_t ints[6] = {5, INT64_MIN, -3, INT64_MIN, 7, 0};
+    kiln_tensor *in[2] = {kiln_from_data(KILN_I64, 2, (int64_t[]){3, 2}, ints),
+                          kiln_randn(2, (int64_t[]){16, 8}, 5)};
+    kiln_spec specs[2] = {kiln_spec_of(in[0]), kiln_spec_of(in[1])};
+    kiln_jit_options o = kiln_jit_defaults();
+    o.backend = KILN_BACKEND_INTERP;
+    kiln_fn *f = kiln_jit("edges", edges_body, 2, 4, NULL, &o);
+    ck_assert_msg(kiln_onnx_export(f, specs, tmp_path("edges.onnx")) == 0, "%s", kiln_last_error());
+    kiln_fn *g = kiln_onnx_load(tmp_path("edges.onnx"), &o);
+    ck_assert_msg(g != NULL, "%s", kiln_last_error());
+    kiln_tensor *want[4] = {NULL}, *got[4] = {NULL};
+    ck_assert_int_eq(kiln_call(f, in, want), 0);
+    ck_assert_msg(kiln_call(g, in, got) == 0, "%s", kiln_last_error());
+    static const char *what[4] = {"argmin of int64", "argmin of bool", "slice with a huge step", "tan"};
+    for (int k = 0; k < 4; k++)
+        assert_close(got[k], want[k], 0, 0, what[k]);
+    kiln_fn_free(g);
+    kiln_fn_free(f);
+}
+END_TEST
+
 START_TEST(test_export_refuses)
 {
     kiln_fn *f = kiln_jit("plain", progen_body, 1, 1, NULL, NULL);
@@ -816,6 +853,7 @@ static Suite *onnx_suite(void)
     suite_add_tcase(s, load);
     tcase_add_test(export, test_export_round_trip);
     tcase_add_test(export, test_export_conv);
+    tcase_add_test(export, test_export_edges);
     tcase_add_test(export, test_export_refuses);
     suite_add_tcase(s, export);
     /* suite onnx-cuda-emulated: the stand-in driver runs the kernels */

@@ -300,12 +300,12 @@ static const char *reduction(exporter *e, ir_ref r, const char *x, const char *o
 }
 
 /* ONNX reduces numbers only: a bool operand goes through int32 (max and
- * min come back to bool). */
+ * min come back to bool; argmax and argmin give indices). */
 static int bool_reduction(exporter *e, ir_ref r, const char *op)
 {
     const ir_node *n = &e->g->nodes[r];
     const char *x = value_as(e, ir_operands(e->g, n)[0], KILN_I32);
-    if (n->op == OP_ARGMAX)
+    if (n->op == OP_ARGMAX || n->op == OP_ARGMIN)
         return reduction(e, r, x, op) ? 0 : -CORE_NOMEM;
     char *bool_name = e->names[r];
     e->names[r] = fresh_name(e);
@@ -345,7 +345,9 @@ static int movement(exporter *e, ir_ref r)
     }
     case OP_SLICE: {
         int64_t axis = n->params.axis, start = n->params.start, step = n->params.step;
-        int64_t end = start + step * n->shape[axis];
+        /* one past the last element taken: start + step * size overflows for
+         * huge steps (a slice of one element may have any) */
+        int64_t end = n->shape[axis] ? start + step * (n->shape[axis] - 1) + (step > 0 ? 1 : -1) : start;
         /* ONNX reads a negative end as counting from the back: past the front is INT64_MIN */
         if (end < 0)
             end = INT64_MIN;

@@ -174,7 +174,7 @@ UNARY(sigmoid, kiln_sigmoid(x))
 UNARY(relu, kiln_relu(x))
 UNARY(sin, kiln_sin(x))
 UNARY(cos, kiln_cos(x))
-UNARY(tan, kiln_div(kiln_sin(x), kiln_cos(x)))
+UNARY(tan, kiln_tan(x))
 UNARY(erf, kiln_erf(x))
 UNARY(identity, same(x))
 UNARY(reciprocal, kiln_div(scalar_of(kiln_dtype_of(x), 1), x))
@@ -707,7 +707,9 @@ static int run_reduce_sum_square(onnx_call *c) { return reduce(c, kiln_sum, fals
 static int run_reduce_log_sum(onnx_call *c) { return reduce(c, kiln_sum, false, LOG); }
 static int run_reduce_log_sum_exp(onnx_call *c) { return reduce(c, NULL, false, LOG_SUM_EXP); }
 
-static int arg_reduce(onnx_call *c, bool min)
+/* kiln_argmax or kiln_argmin: min is not argmax of the negation, which
+ * overflows at an integer type's minimum. */
+static int arg_reduce(onnx_call *c, kiln_tensor *(*arg)(kiln_tensor *, int, bool))
 {
     int64_t axis, keep, last;
     int a;
@@ -717,17 +719,15 @@ static int arg_reduce(onnx_call *c, bool min)
         return -CORE_FORMAT;
     if (norm_axis(c, axis, kiln_ndim(x), &a) < 0)
         return -CORE_AXIS;
-    if (min)
-        x = kiln_neg(kiln_dtype_of(x) == KILN_BOOL ? kiln_cast(x, KILN_I32) : x);
     if (!last)
-        return done(c, kiln_argmax(x, a, keep != 0));
+        return done(c, arg(x, a, keep != 0));
     /* the last of equals: the first along the axis reversed, counted from the end */
     int64_t n = kiln_ndim(x) ? kiln_shape(x)[a] : 1;
-    kiln_tensor *first = kiln_argmax(kiln_ndim(x) ? kiln_slice(x, a, -1, INT64_MIN, -1) : x, a, keep != 0);
+    kiln_tensor *first = arg(kiln_ndim(x) ? kiln_slice(x, a, -1, INT64_MIN, -1) : x, a, keep != 0);
     return done(c, kiln_sub(scalar_of(KILN_I64, (double)(n - 1)), first));
 }
-static int run_argmax(onnx_call *c) { return arg_reduce(c, false); }
-static int run_argmin(onnx_call *c) { return arg_reduce(c, true); }
+static int run_argmax(onnx_call *c) { return arg_reduce(c, kiln_argmax); }
+static int run_argmin(onnx_call *c) { return arg_reduce(c, kiln_argmin); }
 
 static int global_pool(onnx_call *c, reduce_fn f)
 {
