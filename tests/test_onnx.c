@@ -655,6 +655,25 @@ START_TEST(test_runtime_error_names_node)
 }
 END_TEST
 
+/* An ints attribute longer than kiln reads is an error naming it (it was
+ * read as a count of 63 values). */
+START_TEST(test_too_many_ints)
+{
+    model m;
+    model_init(&m);
+    int64_t perm[65] = {1, 0};
+    add_ints_attr(&m, add_node(&m, "Transpose", "t", "x", "y"), "perm", perm, 65);
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, x_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 2, (int64_t[]){3, 2});
+    kiln_fn *f = kiln_onnx_load(save(&m, "perm.onnx"), NULL);
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    kiln_tensor *x = kiln_zeros(KILN_F32, 2, x_shape), *y = NULL;
+    ck_assert_int_lt(kiln_call(f, &x, &y), 0);
+    ck_assert_kiln_error("node 0 't' (Transpose)", "attribute 'perm' has 65 values");
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* -- Export ------------------------------------------------------------------------- */
 
 /* Random programs (no random values or writebacks: ONNX has neither)
@@ -850,6 +869,7 @@ static Suite *onnx_suite(void)
     tcase_add_test(load, test_huge_dims);
     tcase_add_test(load, test_unsupported);
     tcase_add_test(load, test_runtime_error_names_node);
+    tcase_add_test(load, test_too_many_ints);
     suite_add_tcase(s, load);
     tcase_add_test(export, test_export_round_trip);
     tcase_add_test(export, test_export_conv);

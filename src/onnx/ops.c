@@ -27,41 +27,46 @@ static int attr_typed(const onnx_call *c, const Onnx__AttributeProto *a, Onnx__A
     return onnx_fail(c, CORE_FORMAT, "attribute '%s' has type %d, not %d", a->name, (int)a->type, (int)want);
 }
 
-static int attr_int(const onnx_call *c, const char *name, int64_t fallback, int64_t *v)
+/* Attribute name of type want, or NULL: absent, or of another type (then
+ * c's node failed and *status says so). */
+static const Onnx__AttributeProto *attr_of(const onnx_call *c, const char *name,
+                                           Onnx__AttributeProto__AttributeType want, int *status)
 {
     const Onnx__AttributeProto *a = onnx_attr(c, name);
-    *v = fallback;
-    if (!a)
-        return 0;
-    if (attr_typed(c, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) < 0)
-        return -CORE_FORMAT;
-    *v = a->i;
-    return 0;
+    *status = 0;
+    if (a && attr_typed(c, a, want) < 0) {
+        *status = -CORE_FORMAT;
+        return NULL;
+    }
+    return a;
+}
+
+static int attr_int(const onnx_call *c, const char *name, int64_t fallback, int64_t *v)
+{
+    int status;
+    const Onnx__AttributeProto *a = attr_of(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, &status);
+    *v = a ? a->i : fallback;
+    return status;
 }
 
 static int attr_float(const onnx_call *c, const char *name, double fallback, double *v)
 {
-    const Onnx__AttributeProto *a = onnx_attr(c, name);
-    *v = fallback;
-    if (!a)
-        return 0;
-    if (attr_typed(c, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT) < 0)
-        return -CORE_FORMAT;
-    *v = a->f;
-    return 0;
+    int status;
+    const Onnx__AttributeProto *a = attr_of(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, &status);
+    *v = a ? a->f : fallback;
+    return status;
 }
 
 /* The ints of attribute name into v (at most MAX_INTS): how many, or -1 when
  * absent, or a status below -1. */
 static int attr_ints(const onnx_call *c, const char *name, int64_t *v)
 {
-    const Onnx__AttributeProto *a = onnx_attr(c, name);
+    int status;
+    const Onnx__AttributeProto *a = attr_of(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, &status);
     if (!a)
-        return -1;
-    if (attr_typed(c, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS) < 0)
-        return -1 - CORE_FORMAT;
+        return -1 + status;
     if (a->n_ints > MAX_INTS)
-        return -1 - onnx_fail(c, CORE_UNSUPPORTED, "attribute '%s' has %zu values (kiln takes %d)", name, a->n_ints,
+        return -1 + onnx_fail(c, CORE_UNSUPPORTED, "attribute '%s' has %zu values (kiln takes %d)", name, a->n_ints,
                               MAX_INTS);
     memcpy(v, a->ints, a->n_ints * sizeof *v);
     return (int)a->n_ints;
