@@ -5,6 +5,7 @@ them; kiln's outputs must match within each model's tolerance.
 
     onnx_models.py KILN_ONNX WORK_DIR [--batch N] [--bench]
     onnx_models.py --bench-torch MODEL.onnx --batch N [--runs N] [--threads N]
+    onnx_models.py --export MODEL.onnx
 
 Models: torch.nn.TransformerEncoder (4 layers, d 256, 4 heads), and, where
 torchvision is, resnet50 and mobilenet_v3_small. A model whose operators
@@ -13,6 +14,8 @@ absent. --bench also runs `kiln-onnx bench --torch` on each model, with this
 script as its companion: --bench-torch rebuilds the model a file's name
 names (resnet50.onnx: resnet50) and prints PyTorch eager's and
 TorchScript's median times on it at batch N, as kiln-onnx reads them.
+--export writes the model a file's name names with a symbolic batch size
+(the weights the other modes use), for kiln-onnx bench at any --batch.
 """
 import argparse
 import os
@@ -98,16 +101,38 @@ def check(tool, work, name, maker, tol, batch, bench):
     return ok
 
 
-def bench_torch(args):
-    """PyTorch's times on the model args.bench_torch names, for kiln-onnx bench --torch."""
-    name = os.path.splitext(os.path.basename(args.bench_torch))[0]
+def model_named(path):
+    """The (name, maker, tolerance) of the model path's file name names, or None (said on stderr)."""
+    name = os.path.splitext(os.path.basename(path))[0]
     found = [m for m in MODELS if m[0] == name]
     if not found:
         print(f"onnx_models.py: no model named {name} (there are {', '.join(m[0] for m in MODELS)})",
               file=sys.stderr)
+        return None
+    return found[0]
+
+
+def export(path):
+    """The model path names, exported there with a symbolic batch size."""
+    found = model_named(path)
+    if not found:
         return 2
     torch.manual_seed(0)
-    model, shape = found[0][1]()
+    model, shape = found[1]()
+    model.eval()
+    batch = {0: "batch"}
+    torch.onnx.export(model, torch.randn(1, *shape), path, opset_version=14, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": batch, "y": batch})
+    return 0
+
+
+def bench_torch(args):
+    """PyTorch's times on the model args.bench_torch names, for kiln-onnx bench --torch."""
+    found = model_named(args.bench_torch)
+    if not found:
+        return 2
+    torch.manual_seed(0)
+    model, shape = found[1]()
     model.eval()
     x = torch.randn(args.batch, *shape)
     with torch.no_grad():
@@ -124,12 +149,15 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--bench-torch", metavar="MODEL")
+    ap.add_argument("--export", metavar="MODEL")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("KILN_THREADS", torch.get_num_threads())))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.bench_torch:
         return bench_torch(args)
+    if args.export:
+        return export(args.export)
     if not args.tool or not args.work:
         ap.error("KILN_ONNX and WORK_DIR, please")
     with tempfile.TemporaryDirectory(dir=args.work) as work:
