@@ -265,6 +265,42 @@ START_TEST(test_load_and_call)
 }
 END_TEST
 
+static const kiln_tensor *constant(const kiln_fn *f, const char *name)
+{
+    const onnx_model *m = jit_user(f);
+    for (int i = 0; i < m->n_values; i++)
+        if (!strcmp(m->value_names[i], name))
+            return m->constants[i];
+    return NULL;
+}
+
+/* Float weights held as raw data share one block, each 64-byte aligned;
+ * typed values are made alone. */
+START_TEST(test_weights_share_a_block)
+{
+    model m;
+    dense_model(&m);
+    add_floats(&m, "c", 1, b_shape, b_data, 4);
+    use_raw_data(&m);
+    add_node(&m, "Add", "c", "y c", "z");
+    m.values[1].name = "z";
+    kiln_fn *f = kiln_onnx_load(save(&m, "block.onnx"), NULL);
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    const kiln_tensor *w = constant(f, "w"), *b = constant(f, "b"), *c = constant(f, "c");
+    ck_assert_ptr_nonnull(w);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_eq(w->storage, c->storage);
+    ck_assert_ptr_ne(w->storage, b->storage);
+    ck_assert_int_eq((uintptr_t)eager_data(w) % 64, 0);
+    ck_assert_int_eq((uintptr_t)eager_data(c) % 64, 0);
+    float want[8] = {4.0f, -3, 4.6f, -9, 7.6f, 0.8f, 10.0f, -8.8f};
+    kiln_tensor *x = dense_input(), *z = NULL;
+    ck_assert_msg(kiln_call(f, &x, &z) == 0, "%s", kiln_last_error());
+    assert_close(z, kiln_from_data(KILN_F32, 2, y_shape, want), 1e-6, 1e-6, "dense + c");
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* A graph given in two pieces (the second file's graph holding b) is one
  * graph, as protobuf merges them: the loader's skeleton, which reads the
  * initializers' raw data from the mapped file, leaves such files to
@@ -858,6 +894,7 @@ static Suite *onnx_suite(void)
         tcase_set_timeout(tc, 600);
     }
     tcase_add_test(load, test_load_and_call);
+    tcase_add_test(load, test_weights_share_a_block);
     tcase_add_test(load, test_graph_in_two_pieces);
     tcase_add_test(load, test_dilated_max_pool);
     tcase_add_test(load, test_default_io_names);

@@ -217,20 +217,54 @@ static int check_node(const onnx_model *m, onnx_node *node)
 
 /* Values: the graph's inputs, its initializers, then each node's results,
  * each defined once. */
+/* One block for the float weights the mapping holds (onnx_arena_floats), a
+ * new reference; NULL where there are none (or no memory: each is made alone). */
+static kiln_tensor *weights_arena(const Onnx__GraphProto *g, const onnx_mapped *mf)
+{
+    int64_t floats = 0;
+    for (size_t i = 0; i < g->n_initializer; i++)
+        floats += (int64_t)onnx_arena_floats(g->initializer[i], onnx_mapped_raw(mf, i));
+    kiln_tensor *arena = floats ? eager_empty(load_fn, KILN_CPU, KILN_F32, 1, &floats) : NULL;
+    if (!arena)
+        kiln_clear_error();
+    return arena;
+}
+
+/* Initializer i as a new tensor no scope owns, in the arena where it fits
+ * there (at, in floats, moves past it). */
+static kiln_tensor *initializer(const Onnx__GraphProto *g, size_t i, const onnx_mapped *mf, kiln_tensor *arena,
+                                int64_t *at)
+{
+    const char *name = g->initializer[i]->name ? g->initializer[i]->name : "";
+    const ProtobufCBinaryData *raw = onnx_mapped_raw(mf, i);
+    size_t floats = arena ? onnx_arena_floats(g->initializer[i], raw) : 0;
+    if (!floats)
+        return onnx_tensor_to_kiln(load_fn, name, g->initializer[i], raw);
+    *at += (int64_t)floats;
+    return onnx_arena_tensor(load_fn, name, arena, *at - (int64_t)floats, g->initializer[i], raw);
+}
+
 static int define_values(onnx_model *m, name_table *t, int *defined_by, const onnx_mapped *mf)
 {
     const Onnx__GraphProto *g = m->proto->graph;
     double start = core_now_ms();
+    kiln_tensor *arena = weights_arena(g, mf);
+    int64_t at = 0;
     for (size_t i = 0; i < g->n_initializer; i++) {
         bool added = false;
         const char *name = g->initializer[i]->name ? g->initializer[i]->name : "";
         int v = table_find(t, name, true, &added);
-        if (!added)
+        if (!added) {
+            kiln_release(arena);
             return core_fail(CORE_FORMAT, load_fn, "'%s': initializer '%s' is given twice", m->name, name);
+        }
         defined_by[v] = -1;
-        if (!(m->constants[v] = onnx_tensor_to_kiln(load_fn, name, g->initializer[i], onnx_mapped_raw(mf, i))))
+        if (!(m->constants[v] = initializer(g, i, mf, arena, &at))) {
+            kiln_release(arena);
             return core_error_status();
+        }
     }
+    kiln_release(arena);
     last_times.tensors_ms = core_now_ms() - start;
     for (size_t i = 0; i < g->n_input; i++) {
         const char *name = g->input[i]->name ? g->input[i]->name : "";

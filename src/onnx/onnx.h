@@ -35,6 +35,13 @@ const ProtobufCBinaryData *onnx_mapped_raw(const onnx_mapped *mf, size_t i);
 /* Unmaps the file; the proto is not freed. */
 void onnx_unmap_model(onnx_mapped *mf);
 
+/* The floats initializer tp (raw data raw, mapped) takes in a block shared
+ * by the model's float weights, or 0 where it is made alone. */
+size_t onnx_arena_floats(const Onnx__TensorProto *tp, const ProtobufCBinaryData *raw);
+/* tp's values copied into arena (a 1-d float tensor) at element at, as a new
+ * view of it that no scope owns; NULL with fn's error naming what. */
+kiln_tensor *onnx_arena_tensor(const char *fn, const char *what, kiln_tensor *arena, int64_t at,
+                               const Onnx__TensorProto *tp, const ProtobufCBinaryData *raw);
 /* tp's values as a new tensor that no scope owns, or NULL with fn's error
  * naming what (a value's name) and what is wrong with it. raw, where not
  * NULL, is tp's raw data held apart from it (borrowed). */

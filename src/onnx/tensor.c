@@ -165,6 +165,43 @@ kiln_tensor *onnx_tensor_to_kiln(const char *fn, const char *what, const Onnx__T
     return t;
 }
 
+/* -- The float weights in one block ------------------------------------------ *
+ * A model's weights are fresh memory, whose every page the kernel zeroes on
+ * first touch: one block of huge pages, each tensor 64 bytes apart, zeroes
+ * what the weights need, where a block each pays 4 KiB faults below 2 MiB
+ * and a huge page's rounding above (a fifth more for resnet50). */
+
+enum { ARENA_ALIGN = 64 / sizeof(float) };
+
+/* The floats tp takes in the arena (its raw data rounded up to 64 bytes), or
+ * 0 where it goes its own way: not raw floats from the mapping, or empty. */
+size_t onnx_arena_floats(const Onnx__TensorProto *tp, const ProtobufCBinaryData *raw)
+{
+    bool external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    if (!raw || tp->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT || external || tp->segment ||
+        !raw->len || raw->len % sizeof(float))
+        return 0;
+    return (raw->len / sizeof(float) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+}
+
+kiln_tensor *onnx_arena_tensor(const char *fn, const char *what, kiln_tensor *arena, int64_t at,
+                               const Onnx__TensorProto *tp, const ProtobufCBinaryData *raw)
+{
+    int64_t shape[KILN_MAX_DIMS], numel = 0;
+    if (tensor_shape(fn, what, tp, shape, &numel) < 0)
+        return NULL;
+    if ((size_t)numel != raw->len / sizeof(float)) {
+        core_fail(CORE_FORMAT, fn, "tensor '%s' has %lld elements by its shape but raw data of %zu bytes", what,
+                  (long long)numel, raw->len);
+        return NULL;
+    }
+    memcpy(eager_data(arena) + at * (int64_t)sizeof(float), raw->data, raw->len);
+    kiln_scope_begin();
+    kiln_tensor *t = kiln_retain(kiln_reshape(kiln_slice(arena, 0, at, at + numel, 1), (int)tp->n_dims, shape));
+    kiln_scope_end();
+    return t;
+}
+
 kiln_tensor *onnx_load_tensor_file(const char *path)
 {
     const char *fn = "onnx_load_tensor_file";
