@@ -102,6 +102,7 @@ G(g_matmul_batch, kiln_matmul(x[0], x[1]))
 G(g_matmul_row, kiln_matmul(x[0], x[1]))
 G(g_matmul_col, kiln_matmul(x[0], x[1]))
 G(g_matmul_dot, kiln_matmul(x[0], x[1]))
+G(g_matmul_weight_view, kiln_matmul(kiln_transpose(x[0], 1, 2), x[1]))
 G(g_softmax, kiln_softmax(x[0], -1))
 G(g_log_softmax, kiln_log_softmax(x[0], 0))
 G(g_layer_norm, kiln_layer_norm(x[0], x[1], x[2], 1e-5))
@@ -192,6 +193,9 @@ static const grad_case cases[] = {
     {"matmul row", g_matmul_row, 2, {1, 3}, {{4}, {2, 4, 3}}, ANY},
     {"matmul column", g_matmul_col, 2, {3, 1}, {{2, 3, 4}, {4}}, ANY},
     {"matmul dot", g_matmul_dot, 2, {1, 1}, {{4}, {4}}, ANY},
+    /* a matrix broadcast over a batch: its gradient one product over the batch's rows */
+    {"matmul weight", g_matmul, 2, {4, 2}, {{2, 2, 3, 4}, {4, 5}}, ANY},
+    {"matmul weight, a view", g_matmul_weight_view, 2, {3, 2}, {{2, 4, 3}, {4, 5}}, ANY},
     {"softmax", g_softmax, 1, {2}, {{3, 5}}, ANY},
     {"log_softmax", g_log_softmax, 1, {2}, {{3, 5}}, ANY},
     {"layer_norm", g_layer_norm, 3, {2, 1, 1}, {{3, 6}, {6}, {6}}, ANY},
