@@ -102,6 +102,7 @@ G(g_matmul_batch, kiln_matmul(x[0], x[1]))
 G(g_matmul_row, kiln_matmul(x[0], x[1]))
 G(g_matmul_col, kiln_matmul(x[0], x[1]))
 G(g_matmul_dot, kiln_matmul(x[0], x[1]))
+G(g_matmul_weight_view, kiln_matmul(kiln_transpose(x[0], 1, 2), x[1]))
 G(g_softmax, kiln_softmax(x[0], -1))
 G(g_log_softmax, kiln_log_softmax(x[0], 0))
 G(g_layer_norm, kiln_layer_norm(x[0], x[1], x[2], 1e-5))
@@ -192,6 +193,9 @@ static const grad_case cases[] = {
     {"matmul row", g_matmul_row, 2, {1, 3}, {{4}, {2, 4, 3}}, ANY},
     {"matmul column", g_matmul_col, 2, {3, 1}, {{2, 3, 4}, {4}}, ANY},
     {"matmul dot", g_matmul_dot, 2, {1, 1}, {{4}, {4}}, ANY},
+    /* a matrix broadcast over a batch: its gradient one product over the batch's rows */
+    {"matmul weight", g_matmul, 2, {4, 2}, {{2, 2, 3, 4}, {4, 5}}, ANY},
+    {"matmul weight, a view", g_matmul_weight_view, 2, {3, 2}, {{2, 4, 3}, {4, 5}}, ANY},
     {"softmax", g_softmax, 1, {2}, {{3, 5}}, ANY},
     {"log_softmax", g_log_softmax, 1, {2}, {{3, 5}}, ANY},
     {"layer_norm", g_layer_norm, 3, {2, 1, 1}, {{3, 6}, {6}, {6}}, ANY},
@@ -931,6 +935,68 @@ START_TEST(traced_step_memory)
 }
 END_TEST
 
+/* -- Writebacks written in place ------------------------------------------- *
+ * A kernel whose value is written back to a capture writes it over the
+ * capture (the update's new values take no memory, the writeback copies
+ * nothing), unless a later kernel reads the capture. */
+
+/* p = p - 0.5 * in[0]; the output p's sum before the update. */
+static int update_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *p = user;
+    out[0] = kiln_sum(p, KILN_ALL, false);
+    return kiln_assign(p, kiln_sub(p, kiln_mul_scalar(in[0], 0.5)));
+}
+
+/* p = 2p, after taking p + 1, which a kernel after the update reads. */
+static int read_after_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *p = user, *t = kiln_add_scalar(p, 1);
+    if (kiln_assign(p, kiln_mul_scalar(p, 2)) < 0)
+        return -1;
+    out[0] = kiln_sum(kiln_mul(t, in[0]), -1, false);
+    return out[0] ? 0 : -1;
+}
+
+/* Runs body twice traced and twice eagerly, on p and a copy of it,
+ * comparing the outputs and p; returns the plan's peak, or -1 when the
+ * kernels are not compiled. */
+static int64_t check_writeback(kiln_body body, kiln_tensor *p)
+{
+    kiln_tensor *copy = kiln_contiguous(kiln_mul_scalar(p, 1)), *x = kiln_ones_like(p);
+    kiln_jit_options o = kiln_jit_defaults();
+    o.strict = true;
+    kiln_fn *f = kiln_jit("writeback", body, 1, 1, p, &o);
+    for (int call = 0; call < 2; call++) {
+        kiln_tensor *got = NULL, *want = NULL;
+        ck_assert_msg(kiln_call(f, &x, &got) == 0, "traced: %s", kiln_last_error());
+        ck_assert_int_eq(body(&x, &want, copy), 0);
+        assert_close(got, want, 1e-6, 1e-6, "output");
+        assert_close(p, copy, 1e-6, 1e-6, "p written back");
+        kiln_release(got);
+        kiln_release(want);
+    }
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    bool compiled = !strcmp(kiln_fn_backend(f), "llvm");
+    kiln_fn_free(f);
+    return compiled ? s.peak_bytes : -1;
+}
+
+START_TEST(writeback_in_place)
+{
+    enum { N = 64 };
+    kiln_scope_begin();
+    kiln_tensor *grid = kiln_mul_scalar(kiln_arange(0, N * N, 1, KILN_F32), 0.01);
+    kiln_tensor *p = kiln_contiguous(kiln_reshape(grid, 2, (int64_t[]){N, N}));
+    int64_t peak = check_writeback(update_body, p);
+    ck_assert_msg(peak < N * N * 4, "the update planned %lld bytes: not written over p", (long long)peak);
+    /* p + 1 is computed after the update, from the old p */
+    check_writeback(read_after_body, p);
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- On CUDA (a GPU, or the emulated driver: meson's autograd-emulated) -------- */
 
 /* The case's gradients computed on CUDA, eagerly and traced, against the CPU's. */
@@ -1013,6 +1079,7 @@ static Suite *autograd_suite(void)
     tcase_add_test(tc, train_sgd_nesterov);
     tcase_add_test(tc, train_adamw_clipped);
     tcase_add_test(tc, traced_step_memory);
+    tcase_add_test(tc, writeback_in_place);
     tcase_add_loop_test(tc, cuda_gradients, 0, N_CASES);
     tcase_add_loop_test(tc, cuda_training, 0, 3);
     suite_add_tcase(s, tc);

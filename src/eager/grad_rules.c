@@ -448,6 +448,20 @@ static int scatter_add_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gi
  * A 1-d operand is a row (a) or a column (b) whose axis the result lacks:
  * the gradients are those of the 2-d product, that axis squeezed again. */
 
+/* The gradient of a matrix b broadcast over a's batch: the batch folded
+ * into the rows, aᵀ @ g as one product with the batch in its inner
+ * dimension, instead of a product per batch element summed after (which
+ * wrote [batch, k, n] and read it back: train_gpt's logits weight took
+ * 100 MB and an eager sum). */
+static kiln_tensor *folded_weight_grad(kiln_tensor *a, kiln_tensor *g)
+{
+    int64_t m = 1; /* not -1: a batch of 0 would leave it undetermined */
+    for (int d = 0; d + 1 < a->ndim; d++)
+        m *= a->shape[d];
+    kiln_tensor *rows = kiln_reshape(a, 2, (int64_t[]){m, a->shape[a->ndim - 1]});
+    return kiln_matmul(kiln_transpose(rows, 0, 1), kiln_reshape(g, 2, (int64_t[]){m, g->shape[g->ndim - 1]}));
+}
+
 static int matmul_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
 {
     kiln_tensor *a = A(n), *b = B(n);
@@ -466,7 +480,8 @@ static int matmul_grad(const grad_node *n, kiln_tensor *g, kiln_tensor **gin)
         gin[0] = row && gin[0] ? kiln_squeeze(gin[0], -2) : gin[0];
     }
     if (grad_needed(n, 1)) {
-        gin[1] = kiln_matmul(kiln_transpose(a2, -1, -2), g2);
+        gin[1] = b2->ndim == 2 && a2->ndim > 2 ? folded_weight_grad(a2, g2)
+                                               : kiln_matmul(kiln_transpose(a2, -1, -2), g2);
         gin[1] = column && gin[1] ? kiln_squeeze(gin[1], -1) : gin[1];
     }
     return done(n, gin);

@@ -463,32 +463,45 @@ static bool same_view(const kx_kernel *k, const kx_view *v, const kx_view *w)
            !memcmp(v->outer_strides, w->outer_strides, (size_t)k->n_outer * sizeof *v->outer_strides);
 }
 
-/* The input buffer step s may write its output into, or -1: an elementwise
- * kernel whose every read of that buffer is at the element it stores (so
- * each element is read before it is overwritten, in whatever order the loop
- * runs), an input of the plan whose last use this is, of the output's dtype
- * and size. */
-static int in_place_input(const ir_plan *p, const plan_step *s)
+/* An elementwise kernel storing one value: one that reads an input only
+ * at the element it stores may write over that input (each element is read
+ * before it is overwritten, in whatever order the loop runs). */
+static bool in_place_kernel(const plan_step *s)
+{
+    const kx_kernel *k = s->kernel;
+    return k && k->product < 0 && !k->n_reductions && !k->n_row_stores && k->n_stores == 1 && s->n_outputs == 1;
+}
+
+/* Whether input b of step s, its last reader, may hold the output: the
+ * output's dtype and size, every read of it at the element stored, and no
+ * other slot of the step the same value. */
+static bool in_place_fits(const ir_plan *p, const plan_step *s, int b)
 {
     kx_kernel *k = s->kernel;
-    if (!k || k->product >= 0 || k->n_reductions || k->n_row_stores || k->n_stores != 1 || s->n_outputs != 1)
-        return -1;
     const kx_view *out = &k->views[k->stores[0].view];
     const ir_node *node = &p->graph->nodes[s->node];
-    for (int b = 0; b < s->n_inputs; b++) {
-        ir_ref input = s->buffers[b];
-        const ir_node *in = &p->graph->nodes[input];
-        bool fits = p->last_use[input] == s->node && ir_plan_stores(p, input) && in->dtype == node->dtype &&
-                    ir_shape_product(&k->sizes, in->ndim, in->shape) ==
-                        ir_shape_product(&k->sizes, node->ndim, node->shape);
-        for (int v = 0; fits && v < k->n_views; v++)
-            if (k->views[v].buffer == b)
-                fits = same_view(k, &k->views[v], out);
-        for (int other = 0; fits && other < s->n_inputs; other++)
-            fits = other == b || s->buffers[other] != input;
-        if (fits)
+    ir_ref input = s->buffers[b];
+    const ir_node *in = &p->graph->nodes[input];
+    bool fits = p->last_use[input] == s->node && in->dtype == node->dtype &&
+                ir_shape_product(&k->sizes, in->ndim, in->shape) ==
+                    ir_shape_product(&k->sizes, node->ndim, node->shape);
+    for (int v = 0; fits && v < k->n_views; v++)
+        if (k->views[v].buffer == b)
+            fits = same_view(k, &k->views[v], out);
+    for (int other = 0; fits && other < s->n_inputs; other++)
+        fits = other == b || s->buffers[other] != input;
+    return fits;
+}
+
+/* The input buffer step s may write its output into, a value the plan
+ * computes, or -1. */
+static int in_place_input(const ir_plan *p, const plan_step *s)
+{
+    if (!in_place_kernel(s))
+        return -1;
+    for (int b = 0; b < s->n_inputs; b++)
+        if (ir_plan_stores(p, s->buffers[b]) && in_place_fits(p, s, b))
             return b;
-    }
     return -1;
 }
 
@@ -511,11 +524,39 @@ static void read_through_output(plan_step *s, int b)
     s->n_inputs--;
 }
 
+/* The input buffer of step s holding the capture that its output is
+ * written back to, when the kernel may write the new value over the
+ * capture itself (then the writeback has nothing to copy, and the new
+ * value takes no memory): the step reads the capture last (the tracer
+ * refuses views of it read after its assignment), and the output is no
+ * result of the call. exec checks that the capture shares its storage with
+ * no other source when it runs. -1 otherwise. */
+static int capture_input(const ir_plan *p, const plan_step *s)
+{
+    const ir_graph *g = p->graph;
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == s->node)
+            return -1;
+    for (int w = 0; w < g->n_writebacks; w++) {
+        if (g->writebacks[w].value != s->node)
+            continue;
+        for (int b = 0; b < s->n_inputs; b++) {
+            ir_ref c = s->buffers[b];
+            const ir_node *in = &g->nodes[c];
+            if (in->op == OP_CAPTURE && in->params.index == g->writebacks[w].capture &&
+                in_place_fits(p, s, b))
+                return b;
+        }
+    }
+    return -1;
+}
+
 static int plan_in_place(ir_plan *p)
 {
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
-        int b = in_place_input(p, s);
+        int b = s->kernel && in_place_kernel(s) ? capture_input(p, s) : -1;
+        b = b < 0 ? in_place_input(p, s) : b;
         if (b < 0)
             continue;
         s->reuses = s->buffers[b];

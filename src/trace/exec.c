@@ -281,8 +281,10 @@ static bool borrowed(const ir_graph *g, ir_ref r)
 
 /* The output of node n for a kernel that writes over value reuses (IR_NONE:
  * one that does not). The kernel reads that value from its output, so that
- * is the value itself when it alone holds its whole contiguous storage, else
- * a copy. */
+ * is the value itself when it alone holds its whole contiguous storage, or
+ * is a capture the output is written back to (plan.c; no other source
+ * shares its storage: a call with an input that does runs eagerly, and the
+ * tracer refuses another capture that does), else a copy. */
 static kiln_tensor *output_for(const executable *x, const ir_node *n, ir_ref reuses, kiln_tensor *const *values,
                                const int64_t *symbols)
 {
@@ -292,8 +294,9 @@ static kiln_tensor *output_for(const executable *x, const ir_node *n, ir_ref reu
     if (reuses == IR_NONE)
         return eager_empty("kiln_call", x->device, n->dtype, n->ndim, shape); /* owned by no scope */
     kiln_tensor *t = values[reuses];
-    if (!borrowed(x->graph, reuses) && atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1 &&
-        t->offset == 0 && eager_is_contiguous(t) && t->device == x->device) {
+    bool alone = borrowed(x->graph, reuses) ? x->graph->nodes[reuses].op == OP_CAPTURE
+                                            : atomic_load(&t->refs) == 1 && atomic_load(&t->storage->refs) == 1;
+    if (alone && t->offset == 0 && eager_is_contiguous(t) && t->device == x->device) {
         out = kiln_reshape(t, n->ndim, shape);
     } else {
         kiln_tensor *copy = t->device == x->device ? eager_copy("kiln_call", t) : kiln_to_device(t, x->device);
@@ -566,6 +569,13 @@ static bool written_back(const executable *x, const kiln_tensor *t)
     return false;
 }
 
+/* Whether a kernel wrote v over capture c (output_for). */
+static bool written_in_place(const kiln_tensor *c, const kiln_tensor *v)
+{
+    return v->storage == c->storage && v->offset == c->offset && v->numel == c->numel && eager_is_contiguous(v) &&
+           eager_is_contiguous(c);
+}
+
 /* Every value is read before any capture is written: a value that shares
  * storage with a capture being written back is copied first (b = a; a = c
  * must give b the old a, as it does eagerly). */
@@ -579,13 +589,20 @@ static int write_back(const executable *x, kiln_tensor **values)
         return core_fail(CORE_NOMEM, "kiln_call", "out of memory writing back");
     for (int i = 0; i < n && status == 0; i++) {
         kiln_tensor *v = values[x->graph->writebacks[i].value];
+        if (written_in_place(x->captures[x->graph->writebacks[i].capture], v))
+            continue;
         sources[i] = written_back(x, v) ? eager_copy("kiln_call", v) : kiln_retain(v);
         if (!sources[i])
             status = core_error_status();
     }
     kiln_no_grad_begin(); /* as the body assigned: parameters that need gradients may be written */
-    for (int i = 0; i < n && status == 0; i++)
-        status = kiln_assign(x->captures[x->graph->writebacks[i].capture], sources[i]);
+    for (int i = 0; i < n && status == 0; i++) {
+        kiln_tensor *c = x->captures[x->graph->writebacks[i].capture];
+        if (sources[i])
+            status = kiln_assign(c, sources[i]);
+        else /* as kiln_assign would: values saved for gradients see the change */
+            atomic_fetch_add_explicit(&c->storage->version, 1, memory_order_relaxed);
+    }
     kiln_no_grad_end();
     for (int i = 0; i < n; i++)
         kiln_release(sources[i]);
