@@ -737,9 +737,16 @@ START_TEST(test_softmax_rows_match_eager)
     if (UNDER_VALGRIND() && cols != 17 && cols != 100000)
         return;
     kiln_scope_begin();
-    kiln_tensor *x = ROW_CASES[_i].transposed ? kiln_transpose(kiln_randn(2, flipped, 41), 0, 1)
-                                              : kiln_randn(2, shape, 41);
-    x = kiln_mul_scalar(x, 8); /* exponentials far apart */
+    /* Rows 300 apart: a row's max taken from another row (each row's is
+     * folded in the loop of the row before) gives inf or 0 sums. */
+    const float offsets[3] = {0, 300, -300};
+    int64_t across[2] = {3, 1}, along[2] = {1, 3};
+    kiln_tensor *x = ROW_CASES[_i].transposed
+                         ? kiln_transpose(kiln_add(kiln_mul_scalar(kiln_randn(2, flipped, 41), 8),
+                                                   kiln_from_data(KILN_F32, 2, along, offsets)),
+                                          0, 1)
+                         : kiln_add(kiln_mul_scalar(kiln_randn(2, shape, 41), 8),
+                                    kiln_from_data(KILN_F32, 2, across, offsets));
     char dir[] = "/tmp/kiln-llvm-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     kiln_fn *f = jit_dumping(dir, "softmax_rows", softmax_body, 1, 1, NULL);
@@ -999,10 +1006,14 @@ START_TEST(test_streamed_staged_softmax_matches_eager)
     if (UNDER_VALGRIND())
         return;
     const int64_t widths[] = {4096, 4100};
+    static float offsets[2048]; /* rows 300 apart, so that another row's max is wrong */
+    for (int r = 0; r < 2048; r++)
+        offsets[r] = (float)(r % 3 - 1) * 300;
     for (int w = 0; w < 2; w++) {
         kiln_scope_begin();
-        int64_t shape[2] = {2048, widths[w]};
-        kiln_tensor *x = kiln_mul_scalar(kiln_randn(2, shape, 43), 8);
+        int64_t shape[2] = {2048, widths[w]}, across[2] = {2048, 1};
+        kiln_tensor *x = kiln_add(kiln_mul_scalar(kiln_randn(2, shape, 43), 8),
+                                  kiln_from_data(KILN_F32, 2, across, offsets));
         kiln_jit_options o = llvm();
         kiln_fn *f = kiln_jit("softmax_rows", softmax_rows, 1, 1, NULL, &o);
         kiln_tensor *got = NULL;

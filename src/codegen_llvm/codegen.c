@@ -30,7 +30,14 @@
  * exponentials) lives in a scratch row on the thread's stack, which stays in
  * its caches, rather than in the output: the store pass then writes the
  * output once, and may stream it, where the output would otherwise be read
- * from memory before its first store and written back after its last. */
+ * from memory before its first store and written back after its last.
+ *
+ * A row's first reduction that reads only inputs and stores nothing
+ * (softmax's max, layer norm's mean) is folded a row early, in the loop of
+ * the row before's second (carries_first): the loads of the next row from
+ * memory then overlap that loop's arithmetic (softmax's exponentials)
+ * instead of taking a pass of their own, which left the core idle while it
+ * waited on memory and the memory idle while it computed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +58,10 @@ typedef struct {
     const kx_kernel *k;
     LLVMValueRef *buffers;   /* the body's pointer parameters */
     LLVMValueRef *view_base; /* per view: the row's first element index */
+    LLVMValueRef *next_base; /* per view: the next row's, where reduction 0 is carried (carries_first) */
     LLVMValueRef *rows;      /* per reduction: its value for this row */
     LLVMValueRef *memo;      /* per expression, in the current loop */
+    LLVMValueRef *next_memo; /* per expression, of the next row, in the same loop */
     LLVMValueRef *sizes;     /* per symbolic size of the kernel's table: its value, in the entry */
     LLVMValueRef symbols;    /* the body's pointer to the symbols' values */
     LLVMValueRef i;          /* the current loop's element index */
@@ -464,30 +473,61 @@ static void emit_stores(gen *g, int pass)
     }
 }
 
-/* Reduction n's loop over the row, with the stores of its pass; its value
- * (a mean's in f64). */
-static LLVMValueRef reduce_row(gen *g, int n)
+/* A reduction's value from its fold: a mean's sum divided in f64. */
+static LLVMValueRef finish(gen *g, const kx_reduction *r, LLVMValueRef acc)
 {
-    const kx_reduction *r = &g->k->reductions[n];
-    LLVMValueRef init = identity(g, r), count = size_value(g, g->k->cols);
-    LLVMValueRef acc_final = init;
+    if (r->op != OP_MEAN)
+        return acc;
+    LLVMValueRef sum = convert(g, acc, r->dtype, r->result);
+    LLVMValueRef count = LLVMBuildSIToFP(g->b, size_value(g, g->k->cols), type_of(g->ctx, r->result), "");
+    return LLVMBuildFDiv(g->b, sum, count, "");
+}
+
+/* Element i's value of reduction 0's expression in the next row, from its
+ * own memo and view bases. */
+static LLVMValueRef next_row_value(gen *g)
+{
+    LLVMValueRef *memo = g->memo, *base = g->view_base;
+    g->memo = g->next_memo;
+    g->view_base = g->next_base;
+    clear_memo(g);
+    LLVMValueRef v = expr(g, g->k->reductions[0].expr);
+    g->memo = memo;
+    g->view_base = base;
+    return v;
+}
+
+/* Reduction n's loop over the row, with the stores of its pass; its value.
+ * With carry, the same loop folds reduction 0 over the next row too (its
+ * value in *carry). */
+static LLVMValueRef reduce_row(gen *g, int n, LLVMValueRef *carry)
+{
+    const kx_reduction *r = &g->k->reductions[n], *r0 = &g->k->reductions[0];
+    LLVMValueRef init = identity(g, r), init0 = identity(g, r0);
+    LLVMValueRef acc_final = init, acc0_final = init0;
     if (g->k->cols != 0) { /* a symbolic count is 2 or more */
         LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
         loop l = loop_begin(g, "reduce");
         LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
         LLVMAddIncoming(acc, &init, &pre, 1);
+        LLVMValueRef acc0 = carry ? LLVMBuildPhi(g->b, type_of(g->ctx, r0->dtype), "next") : NULL;
+        if (carry)
+            LLVMAddIncoming(acc0, &init0, &pre, 1);
         g->i = l.index;
         clear_memo(g);
         acc_final = combine(g, r, acc, expr(g, r->expr));
         emit_stores(g, kx_reduction_pass(n));
+        if (carry)
+            acc0_final = combine(g, r0, acc0, next_row_value(g));
         LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
         LLVMAddIncoming(acc, &acc_final, &latch, 1);
-        loop_end(g, &l, count);
+        if (carry)
+            LLVMAddIncoming(acc0, &acc0_final, &latch, 1);
+        loop_end(g, &l, size_value(g, g->k->cols));
     }
-    if (r->op != OP_MEAN)
-        return acc_final;
-    LLVMValueRef sum = convert(g, acc_final, r->dtype, r->result);
-    return LLVMBuildFDiv(g->b, sum, LLVMBuildSIToFP(g->b, count, type_of(g->ctx, r->result), ""), "");
+    if (carry)
+        *carry = finish(g, r0, acc0_final);
+    return finish(g, r, acc_final);
 }
 
 static void store_loop(gen *g)
@@ -567,9 +607,9 @@ static void stage_rows(gen *g)
     }
 }
 
-/* Each view's first element of row: its offset plus the row's outer index
- * times the outer strides. */
-static void view_bases(gen *g, LLVMValueRef row)
+/* Each view's first element of row into base: its offset plus the row's
+ * outer index times the outer strides. */
+static void view_bases_of(gen *g, LLVMValueRef row, LLVMValueRef *base_of)
 {
     const kx_kernel *k = g->k;
     LLVMValueRef index[KX_MAX_DIMS];
@@ -586,16 +626,63 @@ static void view_bases(gen *g, LLVMValueRef row)
                 base = LLVMBuildAdd(g->b, base,
                                     LLVMBuildMul(g->b, index[d], size_value(g, k->views[v].outer_strides[d]), ""),
                                     "");
-        g->view_base[v] = base;
+        base_of[v] = base;
     }
 }
 
-static void emit_row(gen *g, LLVMValueRef row)
+static void view_bases(gen *g, LLVMValueRef row)
+{
+    view_bases_of(g, row, g->view_base);
+}
+
+/* Whether expression e reads no row's value and only buffers k does not
+ * write. */
+static bool reads_inputs_only(const kx_kernel *k, int e)
+{
+    const kx_expr *x = &k->exprs[e];
+    if (x->kind == KX_ROW)
+        return false;
+    if (x->kind == KX_LOAD)
+        return !kx_writes(k, k->views[x->view].buffer);
+    for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++)
+        if (!reads_inputs_only(k, x->args[i]))
+            return false;
+    return true;
+}
+
+/* Whether each row's reduction 0 (softmax's max, layernorm's mean) is
+ * folded in the loop of the row before's reduction 1: it stores nothing
+ * and reads only the kernel's inputs, so it may run a row early, and its
+ * loads from memory then overlap the arithmetic of that loop (softmax's
+ * exponentials) instead of taking a pass of their own. */
+static bool carries_first(const kx_kernel *k)
+{
+    if (k->n_reductions < 2 || k->cols == 0)
+        return false;
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].pass == kx_reduction_pass(0))
+            return false;
+    return reads_inputs_only(k, k->reductions[0].expr);
+}
+
+/* Row's passes; with carried (reduction 0's value for this row, folded
+ * the row before), reduction 1's loop folds reduction 0 over the next row
+ * (this row again where it is the last, last) into *next. */
+static void emit_row(gen *g, LLVMValueRef row, LLVMValueRef last, LLVMValueRef carried, LLVMValueRef *next)
 {
     const kx_kernel *k = g->k;
     view_bases(g, row);
-    for (int r = 0; r < k->n_reductions; r++)
-        g->rows[r] = reduce_row(g, r);
+    int r = 0;
+    if (carried) {
+        LLVMValueRef after = LLVMBuildAdd(g->b, row, i64c(g, 1), "");
+        view_bases_of(g, LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, after, last, ""), after, row, ""),
+                      g->next_base);
+        g->rows[0] = carried;
+        g->rows[1] = reduce_row(g, 1, next);
+        r = 2;
+    }
+    for (; r < k->n_reductions; r++)
+        g->rows[r] = reduce_row(g, r, NULL);
     store_row(g);
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
@@ -643,14 +730,29 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     compute_sizes(g);
     stage_rows(g);
     LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), rows, done);
+    LLVMBasicBlockRef first = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "first");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), first, done);
+    LLVMPositionBuilderAtEnd(g->b, first);
+    LLVMValueRef carried = NULL, carried_first = NULL, carried_next = NULL;
+    if (carries_first(k)) { /* the first row's reduction 0 before the loop */
+        view_bases(g, begin);
+        carried_first = reduce_row(g, 0, NULL);
+    }
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+    LLVMBuildBr(g->b, rows);
     LLVMPositionBuilderAtEnd(g->b, rows);
     LLVMValueRef row = LLVMBuildPhi(g->b, g->i64, "row");
-    LLVMAddIncoming(row, &begin, &entry, 1);
-    emit_row(g, row);
+    LLVMAddIncoming(row, &begin, &pre, 1);
+    if (carried_first) {
+        carried = LLVMBuildPhi(g->b, LLVMTypeOf(carried_first), "carried");
+        LLVMAddIncoming(carried, &carried_first, &pre, 1);
+    }
+    emit_row(g, row, end, carried, &carried_next);
     LLVMValueRef next = LLVMBuildAdd(g->b, row, i64c(g, 1), "");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
     LLVMAddIncoming(row, &next, &latch, 1);
+    if (carried)
+        LLVMAddIncoming(carried, &carried_next, &latch, 1);
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, done);
     if (streaming) /* non-temporal stores are weakly ordered: publish them */
@@ -715,11 +817,13 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
     *g = (gen){.ctx = ctx, .module = module, .b = LLVMCreateBuilderInContext(ctx), .k = k,
                .i64 = LLVMInt64TypeInContext(ctx), .buffers = buffers};
     g->view_base = calloc((size_t)k->n_views + 1, sizeof *g->view_base);
+    g->next_base = calloc((size_t)k->n_views + 1, sizeof *g->next_base);
     g->rows = calloc((size_t)k->n_reductions + 1, sizeof *g->rows);
     g->memo = calloc((size_t)k->n_exprs + 1, sizeof *g->memo);
+    g->next_memo = calloc((size_t)k->n_exprs + 1, sizeof *g->next_memo);
     g->sizes = calloc((size_t)k->sizes.n + 1, sizeof *g->sizes);
     g->scratch = calloc((size_t)k->n_views + 1, sizeof *g->scratch);
-    bool ok = g->view_base && g->rows && g->memo && g->sizes && g->scratch;
+    bool ok = g->view_base && g->next_base && g->rows && g->memo && g->next_memo && g->sizes && g->scratch;
     if (!ok)
         snprintf(err, err_size, "out of memory generating a kernel");
     return ok;
@@ -731,8 +835,10 @@ static int gen_close(gen *g, char *err, size_t err_size)
     if (g->missing[0])
         snprintf(err, err_size, "%s", g->missing);
     free(g->view_base);
+    free(g->next_base);
     free(g->rows);
     free(g->memo);
+    free(g->next_memo);
     free(g->sizes);
     free(g->scratch);
     LLVMDisposeBuilder(g->b);

@@ -146,9 +146,14 @@ static LLVMValueRef nan_passthrough(const emitter *e, LLVMValueRef x, LLVMValueR
 /* -- exp ---------------------------------------------------------------- */
 
 /* exp(x) = 2^k exp(r), k = rint(x / ln 2), r = x - k ln 2 in [-ln2/2, ln2/2].
- * ln 2 is split Cody-Waite style (Cephes expf.c): EXP_LN2_HI has 9
- * significant bits, so k * EXP_LN2_HI is exact for |k| <= 2^15. */
+ * k comes from adding EXP_SHIFTER (1.5 2^23) to x / ln 2, which rounds it to
+ * an integer in the low bits of the sum: kf as a float and k as an integer
+ * without a rint or a conversion. ln 2 is split Cody-Waite style (Cephes
+ * expf.c): EXP_LN2_HI has 9 significant bits, so k * EXP_LN2_HI is exact
+ * for |k| <= 2^15 with or without FMA. */
 #define EXP_LOG2E 1.44269504088896341
+#define EXP_SHIFTER 12582912.0
+#define EXP_SHIFTER_BITS 0x4b400000
 #define EXP_LN2_HI 0.693359375
 #define EXP_LN2_LO -2.12194440e-4
 /* exp(r) = 1 + r + r^2 P(r), P from Cephes expf.c (S. L. Moshier), lowest
@@ -175,22 +180,24 @@ static LLVMValueRef pow2i(const emitter *e, LLVMValueRef k)
 static LLVMValueRef exp_core(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
 {
     x = e_max(e, e_min(e, x, EXP_CLAMP_HI), EXP_CLAMP_LO);
-    LLVMValueRef kf = e_mul(e, x, e_const(e, EXP_LOG2E));
-    kf = e_intrinsic(e, "llvm.rint", &kf, 1);
-    LLVMValueRef r = e_sub(e, x, e_mul(e, kf, e_const(e, EXP_LN2_HI)));
-    r = e_sub(e, r, e_mul(e, kf, e_const(e, EXP_LN2_LO)));
+    LLVMValueRef shifted = e_muladd(e, x, e_const(e, EXP_LOG2E), e_const(e, EXP_SHIFTER));
+    LLVMValueRef kf = e_sub(e, shifted, e_const(e, EXP_SHIFTER));
+    LLVMValueRef r = e_muladd(e, kf, e_const(e, -EXP_LN2_HI), x);
+    r = e_muladd(e, kf, e_const(e, -EXP_LN2_LO), r);
     if (lo)
         r = e_add(e, r, lo);
     LLVMValueRef r2 = e_mul(e, r, r);
-    LLVMValueRef p = e_add(e, e_add(e, e_mul(e, r2, e_horner(e, r, exp_p, COUNT(exp_p))), r),
-                         e_const(e, 1.0));
-    /* 2^k in two factors, each a normal float, so that a result in the
-     * subnormal range is rounded once, by the last multiply, and one past
-     * FLT_MAX becomes inf. */
-    LLVMValueRef k = LLVMBuildFPToSI(e->b, kf, e->i32, "");
+    /* Not r2 P + r in one FMA: that measured 1.010 ulp (at -5.878), over the bound */
+    LLVMValueRef p = e_add(e, e_add(e, e_mul(e, r2, e_horner(e, r, exp_p, COUNT(exp_p))), r), e_const(e, 1.0));
+    /* 2^k in two factors so that a result in the subnormal range is rounded
+     * once, by the last multiply, and one past FLT_MAX becomes inf: p in
+     * [0.7, 1.42] times 2^k1, |k1| <= 75, is a normal float, made exactly
+     * by adding k1 to p's exponent bits. */
+    LLVMValueRef k = LLVMBuildSub(e->b, e_to_bits(e, shifted), e_int(e, EXP_SHIFTER_BITS), "");
     LLVMValueRef k1 = LLVMBuildAShr(e->b, k, e_int(e, 1), "");
     LLVMValueRef k2 = LLVMBuildSub(e->b, k, k1, "");
-    return e_mul(e, e_mul(e, p, pow2i(e, k1)), pow2i(e, k2));
+    LLVMValueRef pk1 = LLVMBuildAdd(e->b, e_to_bits(e, p), LLVMBuildShl(e->b, k1, e_int(e, 23), ""), "");
+    return e_mul(e, e_from_bits(e, pk1), pow2i(e, k2));
 }
 
 static LLVMValueRef exp_f32(const emitter *e, LLVMValueRef x)
