@@ -555,9 +555,10 @@ typedef struct {
 } kiln_conv2d_params;
 /* Cross-correlation of x with w [O, C / groups, KH, KW] plus bias [O] (or
  * NULL); p NULL: the defaults. Floats only (x and w may differ: they
- * promote, where PyTorch wants one dtype). Groups of one channel each
- * (depthwise) sum the taps elementwise; others are one batched product per
- * group over the windows' columns (a buffer of C KH KW OH OW per image). */
+ * promote, where PyTorch wants one dtype). Traced on the CPU backend: an
+ * implicit GEMM (depthwise: a direct kernel) with its epilogue fused; else
+ * depthwise ones sum the taps elementwise, others are one batched product
+ * per group over the windows' columns (a buffer of C KH KW OH OW per image). */
 KILN_API kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *bias, const kiln_conv2d_params *p);
 /* kernel >= 1, stride (zeros: the kernel's), padding at most half the
  * kernel; ceil_mode rounds the output size up (a last window starting in

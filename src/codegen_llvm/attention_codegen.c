@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "codegen_llvm/gemm_codegen.h"
+#include "codegen_llvm/internal.h"
 #include "codegen_llvm/math.h"
 
 typedef struct {
@@ -17,10 +18,7 @@ typedef struct {
     LLVMValueRef vacc; /* and one of a vector of LANES of them */
 } ag;
 
-typedef struct {
-    LLVMBasicBlockRef body, exit;
-    LLVMValueRef index;
-} aloop;
+typedef llvm_loop aloop;
 
 static LLVMValueRef c64(const ag *g, int64_t v)
 {
@@ -40,23 +38,12 @@ static LLVMValueRef get(const ag *g, LLVMValueRef p, LLVMValueRef i)
 /* for (index = 0; index < n; index++): the body follows at the builder. */
 static aloop loop_begin(const ag *g, LLVMValueRef n, const char *name)
 {
-    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-    aloop l = {LLVMAppendBasicBlockInContext(g->ctx, g->fn, name), LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done"), NULL};
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, n, c64(g, 0), ""), l.body, l.exit);
-    LLVMPositionBuilderAtEnd(g->b, l.body);
-    l.index = LLVMBuildPhi(g->b, g->i64, "");
-    LLVMValueRef zero = c64(g, 0);
-    LLVMAddIncoming(l.index, &zero, &pre, 1);
-    return l;
+    return llvm_loop_begin(g->b, c64(g, 0), n, name);
 }
 
 static void loop_end(const ag *g, aloop *l, LLVMValueRef n)
 {
-    LLVMValueRef next = LLVMBuildAdd(g->b, l->index, c64(g, 1), "");
-    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
-    LLVMAddIncoming(l->index, &next, &latch, 1);
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, n, ""), l->body, l->exit);
-    LLVMPositionBuilderAtEnd(g->b, l->exit);
+    llvm_loop_end(g->b, l, n);
 }
 
 enum { LANES = 16 };

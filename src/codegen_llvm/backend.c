@@ -26,6 +26,7 @@ struct kx_code {
     bool attention;
     attention_code att; /* a product's: its gemm */
     kx_conv conv;       /* the product's convolution, if it is one */
+    void *depthwise;    /* its step, when depthwise (depthwise_run) */
     int n_buffers;
 };
 
@@ -93,15 +94,19 @@ static int compile(const kx_kernel *k, const char *symbol, const kx_target *t, c
     return status;
 }
 
-/* A product kernel's code: its gemm, and its prologue or attention's functions. */
+/* A product kernel's code: its gemm, and its prologue, depthwise step or
+ * attention's functions. */
 static llvm_code *load_product(const kx_kernel *k, const void *object, size_t size, const char *symbol,
-                               attention_code *a, char *err, size_t err_size)
+                               attention_code *a, void **depthwise, char *err, size_t err_size)
 {
     static const char *const attention[2] = {GEMM_SCORES, GEMM_ONLINE}, *const prologue[1] = {GEMM_PROLOGUE};
+    static const char *const step[1] = {GEMM_DEPTHWISE};
     void *at[2] = {NULL};
-    llvm_code *code = k->attention ? gemm_load(object, size, symbol, attention, 2, at, &a->gemm, err, err_size)
-                                   : gemm_load(object, size, symbol, prologue, k->prologue ? 1 : 0, at, &a->gemm,
-                                               err, err_size);
+    llvm_code *code = k->attention        ? gemm_load(object, size, symbol, attention, 2, at, &a->gemm, err, err_size)
+                      : conv_depthwise(&k->conv) ? gemm_load(object, size, symbol, step, 1, depthwise, &a->gemm, err,
+                                                             err_size)
+                                                 : gemm_load(object, size, symbol, prologue, k->prologue ? 1 : 0, at,
+                                                             &a->gemm, err, err_size);
     a->gemm.prologue = k->attention ? NULL : (gemm_prologue_fn)(uintptr_t)at[0];
     a->scores = k->attention ? (attention_scores_fn)(uintptr_t)at[0] : NULL;
     a->online = k->attention ? (attention_online_fn)(uintptr_t)at[1] : NULL;
@@ -120,7 +125,7 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
     c->attention = k->attention;
     c->n_buffers = k->n_buffers;
     c->conv = k->conv;
-    c->code = c->product ? load_product(k, object, size, symbol, &c->att, err, err_size)
+    c->code = c->product ? load_product(k, object, size, symbol, &c->att, &c->depthwise, err, err_size)
                          : llvm_load(object, size, symbol, &c->fn, err, err_size);
     if (!c->code) {
         free(c);
@@ -152,6 +157,9 @@ static int launch(const kx_code *code, void *const *buffers, const kg_matmul_arg
     if (code->attention)
         return attention_run(&code->att, product, operands[0], operands[1], operands[2],
                              buffers[code->n_buffers - 1], buffers, symbols, err, err_size);
+    if (code->depthwise)
+        return depthwise_run(&code->att.gemm, code->depthwise, &code->conv, product, operands[0], operands[1],
+                             buffers, symbols, err, err_size);
     if (code->product)
         return gemm_run_conv(&code->att.gemm, code->conv.kh ? &code->conv : NULL, product, operands[0], operands[1],
                              NULL, buffers, symbols, err, err_size);

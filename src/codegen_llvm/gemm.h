@@ -51,6 +51,7 @@ typedef void (*gemm_kernel_fn)(int64_t kc, const void *ap, const void *bp, void 
 #define GEMM_PROLOGUE ".prologue" /* a fused kernel's, in place of pack_a (codegen_prologue) */
 #define GEMM_SCORES ".scores"     /* an attention kernel's (codegen_scores) */
 #define GEMM_ONLINE ".online"     /* an attention kernel's (attention_codegen) */
+#define GEMM_DEPTHWISE ".depthwise" /* a depthwise convolution's (depthwise_codegen) */
 
 /* -- The driver ---------------------------------------------------------------- */
 
@@ -95,6 +96,34 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
  * bytes (f32, f64). */
 void conv_pack_b(const kx_conv *c, const kg_matmul_args *args, const char *x, int64_t col0, int64_t cols, int nr,
                  int size, char *dst);
+
+/* -- Depthwise convolutions (depthwise.c) ------------------------------------- *
+ * A convolution whose groups have one input channel each (conv_depthwise)
+ * is no product worth packing: each output channel is its one input
+ * channel's taps times its own KH KW weights. depthwise_run computes blocks
+ * of the product's rows (images x output channels) by whole output rows
+ * with the generated step, the border cut by its loops' bounds (no padding
+ * buffer), and hands each register tile to the micro-kernel over no steps
+ * of k, which adds it to nothing and runs the epilogue. */
+
+/* Windows of more taps are products (gemm_run_conv): the step unrolls them. */
+enum { DEPTHWISE_MAX_TAPS = 64 };
+
+/* The step: void step(T *out, const T *plane, i64 s_h, i64 s_w, const T *w,
+ * i64 oh0, i64 oh1), T the dtype: output rows [oh0, oh1) of one channel
+ * into out[(oh - oh0) out_width + ow], from its input plane (row and column
+ * strides s_h, s_w) and its KH x KW weights w (contiguous). */
+static inline bool conv_depthwise(const kx_conv *c)
+{
+    return c->kh > 0 && c->channels == 1 && c->kh * c->kw <= DEPTHWISE_MAX_TAPS;
+}
+
+/* The convolution c (depthwise; args as kernel.h's kx_conv says: A its
+ * filters, contiguous, x its input) with the step through g's
+ * micro-kernel's epilogue over buffers, for the symbols' values, over
+ * kiln's thread pool. 0, or -1 with why in err (out of memory). */
+int depthwise_run(const gemm_code *g, const void *step, const kx_conv *c, const kg_matmul_args *args, const void *a,
+                  const void *x, void *const *buffers, const int64_t *symbols, char *err, size_t err_size);
 
 /* -- Attention (attention.c) ----------------------------------------------------- *
  * softmax(x) @ v for each row of scores x computed from q @ kᵀ (an attention

@@ -28,6 +28,18 @@ int codegen_prologue(LLVMModuleRef module, const kx_kernel *k, const char *symbo
  * "<symbol>" GEMM_SCORES, gemm.h's attention_scores_fn, over a block of the
  * product at s[r * ld + j]. 0, or -1 with the reason in err. */
 int codegen_scores(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int ld, char *err, size_t err_size);
+/* A counted loop of the generated code, for (index = from; index < to;
+ * index++) over i64s: llvm_loop_begin leaves the builder in its body,
+ * llvm_loop_end closes it and leaves the builder after it. */
+typedef struct {
+    LLVMBasicBlockRef body, exit;
+    LLVMValueRef index;
+} llvm_loop;
+llvm_loop llvm_loop_begin(LLVMBuilderRef b, LLVMValueRef from, LLVMValueRef to, const char *name);
+void llvm_loop_end(LLVMBuilderRef b, llvm_loop *l, LLVMValueRef to);
+/* Adds to module the rows of depthwise convolution c of dt (f32, f64):
+ * "<symbol>" GEMM_DEPTHWISE, gemm.h's depthwise step. */
+void depthwise_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, const kx_conv *c);
 /* A new empty module in ctx for the target machine tm (its triple and data
  * layout). */
 LLVMModuleRef llvm_module_for(LLVMContextRef ctx, LLVMTargetMachineRef tm);

@@ -488,6 +488,8 @@ static int product_module(LLVMModuleRef m, const contents *c, const char *symbol
     gemm_shape shape = product_shape(t, tm, dt);
     if (k && k->attention)
         return attention_module(m, k, symbol, opt, shape, tm, err, err_size);
+    if (k && conv_depthwise(&k->conv))
+        depthwise_codegen(m, symbol, dt, &k->conv);
     if (k && (!codegen_epilogue(m, k, symbol, shape.nr, err, err_size) ||
               (k->prologue && codegen_prologue(m, k, symbol, shape.mr, err, err_size) < 0) ||
               verified(m, opt, err, err_size) < 0 || optimise(m, tm, opt->opt_level, false, err, err_size) < 0))

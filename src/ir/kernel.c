@@ -191,7 +191,8 @@ const char *kx_product_misfit(const kx_kernel *k)
 }
 
 /* Whether every view of k steps along its innermost outer dimension as far
- * as a row's columns reach: the two are one axis of it. */
+ * as a row's columns reach: the two are one axis of it. Rows of one column
+ * join whatever their views' inner strides, which never step. */
 static bool joinable(const kx_kernel *k)
 {
     int d = k->n_outer - 1;
@@ -199,7 +200,7 @@ static bool joinable(const kx_kernel *k)
         return false;
     for (int v = 0; v < k->n_views; v++) {
         const kx_view *w = &k->views[v];
-        if (w->inner_stride < 0 || w->outer_strides[d] != k->cols * w->inner_stride) /* (< 0: a table's) */
+        if (w->inner_stride < 0 || (k->cols != 1 && w->outer_strides[d] != k->cols * w->inner_stride)) /* (< 0: a table's) */
             return false;
     }
     return true;
@@ -208,6 +209,9 @@ static bool joinable(const kx_kernel *k)
 bool kx_join_cols(kx_kernel *k, int64_t cols)
 {
     while (k->cols != cols && k->cols > 0 && cols % k->cols == 0 && joinable(k)) {
+        /* one column: the views' inner strides never stepped, now they step along the joined dimension */
+        for (int v = 0; k->cols == 1 && v < k->n_views; v++)
+            k->views[v].inner_stride = k->views[v].outer_strides[k->n_outer - 1];
         k->n_outer--;
         k->cols *= k->outer[k->n_outer];
         k->rows = ir_shape_product(&k->sizes, k->n_outer, k->outer);
