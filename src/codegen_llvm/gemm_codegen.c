@@ -7,9 +7,15 @@
  * an A panel, and issues mr * nv fused multiply-adds (llvm.fmuladd: one FMA
  * where the target has them, a multiply and an add where not). The k loop
  * is unrolled four times. The tile starts from zero, adds partial sums of
- * earlier blocks of k when there are some, and ends in partial sums, in the product (masked at its edges), or in a fused
- * kernel's epilogue: the tile goes to the stack and the epilogue, generated
- * from the kernel IR by codegen.c, runs over its elements in cache.
+ * earlier blocks of k when there are some, and ends in partial sums, in the
+ * product (masked at its edges), or in a fused kernel's epilogue: the tile
+ * goes to the stack and the epilogue, generated from the kernel IR by
+ * codegen.c, runs over its elements in cache. The kernel prefetches the
+ * tile it will read or write before its k loop.
+ *
+ * Packing copies vectors where the panel's lines lie across memory, and
+ * transposes blocks of lanes x lanes in registers where they lie along k
+ * (a row-major A, a transposed B).
  *
  * Every function is marked to keep vectors of the registers' width: LLVM
  * splits 512-bit vectors on CPUs that prefer 256 unless a function says
@@ -277,6 +283,80 @@ static void pack_across(gg *g, LLVMValueRef src, LLVMValueRef step, LLVMValueRef
     loop_close(g, &k, one, steps);
 }
 
+/* Lanes [0, half) (or [half, 2 half) when high) of a and b interleaved. */
+static LLVMValueRef interleave(const gg *g, LLVMValueRef a, LLVMValueRef b, bool high)
+{
+    int lanes = g->s.lanes, half = lanes / 2;
+    LLVMValueRef mask[64];
+    for (int l = 0; l < lanes; l++)
+        mask[l] = LLVMConstInt(g->i32, (unsigned)(l / 2 + (high ? half : 0) + (l % 2 ? lanes : 0)), 0);
+    return LLVMBuildShuffleVector(g->b, a, b, LLVMConstVector(mask, (unsigned)lanes), "");
+}
+
+/* v[r] = lanes r of v transposed: log2(lanes) rounds of interleaving the
+ * first half of the vectors with the second. */
+static void transpose(const gg *g, LLVMValueRef *v)
+{
+    int lanes = g->s.lanes;
+    for (int round = 1; round < lanes; round *= 2) {
+        LLVMValueRef out[64];
+        for (int i = 0; i < lanes / 2; i++) {
+            out[2 * i] = interleave(g, v[i], v[i + lanes / 2], false);
+            out[2 * i + 1] = interleave(g, v[i], v[i + lanes / 2], true);
+        }
+        memcpy(v, out, sizeof(LLVMValueRef) * (size_t)lanes);
+    }
+}
+
+/* src[(first + j) * line + k]'s index, and dst[k * width + j]'s. */
+static LLVMValueRef line_at(const gg *g, LLVMValueRef first, int j, LLVMValueRef line, LLVMValueRef k)
+{
+    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, LLVMBuildAdd(g->b, first, i64c(g, j), ""), line, ""), k, "");
+}
+
+static LLVMValueRef step_at(const gg *g, LLVMValueRef k, int kk, int width, int j)
+{
+    LLVMValueRef step = LLVMBuildAdd(g->b, k, i64c(g, kk), "");
+    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, step, i64c(g, width), ""), i64c(g, j), "");
+}
+
+/* A full panel whose lines are contiguous along k (A row-major, B
+ * transposed): blocks of lanes lines by lanes steps are loaded as vectors,
+ * transposed in registers and stored as lanes steps of the panel, where
+ * copying a value at a time costs most of a small product's packing. The
+ * steps past the last whole block go one at a time. */
+static void pack_transposed(gg *g, LLVMValueRef src, LLVMValueRef line, LLVMValueRef first, LLVMValueRef steps,
+                            LLVMValueRef dst, int width)
+{
+    int lanes = g->s.lanes;
+    LLVMValueRef l = i64c(g, lanes);
+    LLVMValueRef whole = LLVMBuildMul(g->b, LLVMBuildSDiv(g->b, steps, l, ""), l, "");
+    gloop k = loop_open(g, i64c(g, 0), whole, "block");
+    for (int g0 = 0; g0 < width; g0 += lanes) {
+        int rows = width - g0 < lanes ? width - g0 : lanes;
+        LLVMValueRef v[64];
+        for (int r = 0; r < lanes; r++)
+            v[r] = r < rows ? load_vector(g, element(g, src, line_at(g, first, g0 + r, line, k.index)))
+                            : LLVMGetUndef(g->vt);
+        transpose(g, v);
+        LLVMValueRef mask = lanes_below(g, 0, i64c(g, rows));
+        for (int kk = 0; kk < lanes; kk++) {
+            LLVMValueRef to = step_at(g, k.index, kk, width, g0);
+            if (rows == lanes)
+                store_vector(g, v[kk], element(g, dst, to));
+            else
+                masked_store(g, v[kk], element(g, dst, to), mask);
+        }
+    }
+    loop_close(g, &k, l, whole);
+    gloop rest = loop_open(g, whole, steps, "rest");
+    for (int j = 0; j < width; j++) {
+        LLVMValueRef value = LLVMBuildLoad2(g->b, g->t, element(g, src, line_at(g, first, j, line, rest.index)), "");
+        LLVMBuildStore(g->b, value, element(g, dst, step_at(g, rest.index, 0, width, j)));
+    }
+    loop_close(g, &rest, i64c(g, 1), steps);
+}
+
 /* pack(src, rs, cs, rows, cols, dst): panels of width lines. For A the lines
  * are rows (line stride rs, step cs, steps cols); for B columns. */
 static void emit_pack(gg *g, const char *symbol, const char *suffix, bool lines_are_rows, int width)
@@ -293,12 +373,22 @@ static void emit_pack(gg *g, const char *symbol, const char *suffix, bool lines_
     LLVMValueRef panel = element(g, dst, LLVMBuildMul(g->b, p.index, steps, ""));
     LLVMValueRef across = LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, line, i64c(g, 1), ""),
                                        LLVMBuildICmp(g->b, LLVMIntEQ, count, w, ""), "");
-    LLVMBasicBlockRef fast = block(g, "fast"), slow = block(g, "slow"), next = block(g, "next");
-    LLVMBuildCondBr(g->b, across, fast, slow);
+    LLVMValueRef along = LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, step, i64c(g, 1), ""),
+                                      LLVMBuildICmp(g->b, LLVMIntEQ, count, w, ""), "");
+    LLVMBasicBlockRef fast = block(g, "fast"), other = block(g, "other"), next = block(g, "next");
+    LLVMBuildCondBr(g->b, across, fast, other);
     LLVMPositionBuilderAtEnd(g->b, fast);
     pack_across(g, src, step, p.index, steps, panel, width);
     LLVMBuildBr(g->b, next);
-    LLVMPositionBuilderAtEnd(g->b, slow);
+    LLVMPositionBuilderAtEnd(g->b, other);
+    if (g->s.lanes > 1) {
+        LLVMBasicBlockRef transposed = block(g, "transposed"), slow = block(g, "slow");
+        LLVMBuildCondBr(g->b, along, transposed, slow);
+        LLVMPositionBuilderAtEnd(g->b, transposed);
+        pack_transposed(g, src, line, p.index, steps, panel, width);
+        LLVMBuildBr(g->b, next);
+        LLVMPositionBuilderAtEnd(g->b, slow);
+    }
     pack_lines(g, src, line, step, p.index, count, steps, panel, width);
     LLVMBuildBr(g->b, next);
     LLVMPositionBuilderAtEnd(g->b, next);
@@ -470,6 +560,34 @@ static void run_epilogue(gg *g, const carried *x, LLVMValueRef tile, LLVMValueRe
     LLVMBuildCall2(g->b, LLVMGlobalGetValueType(epilogue), epilogue, args, 2, "");
 }
 
+/* Prefetches a tile at p (leading dimension ld) for writing, a vector at a
+ * time: the k loop hides the misses its loads and stores would wait for. */
+static void prefetch_tile(gg *g, LLVMValueRef p, LLVMValueRef ld)
+{
+    for (int i = 0; i < g->s.mr; i++)
+        for (int v = 0; v < g->s.nv; v++) {
+            LLVMValueRef args[4] = {tile_at(g, p, ld, i, v), LLVMConstInt(g->i32, 1, 0), LLVMConstInt(g->i32, 3, 0),
+                                    LLVMConstInt(g->i32, 1, 0)};
+            intrinsic(g, "llvm.prefetch", &g->ptr, 1, args, 4);
+        }
+}
+
+/* The tile's partial sums when mode reads or writes them, else the
+ * product's tile when the kernel stores it. */
+static void prefetch(gg *g, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode, LLVMValueRef tile, bool epilogue)
+{
+    LLVMBasicBlockRef sums = block(g, "prefetch_sums"), other = block(g, "prefetch_out"), go = block(g, "go");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, mode, i64c(g, GEMM_FINAL), ""), sums, other);
+    LLVMPositionBuilderAtEnd(g->b, sums);
+    prefetch_tile(g, acc, ld);
+    LLVMBuildBr(g->b, go);
+    LLVMPositionBuilderAtEnd(g->b, other);
+    if (!epilogue)
+        prefetch_tile(g, tile_field(g, tile, 4, g->ptr), tile_field(g, tile, 5, g->i64));
+    LLVMBuildBr(g->b, go);
+    LLVMPositionBuilderAtEnd(g->b, go);
+}
+
 static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue)
 {
     LLVMTypeRef params[7] = {g->i64, g->ptr, g->ptr, g->ptr, g->i64, g->i64, g->ptr};
@@ -486,6 +604,7 @@ static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue)
         slot = LLVMBuildArrayAlloca(g->b, g->t, i64c(g, (int64_t)g->s.mr * g->s.nr), "tile");
         LLVMSetAlignment(slot, 64);
     }
+    prefetch(g, acc, ld, mode, tile, epilogue != NULL);
     carried x = zeros(g, ap, bp);
     LLVMValueRef trips = LLVMBuildSDiv(g->b, kc, i64c(g, UNROLL), "");
     x = k_loop(g, x, trips, UNROLL, "k_unrolled");
