@@ -13,9 +13,9 @@
  * codegen.c, runs over its elements in cache. The kernel prefetches the
  * tile it will read or write before its k loop.
  *
- * Packing copies vectors where the panel's lines lie across memory, and
- * transposes blocks of lanes x lanes in registers where they lie along k
- * (a row-major A, a transposed B).
+ * Packing copies vectors where the panel's lines lie across memory (a
+ * row-major B), and transposes blocks of lanes x lanes in registers where
+ * a row-major A's rows lie along k.
  *
  * Every function is marked to keep vectors of the registers' width: LLVM
  * splits 512-bit vectors on CPUs that prefer 256 unless a function says
@@ -308,53 +308,69 @@ static void transpose(const gg *g, LLVMValueRef *v)
     }
 }
 
-/* src[(first + j) * line + k]'s index, and dst[k * width + j]'s. */
-static LLVMValueRef line_at(const gg *g, LLVMValueRef first, int j, LLVMValueRef line, LLVMValueRef k)
+/* src[(first + j + r) * line + k]'s index, and dst[(k + kk) * width + j]'s. */
+static LLVMValueRef line_at(const gg *g, LLVMValueRef first, LLVMValueRef j, int r, LLVMValueRef line, LLVMValueRef k)
 {
-    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, LLVMBuildAdd(g->b, first, i64c(g, j), ""), line, ""), k, "");
+    LLVMValueRef at = LLVMBuildAdd(g->b, LLVMBuildAdd(g->b, first, j, ""), i64c(g, r), "");
+    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, at, line, ""), k, "");
 }
 
-static LLVMValueRef step_at(const gg *g, LLVMValueRef k, int kk, int width, int j)
+static LLVMValueRef step_at(const gg *g, LLVMValueRef k, int kk, int width, LLVMValueRef j)
 {
     LLVMValueRef step = LLVMBuildAdd(g->b, k, i64c(g, kk), "");
-    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, step, i64c(g, width), ""), i64c(g, j), "");
+    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, step, i64c(g, width), ""), j, "");
 }
 
-/* A full panel whose lines are contiguous along k (A row-major, B
- * transposed): blocks of lanes lines by lanes steps are loaded as vectors,
- * transposed in registers and stored as lanes steps of the panel, where
- * copying a value at a time costs most of a small product's packing. The
- * steps past the last whole block go one at a time. */
+/* Lines [j0, j0 + rows) of a block of lanes steps from k on, rows at most
+ * lanes: loaded as vectors, transposed in registers, stored as lanes steps
+ * of the panel. */
+static void transpose_lines(gg *g, LLVMValueRef src, LLVMValueRef line, LLVMValueRef first, LLVMValueRef j0,
+                            int rows, LLVMValueRef k, LLVMValueRef dst, int width)
+{
+    int lanes = g->s.lanes;
+    LLVMValueRef v[64];
+    for (int r = 0; r < lanes; r++)
+        v[r] = r < rows ? load_vector(g, element(g, src, line_at(g, first, j0, r, line, k))) : LLVMGetUndef(g->vt);
+    transpose(g, v);
+    LLVMValueRef mask = lanes_below(g, 0, i64c(g, rows));
+    for (int kk = 0; kk < lanes; kk++) {
+        LLVMValueRef to = element(g, dst, step_at(g, k, kk, width, j0));
+        if (rows == lanes)
+            store_vector(g, v[kk], to);
+        else
+            masked_store(g, v[kk], to, mask);
+    }
+}
+
+/* A full panel of A whose rows are contiguous along k (A row-major), where
+ * copying a value at a time cost 10% of sgemm 2048^3: blocks of lanes rows
+ * by lanes steps are transposed in registers, the whole blocks of rows in a
+ * loop and the last rows (fewer than lanes) apart, so that the function
+ * holds at most two transposes. Each costs LLVM milliseconds to compile
+ * (its shuffles), which is why B (transposed: attention's kᵀ) keeps the
+ * value-at-a-time copy: the mlp's cold compile. The steps past the last
+ * whole block go a value at a time. */
 static void pack_transposed(gg *g, LLVMValueRef src, LLVMValueRef line, LLVMValueRef first, LLVMValueRef steps,
                             LLVMValueRef dst, int width)
 {
-    int lanes = g->s.lanes;
-    LLVMValueRef l = i64c(g, lanes);
+    int lanes = g->s.lanes, whole_lines = width / lanes * lanes;
+    LLVMValueRef l = i64c(g, lanes), zero = i64c(g, 0), one = i64c(g, 1), w = i64c(g, width);
     LLVMValueRef whole = LLVMBuildMul(g->b, LLVMBuildSDiv(g->b, steps, l, ""), l, "");
-    gloop k = loop_open(g, i64c(g, 0), whole, "block");
-    for (int g0 = 0; g0 < width; g0 += lanes) {
-        int rows = width - g0 < lanes ? width - g0 : lanes;
-        LLVMValueRef v[64];
-        for (int r = 0; r < lanes; r++)
-            v[r] = r < rows ? load_vector(g, element(g, src, line_at(g, first, g0 + r, line, k.index)))
-                            : LLVMGetUndef(g->vt);
-        transpose(g, v);
-        LLVMValueRef mask = lanes_below(g, 0, i64c(g, rows));
-        for (int kk = 0; kk < lanes; kk++) {
-            LLVMValueRef to = step_at(g, k.index, kk, width, g0);
-            if (rows == lanes)
-                store_vector(g, v[kk], element(g, dst, to));
-            else
-                masked_store(g, v[kk], element(g, dst, to), mask);
-        }
+    gloop k = loop_open(g, zero, whole, "block");
+    if (whole_lines) {
+        gloop j = loop_open(g, zero, i64c(g, whole_lines), "lines");
+        transpose_lines(g, src, line, first, j.index, lanes, k.index, dst, width);
+        loop_close(g, &j, l, i64c(g, whole_lines));
     }
+    if (whole_lines < width)
+        transpose_lines(g, src, line, first, i64c(g, whole_lines), width - whole_lines, k.index, dst, width);
     loop_close(g, &k, l, whole);
+    gloop j = loop_open(g, zero, w, "rest_line");
     gloop rest = loop_open(g, whole, steps, "rest");
-    for (int j = 0; j < width; j++) {
-        LLVMValueRef value = LLVMBuildLoad2(g->b, g->t, element(g, src, line_at(g, first, j, line, rest.index)), "");
-        LLVMBuildStore(g->b, value, element(g, dst, step_at(g, rest.index, 0, width, j)));
-    }
-    loop_close(g, &rest, i64c(g, 1), steps);
+    LLVMValueRef from = element(g, src, line_at(g, first, j.index, 0, line, rest.index));
+    LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, g->t, from, ""), element(g, dst, step_at(g, rest.index, 0, width, j.index)));
+    loop_close(g, &rest, one, steps);
+    loop_close(g, &j, one, w);
 }
 
 /* pack(src, rs, cs, rows, cols, dst): panels of width lines. For A the lines
@@ -381,7 +397,7 @@ static void emit_pack(gg *g, const char *symbol, const char *suffix, bool lines_
     pack_across(g, src, step, p.index, steps, panel, width);
     LLVMBuildBr(g->b, next);
     LLVMPositionBuilderAtEnd(g->b, other);
-    if (g->s.lanes > 1) {
+    if (g->s.lanes > 1 && lines_are_rows) {
         LLVMBasicBlockRef transposed = block(g, "transposed"), slow = block(g, "slow");
         LLVMBuildCondBr(g->b, along, transposed, slow);
         LLVMPositionBuilderAtEnd(g->b, transposed);
