@@ -56,8 +56,8 @@ static const char usage[] =
     "                   resnet50_b16 gpt train_mlp train_gpt train_cnn matmul serve (default:\n"
     "                   all but matmul, and serve; on cuda matmul too, not serve); on the CPU\n"
     "                   matmul is its own family: kiln's GEMM (KILN_MATMUL=kiln) against\n"
-    "                   OpenBLAS as found and with its best core type forced, a table only\n"
-    "                   (no JSON)\n"
+    "                   OpenBLAS as found and with its best core type forced (--json: its\n"
+    "                   \"matmul\" section, no workloads, no probes)\n"
     "  --device D       cpu (default), or cuda: inputs on the GPU, GPU sizes (exits 2 without one)\n"
     "  --threads N      kiln's and OpenBLAS's threads (default: the number of cores)\n"
     "  --quick          small sizes, for CI: finishes in seconds\n"
@@ -700,7 +700,14 @@ static int matmul_family(const options *opt)
         return 1;
     self[len] = '\0';
     setenv("KILN_MATMUL", "kiln", 1); /* before the first product decides the engine */
-    return matmul_family_run(self, opt->threads, opt->reps, opt->quick, stdout) < 0;
+    bench_run run = {.threads = opt->threads, .quick = opt->quick, .peak_tflops = NAN,
+                     .probes = {NAN, NAN}, .has_matmul = true};
+    bench_describe_machine(&run);
+    snprintf(run.device, sizeof run.device, "cpu");
+    snprintf(run.backend, sizeof run.backend, "llvm");
+    if (matmul_family_run(self, opt->threads, opt->reps, opt->quick, stdout, &run.matmul) < 0)
+        return 1;
+    return opt->json && bench_write_json(&run, opt->json) < 0;
 }
 
 int main(int argc, char **argv)

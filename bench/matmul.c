@@ -39,6 +39,7 @@ static const shape SHAPES[] = {
     {"batched", 32, 128, 128, 128, {4, 16, 16, 16}},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof *SHAPES };
+_Static_assert((int)N_SHAPES <= (int)BENCH_MAX_MATMUL, "bench_matmul holds every shape");
 
 /* The operands of one shape: kiln tensors and the same values in host
  * arrays for OpenBLAS. */
@@ -163,10 +164,13 @@ static double forced_gflops(const char *self, const char *core, int index, int t
     return read == 2 && status == 0 && !strcmp(got, core) ? gflops : NAN;
 }
 
-int matmul_family_run(const char *self, int threads, int reps, bool quick, FILE *out)
+int matmul_family_run(const char *self, int threads, int reps, bool quick, FILE *out, bench_matmul *results)
 {
     const char *found = openblas_get_corename(), *best = best_core();
     bool force = best && strcmp(found, best);
+    *results = (bench_matmul){0};
+    snprintf(results->openblas_core, sizeof results->openblas_core, "%s", found);
+    snprintf(results->forced_core, sizeof results->forced_core, "%s", force ? best : "");
     fprintf(out, "f32 matrix products, GFLOP/s, %d threads, medians of %d runs; OpenBLAS chose core %s%s%s\n",
             threads, reps, found, force ? ", forced: " : "", force ? best : "");
     fprintf(out, "%-16s %-20s %10s %10s %10s %8s %8s\n", "shape", "batch x m x k x n", "kiln", "openblas",
@@ -182,6 +186,10 @@ int matmul_family_run(const char *self, int threads, int reps, bool quick, FILE 
         time_both(&o, reps, &kiln, &openblas);
         if (force)
             forced = forced_gflops(self, best, i, threads, reps, quick);
+        results->shapes[results->count++] = (bench_matmul_shape){
+            .batch = o.batch, .m = o.m, .k = o.k, .n = o.n, .kiln_gflops = kiln, .openblas_gflops = openblas,
+            .forced_gflops = forced};
+        snprintf(results->shapes[i].name, sizeof results->shapes[i].name, "%s", SHAPES[i].name);
         char dims[64], b[5][32];
         snprintf(dims, sizeof dims, "%lldx%lldx%lldx%lld", (long long)o.batch, (long long)o.m, (long long)o.k,
                  (long long)o.n);

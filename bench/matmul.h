@@ -6,11 +6,13 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "report.h"
+
 /* Times every shape of the family on threads threads (reps runs each after
- * warm-ups; quick: small shapes) and prints the table to out. self is this
- * program's path, run again as a fresh process for the forced core. -1 when
- * a product failed. */
-int matmul_family_run(const char *self, int threads, int reps, bool quick, FILE *out);
+ * warm-ups; quick: small shapes), prints the table to out and keeps the
+ * figures in results. self is this program's path, run again as a fresh
+ * process for the forced core. -1 when a product failed. */
+int matmul_family_run(const char *self, int threads, int reps, bool quick, FILE *out, bench_matmul *results);
 /* kiln-bench --probe matmul-openblas INDEX: the fresh process timing shape
  * INDEX of the family with OpenBLAS alone; prints its GFLOP/s and the core
  * OpenBLAS chose. */

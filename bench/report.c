@@ -165,7 +165,7 @@ static void json_serve_mode(FILE *out, const char *name, const serve_mode *m, co
     fprintf(out, "%s\n", tail);
 }
 
-static void json_serve(FILE *out, const bench_serve *s)
+static void json_serve(FILE *out, const bench_serve *s, const char *tail)
 {
     fprintf(out, "      \"serve\": {\n        \"block\": \"%s\", \"calls\": %d,\n", s->block, s->calls);
     json_serve_mode(out, "eager", &s->eager, ",");
@@ -178,7 +178,27 @@ static void json_serve(FILE *out, const bench_serve *s)
         json_number(out, "static_ms", s->steady_fixed_ms[i], ", ");
         json_number(out, "dynamic_ms", s->steady_dynamic_ms[i], "}");
     }
-    fprintf(out, "]\n      }\n");
+    fprintf(out, "]\n      }%s\n", tail);
+}
+
+static void json_matmul(FILE *out, const bench_matmul *mm)
+{
+    fprintf(out, "      \"matmul\": {\n        \"openblas_core\": \"%s\", ", mm->openblas_core);
+    if (mm->forced_core[0])
+        fprintf(out, "\"forced_core\": \"%s\",\n", mm->forced_core);
+    else
+        fprintf(out, "\"forced_core\": null,\n");
+    fprintf(out, "        \"shapes\": [\n");
+    for (int i = 0; i < mm->count; i++) {
+        const bench_matmul_shape *s = &mm->shapes[i];
+        fprintf(out, "          {\"name\": \"%s\", \"batch\": %lld, \"m\": %lld, \"k\": %lld, \"n\": %lld, ", s->name,
+                (long long)s->batch, (long long)s->m, (long long)s->k, (long long)s->n);
+        json_number(out, "kiln_gflops", s->kiln_gflops, ", ");
+        json_number(out, "openblas_gflops", s->openblas_gflops, ", ");
+        json_number(out, "forced_gflops", s->forced_gflops, "}");
+        fprintf(out, "%s\n", i == mm->count - 1 ? "" : ",");
+    }
+    fprintf(out, "        ]\n      }\n");
 }
 
 int bench_write_json(const bench_run *run, const char *path)
@@ -198,14 +218,17 @@ int bench_write_json(const bench_run *run, const char *path)
     else
         fprintf(out, "\"gpu\": null, ");
     json_number(out, "peak_fp32_tflops", run->peak_tflops, "},\n");
-    fprintf(out, "      \"probes\": {\"copy_gbps\": %.6g, \"sgemm_gflops\": %.6g},\n", run->probes.copy_gbps,
-            run->probes.sgemm_gflops);
+    fprintf(out, "      \"probes\": {");
+    json_number(out, "copy_gbps", run->probes.copy_gbps, ", ");
+    json_number(out, "sgemm_gflops", run->probes.sgemm_gflops, "},\n");
     fprintf(out, "      \"workloads\": [\n");
     for (int i = 0; i < run->count; i++)
         json_result(out, &run->results[i], i == run->count - 1);
-    fprintf(out, "      ]%s\n", run->has_serve ? "," : "");
+    fprintf(out, "      ]%s\n", run->has_serve || run->has_matmul ? "," : "");
     if (run->has_serve)
-        json_serve(out, &run->serve);
+        json_serve(out, &run->serve, run->has_matmul ? "," : "");
+    if (run->has_matmul)
+        json_matmul(out, &run->matmul);
     fprintf(out, "    }\n  ]\n}\n");
     return fclose(out) == 0 ? 0 : -1;
 }

@@ -32,6 +32,23 @@ typedef struct {
     int reps;
 } bench_result;
 
+enum { BENCH_MAX_MATMUL = 16 };
+
+/* One shape of the CPU's matmul family (bench/matmul.c), in GFLOP/s; NAN
+ * where not measured. */
+typedef struct {
+    char name[32];
+    int64_t batch, m, k, n;
+    double kiln_gflops, openblas_gflops, forced_gflops;
+} bench_matmul_shape;
+
+typedef struct {
+    char openblas_core[32]; /* the core OpenBLAS chose */
+    char forced_core[32];   /* the best core, forced in fresh processes; "" when not forced */
+    bench_matmul_shape shapes[BENCH_MAX_MATMUL];
+    int count;
+} bench_matmul;
+
 typedef struct {
     char cpu[128];
     char device[8];   /* where the workloads ran: "cpu" or "cuda" */
@@ -45,6 +62,8 @@ typedef struct {
     int count;
     bool has_serve;   /* serve ran: its figures are in serve */
     bench_serve serve;
+    bool has_matmul;  /* the CPU's matmul family ran: its figures are in matmul */
+    bench_matmul matmul;
 } bench_run;
 
 /* Fills in the CPU's name and core count; the device is the caller's. */

@@ -78,6 +78,28 @@ def check_serve(run):
         fail("serve warm calls %r" % serve["warm"])
 
 
+MATMUL_SHAPES = ["square", "square", "mlp up", "mlp down", "attention q@k^T", "attention w@v", "tall-skinny",
+                 "batched"]
+
+
+def check_matmul(path):
+    with open(path) as f:
+        run = json.load(f)["runs"][0]
+    for key in RUN_FIELDS:
+        if key not in run:
+            fail("matmul run lacks " + key)
+    mm = run.get("matmul")
+    if run["workloads"] != [] or not mm or not mm["openblas_core"]:
+        fail("matmul family: %r" % mm)
+    if [s["name"] for s in mm["shapes"]] != MATMUL_SHAPES:
+        fail("matmul shapes %s" % [s["name"] for s in mm["shapes"]])
+    for s in mm["shapes"]:
+        if not (s["kiln_gflops"] > 0 and s["openblas_gflops"] > 0 and min(s["batch"], s["m"], s["k"], s["n"]) > 0):
+            fail("matmul %s: %r" % (s["name"], s))
+        if mm["forced_core"] is None and s["forced_gflops"] is not None:
+            fail("matmul %s: forced figure without a forced core" % s["name"])
+
+
 def check_svg(path):
     root = ET.parse(path).getroot()
     ns = "{http://www.w3.org/2000/svg}"
@@ -92,7 +114,10 @@ def main():
         subprocess.run([bench, "--quick", "--json", tmp + "/b.json", "--svg", tmp + "/b.svg"], check=True)
         check_json(tmp + "/b.json")
         check_svg(tmp + "/b.svg")
-    print("check_bench: json and svg are complete")
+        subprocess.run([bench, "--quick", "--workload", "matmul", "--json", tmp + "/m.json"], check=True,
+                       stdout=subprocess.DEVNULL)
+        check_matmul(tmp + "/m.json")
+    print("check_bench: json and svg are complete, the matmul family's json too")
 
 
 main()

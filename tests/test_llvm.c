@@ -912,6 +912,43 @@ START_TEST(test_attention_fused_matches_eager)
 }
 END_TEST
 
+/* x with element at (counted row-major) made NaN. */
+static kiln_tensor *with_nan(kiln_tensor *x, int64_t at)
+{
+    int64_t n = kiln_numel(x);
+    float *data = malloc((size_t)n * sizeof *data);
+    ck_assert_ptr_nonnull(data);
+    ck_assert_int_eq(kiln_copy_to_host(x, data, (size_t)n * sizeof *data), 0);
+    data[at] = NAN;
+    kiln_tensor *t = kiln_from_data(KILN_F32, kiln_ndim(x), kiln_shape(x), data);
+    free(data);
+    return t;
+}
+
+/* A NaN score makes its row's softmax NaN, unfused: the fused row maximum
+ * keeps it too (a NaN in q spoils its row, one in k every row of its
+ * head), causal or not, rather than taking the other scores' maximum. */
+START_TEST(test_attention_nan_scores_propagate)
+{
+    attention_case c = {"nan", 2, UNDER_VALGRIND() ? 7 : 40, 0, 16, _i == 1, false, true};
+    int64_t shape[4] = {2, c.heads, c.seq, c.dim}, row = c.dim;
+    kiln_tensor *in[4];
+    for (int i = 0; i < 3; i++)
+        in[i] = kiln_randn(4, shape, 7 + (uint64_t)i);
+    in[3] = causal_mask(&c);
+    in[0] = with_nan(in[0], 3 * row + 1);                               /* batch 0, head 0, query 3 */
+    in[1] = with_nan(in[1], ((1 * c.heads + 1) * c.seq + 5) * row + 2); /* batch 1, head 1, key 5 */
+    kiln_tensor *want = NULL, *got = NULL;
+    ck_assert_int_eq(attention_body(in, &want, &c), 0);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("attention_nan", attention_body, 3 + c.causal, 1, &c, &o);
+    ck_assert_msg(kiln_call(f, in, &got) == 0, "%s", kiln_last_error());
+    ck_assert_int_eq(kernels_of(f), 1); /* fused */
+    assert_close(got, want, 1e-5, 1e-5, c.causal ? "NaN scores, causal" : "NaN scores");
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* A product of 32 MiB with its epilogue: the tiles are stored as the
  * product makes them, in cache, so its kernel does not stream, though it
  * writes 32 MiB. Compiled only, never run. */
@@ -1144,6 +1181,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_fused_epilogues_do_not_stream);
     tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
+    tcase_add_loop_test(ops, test_attention_nan_scores_propagate, 0, 2);
     tcase_add_loop_test(ops, test_attention_fused_matches_eager, 0,
                         (int)(sizeof ATTENTION_CASES / sizeof *ATTENTION_CASES));
     suite_add_tcase(s, ops);

@@ -2,10 +2,11 @@
  * micro-kernel, with block sizes from the host's caches, split across
  * kiln's thread pool.
  *
- * For each block of NC columns, a thread packs B's K x NC panel once; for
- * each block of MC rows it then packs A's MC x KC block, for each KC step
- * along k, and runs the micro-kernel over the block's tiles, each B panel
- * (KC x NR, in L1) against every A panel (in L2). Sums over more than one KC
+ * For each block of NC columns, a thread packs B's K x NC panel once, a
+ * micro-panel at a time as the first block of rows reaches it; for each
+ * block of MC rows it packs A's MC x KC block, for each KC step along k,
+ * and runs the micro-kernel over the block's tiles, each B panel (KC x NR,
+ * in L1) against every A panel (in L2). Sums over more than one KC
  * step meet in a scratch block of partial sums (MC x NC); the last step
  * stores the product or runs the epilogue on it, so the tile is written
  * once.
@@ -98,15 +99,20 @@ int64_t gemm_batch_offset(const long long *strides, const kg_matmul_args *a, int
 }
 
 /* The tiles of rows [ic, ic + mc) and columns [jc, jc + nc) of matrix z, A
- * block packed for k from pc on. */
+ * block packed for k from pc on; b: B's first column of the block, whose
+ * micro-panels are packed for k from pc on just before their tiles use
+ * them, or NULL when they are packed already. */
 static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t mc, int64_t jc, int64_t nc,
-                  int64_t pc, int64_t kc, int64_t mode)
+                  int64_t pc, int64_t kc, int64_t mode, const char *b)
 {
     const gemm_code *g = j->g;
     const kg_matmul_args *a = j->args;
     int64_t size = g->size;
     for (int64_t jr = 0; jr < nc; jr += g->nr) {
-        const char *bp = s->bp + (jr * a->k + pc * g->nr) * size;
+        char *bp = s->bp + (jr * a->k + pc * g->nr) * size;
+        if (b)
+            g->pack_b(b + (pc * a->b_row + jr * a->b_col) * size, a->b_row, a->b_col, kc,
+                      nc - jr < g->nr ? nc - jr : g->nr, bp);
         for (int64_t ir = 0; ir < mc; ir += g->mr) {
             int64_t row = z * a->m + ic + ir;
             gemm_tile t = {.m_rem = mc - ir < g->mr ? mc - ir : g->mr, .n_rem = nc - jr < g->nr ? nc - jr : g->nr,
@@ -119,7 +125,10 @@ static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t
     }
 }
 
-/* Rows [m0, m1) by columns [n0, n1) of matrix z. */
+/* Rows [m0, m1) by columns [n0, n1) of matrix z. A matrix B is packed by
+ * the first block of rows, each micro-panel as its tiles come to it: they
+ * read it from L1 rather than from L3 after the whole K x NC panel, which
+ * is most of B's cost where A has few rows. */
 static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
 {
     const gemm_code *g = j->g;
@@ -130,8 +139,6 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
         int64_t nc = n1 - jc < j->bl.nc ? n1 - jc : j->bl.nc;
         if (a->k > 0 && j->conv)
             conv_pack_b(j->conv, a, j->b + b_z * size, jc, nc, g->nr, (int)size, s->bp);
-        else if (a->k > 0)
-            g->pack_b(j->b + (b_z + jc * a->b_col) * size, a->b_row, a->b_col, a->k, nc, s->bp);
         for (int64_t ic = m0; ic < m1; ic += j->bl.mc) {
             int64_t mc = m1 - ic < j->bl.mc ? m1 - ic : j->bl.mc;
             int64_t pc = 0;
@@ -142,7 +149,8 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
                     g->prologue(s->ap, z * a->m + ic, mc, pc, kc, j->buffers, j->symbols);
                 else if (kc > 0)
                     g->pack_a(j->a + (a_z + ic * a->a_row + pc * a->a_col) * size, a->a_row, a->a_col, mc, kc, s->ap);
-                tiles(j, s, z, ic, mc, jc, nc, pc, kc, mode);
+                const char *b = ic == m0 && !j->conv && kc > 0 ? j->b + (b_z + jc * a->b_col) * size : NULL;
+                tiles(j, s, z, ic, mc, jc, nc, pc, kc, mode, b);
                 pc += kc;
             } while (pc < a->k);
         }

@@ -7,9 +7,15 @@
  * an A panel, and issues mr * nv fused multiply-adds (llvm.fmuladd: one FMA
  * where the target has them, a multiply and an add where not). The k loop
  * is unrolled four times. The tile starts from zero, adds partial sums of
- * earlier blocks of k when there are some, and ends in partial sums, in the product (masked at its edges), or in a fused
- * kernel's epilogue: the tile goes to the stack and the epilogue, generated
- * from the kernel IR by codegen.c, runs over its elements in cache.
+ * earlier blocks of k when there are some, and ends in partial sums, in the
+ * product (masked at its edges), or in a fused kernel's epilogue: the tile
+ * goes to the stack and the epilogue, generated from the kernel IR by
+ * codegen.c, runs over its elements in cache. The kernel prefetches the
+ * tile it will read or write before its k loop.
+ *
+ * Packing copies vectors where the panel's lines lie across memory (a
+ * row-major B), and transposes blocks of lanes x lanes in registers where
+ * a row-major A's rows lie along k.
  *
  * Every function is marked to keep vectors of the registers' width: LLVM
  * splits 512-bit vectors on CPUs that prefer 256 unless a function says
@@ -277,6 +283,96 @@ static void pack_across(gg *g, LLVMValueRef src, LLVMValueRef step, LLVMValueRef
     loop_close(g, &k, one, steps);
 }
 
+/* Lanes [0, half) (or [half, 2 half) when high) of a and b interleaved. */
+static LLVMValueRef interleave(const gg *g, LLVMValueRef a, LLVMValueRef b, bool high)
+{
+    int lanes = g->s.lanes, half = lanes / 2;
+    LLVMValueRef mask[64];
+    for (int l = 0; l < lanes; l++)
+        mask[l] = LLVMConstInt(g->i32, (unsigned)(l / 2 + (high ? half : 0) + (l % 2 ? lanes : 0)), 0);
+    return LLVMBuildShuffleVector(g->b, a, b, LLVMConstVector(mask, (unsigned)lanes), "");
+}
+
+/* v[r] = lanes r of v transposed: log2(lanes) rounds of interleaving the
+ * first half of the vectors with the second. */
+static void transpose(const gg *g, LLVMValueRef *v)
+{
+    int lanes = g->s.lanes;
+    for (int round = 1; round < lanes; round *= 2) {
+        LLVMValueRef out[64];
+        for (int i = 0; i < lanes / 2; i++) {
+            out[2 * i] = interleave(g, v[i], v[i + lanes / 2], false);
+            out[2 * i + 1] = interleave(g, v[i], v[i + lanes / 2], true);
+        }
+        memcpy(v, out, sizeof(LLVMValueRef) * (size_t)lanes);
+    }
+}
+
+/* src[(first + j + r) * line + k]'s index, and dst[(k + kk) * width + j]'s. */
+static LLVMValueRef line_at(const gg *g, LLVMValueRef first, LLVMValueRef j, int r, LLVMValueRef line, LLVMValueRef k)
+{
+    LLVMValueRef at = LLVMBuildAdd(g->b, LLVMBuildAdd(g->b, first, j, ""), i64c(g, r), "");
+    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, at, line, ""), k, "");
+}
+
+static LLVMValueRef step_at(const gg *g, LLVMValueRef k, int kk, int width, LLVMValueRef j)
+{
+    LLVMValueRef step = LLVMBuildAdd(g->b, k, i64c(g, kk), "");
+    return LLVMBuildAdd(g->b, LLVMBuildMul(g->b, step, i64c(g, width), ""), j, "");
+}
+
+/* Lines [j0, j0 + rows) of a block of lanes steps from k on, rows at most
+ * lanes: loaded as vectors, transposed in registers, stored as lanes steps
+ * of the panel. */
+static void transpose_lines(gg *g, LLVMValueRef src, LLVMValueRef line, LLVMValueRef first, LLVMValueRef j0,
+                            int rows, LLVMValueRef k, LLVMValueRef dst, int width)
+{
+    int lanes = g->s.lanes;
+    LLVMValueRef v[64];
+    for (int r = 0; r < lanes; r++)
+        v[r] = r < rows ? load_vector(g, element(g, src, line_at(g, first, j0, r, line, k))) : LLVMGetUndef(g->vt);
+    transpose(g, v);
+    LLVMValueRef mask = lanes_below(g, 0, i64c(g, rows));
+    for (int kk = 0; kk < lanes; kk++) {
+        LLVMValueRef to = element(g, dst, step_at(g, k, kk, width, j0));
+        if (rows == lanes)
+            store_vector(g, v[kk], to);
+        else
+            masked_store(g, v[kk], to, mask);
+    }
+}
+
+/* A full panel of A whose rows are contiguous along k (A row-major), where
+ * copying a value at a time cost 10% of sgemm 2048^3: blocks of lanes rows
+ * by lanes steps are transposed in registers, the whole blocks of rows in a
+ * loop and the last rows (fewer than lanes) apart, so that the function
+ * holds at most two transposes. Each costs LLVM milliseconds to compile
+ * (its shuffles), which is why B (transposed: attention's kᵀ) keeps the
+ * value-at-a-time copy: the mlp's cold compile. The steps past the last
+ * whole block go a value at a time. */
+static void pack_transposed(gg *g, LLVMValueRef src, LLVMValueRef line, LLVMValueRef first, LLVMValueRef steps,
+                            LLVMValueRef dst, int width)
+{
+    int lanes = g->s.lanes, whole_lines = width / lanes * lanes;
+    LLVMValueRef l = i64c(g, lanes), zero = i64c(g, 0), one = i64c(g, 1), w = i64c(g, width);
+    LLVMValueRef whole = LLVMBuildMul(g->b, LLVMBuildSDiv(g->b, steps, l, ""), l, "");
+    gloop k = loop_open(g, zero, whole, "block");
+    if (whole_lines) {
+        gloop j = loop_open(g, zero, i64c(g, whole_lines), "lines");
+        transpose_lines(g, src, line, first, j.index, lanes, k.index, dst, width);
+        loop_close(g, &j, l, i64c(g, whole_lines));
+    }
+    if (whole_lines < width)
+        transpose_lines(g, src, line, first, i64c(g, whole_lines), width - whole_lines, k.index, dst, width);
+    loop_close(g, &k, l, whole);
+    gloop j = loop_open(g, zero, w, "rest_line");
+    gloop rest = loop_open(g, whole, steps, "rest");
+    LLVMValueRef from = element(g, src, line_at(g, first, j.index, 0, line, rest.index));
+    LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, g->t, from, ""), element(g, dst, step_at(g, rest.index, 0, width, j.index)));
+    loop_close(g, &rest, one, steps);
+    loop_close(g, &j, one, w);
+}
+
 /* pack(src, rs, cs, rows, cols, dst): panels of width lines. For A the lines
  * are rows (line stride rs, step cs, steps cols); for B columns. */
 static void emit_pack(gg *g, const char *symbol, const char *suffix, bool lines_are_rows, int width)
@@ -293,12 +389,22 @@ static void emit_pack(gg *g, const char *symbol, const char *suffix, bool lines_
     LLVMValueRef panel = element(g, dst, LLVMBuildMul(g->b, p.index, steps, ""));
     LLVMValueRef across = LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, line, i64c(g, 1), ""),
                                        LLVMBuildICmp(g->b, LLVMIntEQ, count, w, ""), "");
-    LLVMBasicBlockRef fast = block(g, "fast"), slow = block(g, "slow"), next = block(g, "next");
-    LLVMBuildCondBr(g->b, across, fast, slow);
+    LLVMValueRef along = LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntEQ, step, i64c(g, 1), ""),
+                                      LLVMBuildICmp(g->b, LLVMIntEQ, count, w, ""), "");
+    LLVMBasicBlockRef fast = block(g, "fast"), other = block(g, "other"), next = block(g, "next");
+    LLVMBuildCondBr(g->b, across, fast, other);
     LLVMPositionBuilderAtEnd(g->b, fast);
     pack_across(g, src, step, p.index, steps, panel, width);
     LLVMBuildBr(g->b, next);
-    LLVMPositionBuilderAtEnd(g->b, slow);
+    LLVMPositionBuilderAtEnd(g->b, other);
+    if (g->s.lanes > 1 && lines_are_rows) {
+        LLVMBasicBlockRef transposed = block(g, "transposed"), slow = block(g, "slow");
+        LLVMBuildCondBr(g->b, along, transposed, slow);
+        LLVMPositionBuilderAtEnd(g->b, transposed);
+        pack_transposed(g, src, line, p.index, steps, panel, width);
+        LLVMBuildBr(g->b, next);
+        LLVMPositionBuilderAtEnd(g->b, slow);
+    }
     pack_lines(g, src, line, step, p.index, count, steps, panel, width);
     LLVMBuildBr(g->b, next);
     LLVMPositionBuilderAtEnd(g->b, next);
@@ -470,6 +576,34 @@ static void run_epilogue(gg *g, const carried *x, LLVMValueRef tile, LLVMValueRe
     LLVMBuildCall2(g->b, LLVMGlobalGetValueType(epilogue), epilogue, args, 2, "");
 }
 
+/* Prefetches a tile at p (leading dimension ld) for writing, a vector at a
+ * time: the k loop hides the misses its loads and stores would wait for. */
+static void prefetch_tile(gg *g, LLVMValueRef p, LLVMValueRef ld)
+{
+    for (int i = 0; i < g->s.mr; i++)
+        for (int v = 0; v < g->s.nv; v++) {
+            LLVMValueRef args[4] = {tile_at(g, p, ld, i, v), LLVMConstInt(g->i32, 1, 0), LLVMConstInt(g->i32, 3, 0),
+                                    LLVMConstInt(g->i32, 1, 0)};
+            intrinsic(g, "llvm.prefetch", &g->ptr, 1, args, 4);
+        }
+}
+
+/* The tile's partial sums when mode reads or writes them, else the
+ * product's tile when the kernel stores it. */
+static void prefetch(gg *g, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode, LLVMValueRef tile, bool epilogue)
+{
+    LLVMBasicBlockRef sums = block(g, "prefetch_sums"), other = block(g, "prefetch_out"), go = block(g, "go");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, mode, i64c(g, GEMM_FINAL), ""), sums, other);
+    LLVMPositionBuilderAtEnd(g->b, sums);
+    prefetch_tile(g, acc, ld);
+    LLVMBuildBr(g->b, go);
+    LLVMPositionBuilderAtEnd(g->b, other);
+    if (!epilogue)
+        prefetch_tile(g, tile_field(g, tile, 4, g->ptr), tile_field(g, tile, 5, g->i64));
+    LLVMBuildBr(g->b, go);
+    LLVMPositionBuilderAtEnd(g->b, go);
+}
+
 static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue)
 {
     LLVMTypeRef params[7] = {g->i64, g->ptr, g->ptr, g->ptr, g->i64, g->i64, g->ptr};
@@ -486,6 +620,7 @@ static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue)
         slot = LLVMBuildArrayAlloca(g->b, g->t, i64c(g, (int64_t)g->s.mr * g->s.nr), "tile");
         LLVMSetAlignment(slot, 64);
     }
+    prefetch(g, acc, ld, mode, tile, epilogue != NULL);
     carried x = zeros(g, ap, bp);
     LLVMValueRef trips = LLVMBuildSDiv(g->b, kc, i64c(g, UNROLL), "");
     x = k_loop(g, x, trips, UNROLL, "k_unrolled");
