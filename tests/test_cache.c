@@ -877,6 +877,60 @@ START_TEST(test_precompile_for_a_named_machine_serves_its_host)
 }
 END_TEST
 
+/* host ("cpu:NAME:features") with every feature of 256- and 512-bit vectors
+ * turned off into out: a machine of 128-bit vectors that this host can run. */
+static void narrower(const char *host, char *out, size_t size)
+{
+    static const char *const wide[] = {"avx", "evex512", "fma", "f16c", "vaes", "vpclmulqdq", "sha512", "sm3",
+                                       "sm4", "xop", "amx"};
+    const char *features = strchr(host + 4, ':') + 1;
+    size_t used = (size_t)snprintf(out, size, "%.*s", (int)(features - host), host);
+    char copy[OUTPUT_MAX], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", features);
+    for (char *f = strtok_r(copy, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+        bool off = false;
+        for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+            off |= f[0] == '+' && !strncmp(f + 1, wide[i], strlen(wide[i]));
+        used += (size_t)snprintf(out + used, size - used, "%s%c%s", used > (size_t)(features - host) ? "," : "",
+                                 off ? '-' : f[0], f + 1);
+        ck_assert_uint_lt(used, size);
+    }
+}
+
+/* Kernels precompiled for a narrower machine than the host (its vectors 128
+ * bits wide) come from the disk cache in a process that runs that machine's
+ * code (KILN_CPU_TARGET): nothing compiled, and the host's own target finds
+ * none of them; a target with a feature the host lacks is refused. */
+START_TEST(test_precompile_for_a_narrower_machine_runs_here)
+{
+    cache_dir c;
+    make_cache_dir(&c);
+    static run_result r;
+    tool(c.root, (const char *[]){"target", NULL}, NULL, &r);
+    ck_assert_msg(r.status == 0 && !strncmp(r.out, "cpu:", 4) && strchr(r.out + 4, ':'), "%s%s", r.out, r.err);
+    static char host[OUTPUT_MAX], narrow[OUTPUT_MAX], dir_var[CACHE_PATH_MAX + 32], target_var[OUTPUT_MAX + 32];
+    snprintf(host, sizeof host, "%.*s", (int)strcspn(r.out, "\n"), r.out);
+    narrower(host, narrow, sizeof narrow);
+    ck_assert_msg(strstr(narrow, "-avx"), "%s", narrow);
+    helper(c.root, "on", (const char *[]){"--precompile", narrow, NULL}, NULL, &r);
+    ck_assert_ran(&r, workload_kernels_count);
+    snprintf(dir_var, sizeof dir_var, "KILN_CACHE_DIR=%s", c.root);
+    snprintf(target_var, sizeof target_var, "KILN_CPU_TARGET=%s", narrow);
+    helper_with((const char *[]){dir_var, "KILN_CACHE=require", target_var, NULL}, NULL, NULL, &r);
+    ck_assert_ran(&r, workload_kernels_count);
+    for (int i = 0; i < workload_kernels_count; i++)
+        ck_assert_msg(r.lines[i].compiled == 0 && r.lines[i].from_disk > 0, "%s", r.out);
+    helper(c.root, "require", NULL, NULL, &r);
+    ck_assert_msg(r.status != 0 && strstr(r.err, "KILN_CACHE=require"), "%s%s", r.out, r.err);
+    snprintf(target_var, sizeof target_var, "KILN_CPU_TARGET=%.*s+no-such-feature", (int)(strchr(host + 4, ':') + 1 - host),
+             host);
+    helper_with((const char *[]){dir_var, "KILN_CACHE=require", target_var, NULL}, NULL, NULL, &r);
+    ck_assert_msg(strstr(r.err, "compiling failed (KILN_CPU_TARGET: this host's CPU lacks no-such-feature)"),
+                  "%s%s", r.out, r.err); /* and interprets, as for any failed compile */
+    remove_cache_dir(&c);
+}
+END_TEST
+
 START_TEST(test_precompile_rejects_bad_targets)
 {
     cache_dir c;
@@ -1499,6 +1553,7 @@ static Suite *cache_suite(void)
     tcase_add_test(processes, test_size_cap_evicts_least_recently_used);
     tcase_add_test(processes, test_other_cpu_entries_are_never_loaded_here);
     tcase_add_test(processes, test_precompile_for_a_named_machine_serves_its_host);
+    tcase_add_test(processes, test_precompile_for_a_narrower_machine_runs_here);
     tcase_add_test(processes, test_precompile_rejects_bad_targets);
     tcase_add_test(processes, test_bundle_ships_a_complete_cache);
     tcase_add_test(processes, test_bundle_with_a_bad_entry_is_rejected_whole);

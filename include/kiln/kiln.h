@@ -690,7 +690,11 @@ KILN_API kiln_tensor *kiln_clip_grad_norm(kiln_tensor *const *params, int n, dou
  * KILN_JIT=0 (run bodies eagerly), KILN_LOG=1, KILN_DUMP=graph,kernels,llvm,cuda
  * into KILN_DUMP_DIR, KILN_CACHE=off|on|readonly|require, KILN_CACHE_DIR
  * (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln), KILN_CACHE_MAX_BYTES
- * (default 1 GiB), KILN_THREADS. The cache holds native code kiln runs: keep
+ * (default 1 GiB), KILN_THREADS. KILN_CPU_TARGET=cpu:<this CPU>:<features>
+ * compiles and loads kernels for that machine instead of the host's own (the
+ * host's CPU with features turned off, such as its widest vectors: a feature
+ * the host lacks is refused), so kernels precompiled for it run here;
+ * kiln_host_target then names it. The cache holds native code kiln runs: keep
  * its directory private.
  *
  * Compiled CPU row kernels divide by a row's value (softmax's sum) by

@@ -220,6 +220,42 @@ static int make_target(llvm_target *t, const char *name, const char *cpu, const 
     return status;
 }
 
+/* Whether the comma-separated list holds entry. */
+static bool listed(const char *list, const char *entry)
+{
+    size_t len = strlen(entry);
+    for (const char *at = list; *at; at += strcspn(at, ","), at += *at == ',')
+        if (!strncmp(at, entry, len) && (at[len] == ',' || !at[len]))
+            return true;
+    return false;
+}
+
+/* The features of KILN_CPU_TARGET ("cpu:<name>:<features>") into out, when
+ * the host can run its code: the host's CPU, and no feature on that the host
+ * lacks (a target that only turns features off, as a narrower vector unit);
+ * else -1, why in err. */
+static int host_runs(const char *asked, const char *cpu, const char *host_features, char *out, size_t size,
+                     char *err, size_t err_size)
+{
+    size_t cpu_len = strlen(cpu);
+    if (strncmp(asked, "cpu:", 4) || strncmp(asked + 4, cpu, cpu_len) || asked[4 + cpu_len] != ':') {
+        snprintf(err, err_size, "KILN_CPU_TARGET=%.200s: not \"cpu:%s:<features>\" (this host's CPU, with features "
+                 "turned off)", asked, cpu);
+        return -1;
+    }
+    snprintf(out, size, "%s", asked + 5 + cpu_len);
+    char *copy = strdup(out), *save = NULL;
+    err[0] = '\0';
+    for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f && !err[0]; f = strtok_r(NULL, ",", &save)) {
+        if (f[0] == '+' && !listed(host_features, f))
+            snprintf(err, err_size, "KILN_CPU_TARGET: this host's CPU lacks %s", f + 1);
+    }
+    if (!copy)
+        snprintf(err, err_size, "out of memory");
+    free(copy);
+    return err[0] ? -1 : 0;
+}
+
 static void start(void)
 {
     unsigned major, minor, patch;
@@ -227,8 +263,14 @@ static void start(void)
     snprintf(state.toolchain, sizeof state.toolchain, "LLVM %u.%u.%u", major, minor, patch);
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
-    char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures();
-    int made = make_target(&state.host, "host", cpu, features, true, state.failure, sizeof state.failure);
+    char *cpu = LLVMGetHostCPUName(), *features = LLVMGetHostCPUFeatures(), asked[4096];
+    const char *target = getenv("KILN_CPU_TARGET");
+    int made = target && *target ? host_runs(target, cpu, features, asked, sizeof asked, state.failure,
+                                             sizeof state.failure)
+                                 : 0;
+    if (made == 0)
+        made = make_target(&state.host, "host", cpu, target && *target ? asked : features, true, state.failure,
+                           sizeof state.failure);
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(features);
     if (made < 0)
