@@ -28,6 +28,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -481,7 +482,50 @@ def bench_torch_train(torch, np, workload, dims, reps):
     first_eager, _ = trainer(loss_fn)
     first_traced, _ = trainer(script)
     result["max_abs_diff"] = (first_traced() - first_eager()).abs().item()
+    result["peak_eager_bytes"] = step_peak_in_fresh_process(workload, dims is workload.quick)
     return result
+
+
+def step_peak_in_fresh_process(workload, quick):
+    """PyTorch eager's training step peak (step_peak), run by this script again in a
+    fresh interpreter whose glibc returns every freed block over 128 KiB at once
+    (MALLOC_MMAP_THRESHOLD_; here it would slow the timings), so that its resident
+    memory follows the live tensors; None if that run fails."""
+    command = [sys.executable, os.path.abspath(__file__), "--step-peak", workload.name,
+               "--threads", os.environ.get("OMP_NUM_THREADS", "1")] + (["--quick"] if quick else [])
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    try:
+        return int(done.stdout.split()[-1])
+    except (ValueError, IndexError):
+        progress(f"no step peak for {workload.name}: {done.stderr.strip()[-300:]}")
+        return None
+
+
+def step_peak(torch, np, workload, dims):
+    """Bytes of resident memory one eager training step adds at its highest, after a
+    first step has made the optimizer's state; the gradients are freed before it."""
+    make_batch, make_optimizer = TRAINING[workload.name]
+    batch, weights = make_batch(torch, dims, [torch.from_numpy(a) for a in make_inputs(np, workload, dims)])
+    loss_fn = bind(workload, TorchOps(torch), dims)
+    params = [w.clone().requires_grad_() for w in weights]
+    optimizer = make_optimizer(torch, params)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(*batch, *params).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+    step()
+    base = status("VmRSS:")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the high-water mark starts again from here
+    step()
+    return status("VmHWM:") - base
 
 
 # --- the run ---
@@ -497,6 +541,8 @@ def parse_args():
     parser.add_argument("--workload", choices=[w.name for w in WORKLOADS],
                         help="run this one only (default: all but matmul; on cuda all)")
     parser.add_argument("--json", metavar="FILE", help="write the kiln-bench/1 JSON to FILE")
+    parser.add_argument("--step-peak", metavar="NAME", choices=sorted(TRAINING),
+                        help="print the peak bytes of one PyTorch eager training step of NAME, and exit")
     args = parser.parse_args()
     if args.reps is None:
         args.reps = 3 if args.quick else 10
@@ -573,6 +619,10 @@ def print_table(runs, args):
 def main():
     args = parse_args()
     np, torch = import_libraries(args.threads)
+    if args.step_peak:
+        w = next(w for w in WORKLOADS if w.name == args.step_peak)
+        print(step_peak(torch, np, w, w.quick if args.quick else w.full))
+        return
     cuda = args.device == "cuda"
     if cuda and not (torch and torch.cuda.is_available()):
         progress("--device cuda: no PyTorch with CUDA here")
