@@ -175,6 +175,12 @@ static void gather_range(void *ctx, int64_t begin, int64_t end)
 
 /* index_select of contiguous data on the CPU: whole blocks of the elements
  * after the axis copied at once (an embedding's rows), outer * n of them. */
+
+/* Bytes of rows a thread copies at least: a MiB copies from cache in about
+ * 20 us, the time it takes to hand half of it to a woken worker (an
+ * embedding of 256 rows of 768 floats took 27 us on two threads against 18
+ * us on one). */
+#define ROWS_PER_THREAD_BYTES (1 << 20)
 typedef struct {
     const char *data;
     const kiln_tensor *index;
@@ -217,7 +223,7 @@ static kiln_tensor *gathered(const char *fn, const kiln_tensor *data, const kiln
             block *= d > axis ? shape[d] : 1;
         }
         rows_job rows = {eager_data(data), index, shape[axis], data->shape[axis], block, eager_data(out)};
-        core_parallel_for(outer * shape[axis], 1 + 256 * 1024 / (block + 1), copy_rows, &rows);
+        core_parallel_for(outer * shape[axis], 1 + ROWS_PER_THREAD_BYTES / block, copy_rows, &rows);
         return out;
     }
     gather_job job = {data, index, ndim, axis, shape, index_strides, eager_data(out)};
