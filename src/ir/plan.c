@@ -493,12 +493,10 @@ static bool in_place_fits(const ir_plan *p, const plan_step *s, int b)
     return fits;
 }
 
-/* The input buffer step s may write its output into, a value the plan
- * computes, or -1. */
+/* The input buffer an in_place_kernel step s may write its output into, a
+ * value the plan computes, or -1. */
 static int in_place_input(const ir_plan *p, const plan_step *s)
 {
-    if (!in_place_kernel(s))
-        return -1;
     for (int b = 0; b < s->n_inputs; b++)
         if (ir_plan_stores(p, s->buffers[b]) && in_place_fits(p, s, b))
             return b;
@@ -529,8 +527,9 @@ static void read_through_output(plan_step *s, int b)
  * capture itself (then the writeback has nothing to copy, and the new
  * value takes no memory): the step reads the capture last (the tracer
  * refuses views of it read after its assignment), and the output is no
- * result of the call. exec checks that the capture shares its storage with
- * no other source when it runs. -1 otherwise. */
+ * result of the call. No other source shares the capture's storage: a call
+ * with an input that does runs eagerly, and the tracer refuses a capture
+ * that does. -1 otherwise. */
 static int capture_input(const ir_plan *p, const plan_step *s)
 {
     const ir_graph *g = p->graph;
@@ -555,8 +554,9 @@ static int plan_in_place(ir_plan *p)
 {
     for (int i = 0; i < p->n_steps; i++) {
         plan_step *s = &p->steps[i];
-        int b = s->kernel && in_place_kernel(s) ? capture_input(p, s) : -1;
-        b = b < 0 ? in_place_input(p, s) : b;
+        int b = -1;
+        if (in_place_kernel(s) && (b = capture_input(p, s)) < 0)
+            b = in_place_input(p, s);
         if (b < 0)
             continue;
         s->reuses = s->buffers[b];
