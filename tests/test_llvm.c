@@ -521,28 +521,32 @@ static int64_t calls_during_compile(kiln_fn *fn, kiln_fn *called, kiln_tensor *c
 
 /* No lock is held across a compile that calls of compiled code need: calls
  * of another function, and of the same function's other signatures, go on
- * while it runs (a blocked caller would finish at most one call meanwhile). */
+ * while it runs (a blocked caller would finish at most one call meanwhile).
+ * Valgrind runs one thread at a time and, by default, may leave the compiling
+ * one running to the end (CI saw it), so there only the calls' success is
+ * checked. */
 START_TEST(test_calls_go_on_during_a_compile)
 {
+    int64_t least = UNDER_VALGRIND() ? 0 : 20;
     kiln_jit_options o = llvm();
     o.no_cache = true; /* compiled here, not found on disk */
     kiln_fn *big = kiln_jit("long_chain", long_chain, 1, 1, NULL, &o);
     kiln_fn *small = kiln_jit("plus_one", plus_one, 1, 1, NULL, &o);
     kiln_tensor *x = kiln_ones(KILN_F32, 1, (int64_t[]){4});
     int64_t other_function = calls_during_compile(big, small, x);
-    ck_assert_msg(other_function >= 20, "%lld calls of another function during the compile",
-                  (long long)other_function);
     kiln_fn_free(big);
     /* The same function, with a signature compiled before. */
     kiln_fn *both = kiln_jit("long_chain", long_chain, 1, 1, NULL, &o);
     kiln_tensor *small_x = kiln_ones(KILN_F32, 1, (int64_t[]){3});
     int64_t same_function = calls_during_compile(both, both, small_x);
-    ck_assert_msg(same_function >= 20, "%lld calls of the same function during the compile",
-                  (long long)same_function);
     kiln_release(x);
     kiln_release(small_x);
     kiln_fn_free(small);
     kiln_fn_free(both);
+    ck_assert_msg(other_function >= least, "%lld calls of another function during the compile",
+                  (long long)other_function);
+    ck_assert_msg(same_function >= least, "%lld calls of the same function during the compile",
+                  (long long)same_function);
 }
 END_TEST
 
