@@ -504,6 +504,43 @@ START_TEST(test_prologues_fused_match_eager)
 }
 END_TEST
 
+/* -- Convolutions split across threads --------------------------------------------- */
+
+typedef struct {
+    kiln_conv2d_params p;
+    int64_t batch, channels, side, out_channels;
+} conv_case;
+
+/* Few pixels and many output channels: on 2 or 3 threads the product is
+ * split over rows, whose parts share B packed once through the window
+ * (partial panels, padding, a stride, the images of a batch). */
+static const conv_case CONV_CASES[] = {
+    {{{1, 1}, {1, 1}, {1, 1}, 1}, 3, 48, 7, 128},
+    {{{1, 1}, {1, 1}, {1, 1}, 1}, 1, 48, 7, 128},
+    {{{2, 2}, {1, 1}, {1, 1}, 1}, 1, 48, 13, 128},
+};
+
+static int conv_relu(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const conv_case *c = user;
+    out[0] = kiln_relu(kiln_conv2d(in[0], in[1], NULL, &c->p));
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_conv_split_over_rows_matches_eager)
+{
+    const conv_case *c = &CONV_CASES[_i / 2];
+    kiln_dtype dt = _i % 2 ? KILN_F64 : KILN_F32;
+    if (left_out_under_valgrind(_i, 6))
+        return;
+    int64_t out_side = (c->side + 2 * c->p.padding[0] - 3) / c->p.stride[0] + 1;
+    kiln_tensor *in[2] = {random_of(dt, 4, (int64_t[]){c->batch, c->channels, c->side, c->side}, 51),
+                          random_of(dt, 4, (int64_t[]){c->out_channels, c->channels, 3, 3}, 52)};
+    check_one_kernel("conv and relu", conv_relu, 2, in, (void *)c, dt,
+                     (int64_t[]){c->batch, c->out_channels, out_side * out_side, c->channels * 9});
+}
+END_TEST
+
 static Suite *gemm_suite(void)
 {
     Suite *s = suite_create("gemm");
@@ -515,6 +552,7 @@ static Suite *gemm_suite(void)
     tcase_add_loop_test(tc, test_layouts_match_references, 0, 2 * (int)(sizeof LAYOUTS / sizeof *LAYOUTS));
     tcase_add_loop_test(tc, test_epilogues_fused_match_eager, 0, 2 * (int)(sizeof EPILOGUES / sizeof *EPILOGUES));
     tcase_add_loop_test(tc, test_prologues_fused_match_eager, 0, 2 * (int)(sizeof PROLOGUES / sizeof *PROLOGUES));
+    tcase_add_loop_test(tc, test_conv_split_over_rows_matches_eager, 0, 2 * (int)(sizeof CONV_CASES / sizeof *CONV_CASES));
     suite_add_tcase(s, tc);
     return s;
 }

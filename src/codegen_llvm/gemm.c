@@ -26,6 +26,9 @@
 
 /* Below this many multiply-adds a product runs on one thread. */
 #define GEMM_SMALL (1 << 21)
+/* The most bytes of a convolution's B its threads pack together at once
+ * (an odd batch split over rows packs all its images'). */
+#define SHARED_B_MAX (16 << 20)
 
 typedef struct {
     int64_t mc, kc, nc;
@@ -39,6 +42,7 @@ typedef struct {
     void *const *buffers;
     const int64_t *symbols;
     const kx_conv *conv; /* or NULL: B is a matrix */
+    char *shared_b;      /* or NULL: each matrix's B packed whole, by all threads before the parts run */
     blocking bl;
     int64_t tm, tn;   /* parts of each matrix's rows and columns */
     int64_t rows_part, cols_part;
@@ -125,6 +129,12 @@ static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t
     }
 }
 
+/* A matrix's packed B, all its columns. */
+static int64_t shared_b_bytes(const job *j)
+{
+    return j->args->k * round_up(j->args->n, j->g->nr) * j->g->size;
+}
+
 /* Rows [m0, m1) by columns [n0, n1) of matrix z. A matrix B is packed by
  * the first block of rows, each micro-panel as its tiles come to it: they
  * read it from L1 rather than from L3 after the whole K x NC panel, which
@@ -135,9 +145,13 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
     const kg_matmul_args *a = j->args;
     int64_t size = g->size;
     int64_t a_z = gemm_batch_offset(a->a_batch_strides, a, z), b_z = gemm_batch_offset(a->b_batch_strides, a, z);
+    scratch own = *s;
+    s = &own;
     for (int64_t jc = n0; jc < n1; jc += j->bl.nc) {
         int64_t nc = n1 - jc < j->bl.nc ? n1 - jc : j->bl.nc;
-        if (a->k > 0 && j->conv)
+        if (j->shared_b) /* packed already, panel by panel */
+            own.bp = j->shared_b + z * shared_b_bytes(j) + jc * a->k * size;
+        else if (a->k > 0 && j->conv)
             conv_pack_b(j->conv, a, j->b + b_z * size, jc, nc, g->nr, (int)size, s->bp);
         for (int64_t ic = m0; ic < m1; ic += j->bl.mc) {
             int64_t mc = m1 - ic < j->bl.mc ? m1 - ic : j->bl.mc;
@@ -172,7 +186,7 @@ static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
     int64_t nc = round_up(j->bl.nc < j->cols_part ? j->bl.nc : j->cols_part, g->nr);
     int64_t kc = j->args->k < j->bl.kc ? j->args->k : j->bl.kc;
     sizes[0] = (size_t)(mc * (kc > 0 ? kc : 1) * g->size);
-    sizes[1] = (size_t)((j->args->k > 0 ? j->args->k : 1) * nc * g->size);
+    sizes[1] = j->shared_b ? 64 : (size_t)((j->args->k > 0 ? j->args->k : 1) * nc * g->size);
     sizes[2] = j->args->k > j->bl.kc ? (size_t)(mc * nc * g->size) : 0;
     s->ld_acc = nc;
     s->ap = gemm_aligned_block(&s->raw[0], sizes[0]);
@@ -243,6 +257,40 @@ static void split(job *j, int64_t s)
     }
 }
 
+/* B panels [begin, end) of all matrices of a convolution, into shared_b. */
+static void pack_shared(void *ctx, int64_t begin, int64_t end)
+{
+    job *j = ctx;
+    const kg_matmul_args *a = j->args;
+    int64_t panels = (a->n + j->g->nr - 1) / j->g->nr;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t z = t / panels, col = t % panels * j->g->nr;
+        int64_t b_z = gemm_batch_offset(a->b_batch_strides, a, z);
+        conv_pack_b(j->conv, a, j->b + b_z * j->g->size, col, a->n - col < j->g->nr ? a->n - col : j->g->nr, j->g->nr,
+                    (int)j->g->size, j->shared_b + z * shared_b_bytes(j) + col * a->k * j->g->size);
+    }
+}
+
+/* A convolution split over rows would have each part pack the same B
+ * through the window, which costs as much as a tenth of its products (the
+ * index map's runs are short where images are small): the threads pack it
+ * once together first, when it is one block of columns and not too large.
+ * 0, or -1 when out of memory. */
+static int pack_b_once(job *j, char **raw, size_t *bytes)
+{
+    *raw = NULL;
+    if (!j->conv || j->tm == 1 || j->args->k <= 0 || round_up(j->args->n, j->g->nr) > j->bl.nc ||
+        j->args->batch * shared_b_bytes(j) > SHARED_B_MAX)
+        return 0;
+    *bytes = (size_t)(j->args->batch * shared_b_bytes(j));
+    j->shared_b = gemm_aligned_block(raw, *bytes);
+    if (!j->shared_b)
+        return -1;
+    int64_t panels = (j->args->n + j->g->nr - 1) / j->g->nr;
+    core_parallel_for(j->args->batch * panels, 1, pack_shared, j);
+    return 0;
+}
+
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
              void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
 {
@@ -263,8 +311,15 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
         s++;
     if (s > 1)
         split(&j, s);
+    char *shared_raw;
+    size_t shared_bytes = 0;
+    if (pack_b_once(&j, &shared_raw, &shared_bytes) < 0)
+        atomic_store(&j.failed, true);
     int64_t tasks = args->batch * j.tm * j.tn;
-    core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_tasks, &j);
+    if (!atomic_load(&j.failed))
+        core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_tasks, &j);
+    if (shared_raw)
+        core_free(shared_raw, shared_bytes + 64);
     if (atomic_load(&j.failed)) {
         snprintf(err, err_size, "out of memory for a matrix product's packed panels");
         return -1;
