@@ -1103,6 +1103,59 @@ START_TEST(test_row_divisions_take_reciprocals_where_exact)
 }
 END_TEST
 
+/* Row maxima and minima whose row holds a signed zero, a NaN (either sign)
+ * or infinities at a lane of the vector loop or of its remainder, compiled
+ * (on AVX-512 by vrangeps and a NaN sum: math_lower_target): max(-0, +0)
+ * is +0 and min -0, as llvm.maximum and llvm.minimum give, and a NaN
+ * anywhere makes the row's NaN. */
+static int row_max_min(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_max(in[0], -1, false);
+    out[1] = kiln_min(in[0], -1, false);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+START_TEST(test_row_max_min_signed_zeros_and_nans)
+{
+    enum { COLS = 200, KINDS = 5, AT = 6, ROWS = KINDS * AT };
+    static const int at[AT] = {0, 15, 17, 63, 130, 199};
+    static float data[ROWS][COLS];
+    float want_max[ROWS], want_min[ROWS];
+    for (int kind = 0; kind < KINDS; kind++)
+        for (int a = 0; a < AT; a++) {
+            int r = kind * AT + a;
+            float *row = data[r];
+            for (int j = 0; j < COLS; j++) /* -0s; +0s; numbers in (-1, 1) */
+                row[j] = kind == 0 ? -0.0f : kind == 1 ? 0.0f : (float)((j * 37 % 101) - 50) / 64;
+            float odd[KINDS] = {0.0f, -0.0f, NAN, -NAN, INFINITY};
+            row[at[a]] = odd[kind];
+            want_max[r] = kind == 0 || kind == 1 ? 0.0f : kind == 4 ? INFINITY : NAN;
+            want_min[r] = kind == 0 || kind == 1 ? -0.0f : kind == 4 ? -50.0f / 64 : NAN;
+            if (kind == 4)
+                row[(at[a] + 1) % COLS] = -INFINITY, want_min[r] = -INFINITY;
+        }
+    kiln_scope_begin();
+    int64_t shape[2] = {ROWS, COLS};
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, shape, data), *got[2] = {NULL, NULL};
+    kiln_fn *f = kiln_jit("row_max_min", row_max_min, 1, 2, NULL, NULL);
+    ck_assert_msg(kiln_call(f, &x, got) == 0, "%s", kiln_last_error());
+    float gmax[ROWS], gmin[ROWS];
+    ck_assert_int_eq(kiln_copy_to_host(got[0], gmax, sizeof gmax), 0);
+    ck_assert_int_eq(kiln_copy_to_host(got[1], gmin, sizeof gmin), 0);
+    for (int r = 0; r < ROWS; r++) {
+        bool max_ok = isnan(want_max[r]) ? isnan(gmax[r])
+                                         : gmax[r] == want_max[r] && signbit(gmax[r]) == signbit(want_max[r]);
+        bool min_ok = isnan(want_min[r]) ? isnan(gmin[r])
+                                         : gmin[r] == want_min[r] && signbit(gmin[r]) == signbit(want_min[r]);
+        ck_assert_msg(max_ok && min_ok, "row %d (odd value at %d): max %g want %g, min %g want %g", r, at[r % AT],
+                      gmax[r], want_max[r], gmin[r], want_min[r]);
+    }
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- Random programs around products ---------------------------------------- */
 
 /* How many files in dir ending in suffix mention needle. */
@@ -1182,6 +1235,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_staged_stores_stream);
     tcase_add_test(ops, test_streamed_staged_softmax_matches_eager);
     tcase_add_test(ops, test_row_divisions_take_reciprocals_where_exact);
+    tcase_add_test(ops, test_row_max_min_signed_zeros_and_nans);
     tcase_add_test(ops, test_fused_epilogues_do_not_stream);
     tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));

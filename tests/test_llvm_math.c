@@ -121,7 +121,7 @@ static bool build_loop(LLVMModuleRef m, ir_op op, LLVMTypeRef t)
 }
 
 /* Runs default<O2> on m for the host CPU and its features (AVX2 or
- * AVX-512 here), as kiln's code generator does. */
+ * AVX-512 here), then math_lower_target, as kiln's code generator does. */
 static void optimize(LLVMModuleRef m)
 {
     char *triple = LLVMGetDefaultTargetTriple();
@@ -138,6 +138,7 @@ static void optimize(LLVMModuleRef m)
     LLVMSetModuleDataLayout(m, layout);
     LLVMPassBuilderOptionsRef options = LLVMCreatePassBuilderOptions();
     LLVMErrorRef err = LLVMRunPasses(m, "default<O2>", tm, options);
+    math_lower_target(m, tm);
     LLVMDisposePassBuilderOptions(options);
     LLVMDisposeTargetData(layout);
     LLVMDisposeTargetMachine(tm);
@@ -572,6 +573,30 @@ START_TEST(f32_vectorizes)
 }
 END_TEST
 
+/* On an AVX-512 host the widened exp scales by vscalefps and needs no NaN
+ * select (math_lower_target); f32_exp measures what it computes. */
+START_TEST(f32_exp_scales_by_vscalefps)
+{
+    if (!__builtin_cpu_supports("avx512f")) {
+        printf("skipped: this host has no AVX-512\n");
+        return;
+    }
+    LLVMInitializeNativeTarget();
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef m = LLVMModuleCreateWithNameInContext("math", ctx);
+    ck_assert(build_loop(m, OP_EXP, LLVMFloatTypeInContext(ctx)));
+    optimize(m);
+    char *ir = LLVMPrintModuleToString(m);
+    bool scalef = strstr(ir, "@llvm.x86.avx512.mask.scalef.ps.512(") != NULL;
+    bool nan_select = strstr(ir, "fcmp uno <16 x float>") != NULL;
+    LLVMDisposeMessage(ir);
+    LLVMDisposeModule(m);
+    LLVMContextDispose(ctx);
+    ck_assert_msg(scalef, "the widened exp does not scale by vscalefps");
+    ck_assert_msg(!nan_select, "the widened exp still selects NaN");
+}
+END_TEST
+
 static Suite *llvm_math_suite(void)
 {
     Suite *s = suite_create("llvm_math");
@@ -589,6 +614,7 @@ static Suite *llvm_math_suite(void)
     tcase_add_test(tc, f32_log2_exact_on_powers);
     tcase_add_test(tc, f32_atan);
     tcase_add_test(tc, f32_vectorizes);
+    tcase_add_test(tc, f32_exp_scales_by_vscalefps);
     tcase_add_test(tc, f32_sin_cos);
     suite_add_tcase(s, tc);
     tc = tcase_create("f64");

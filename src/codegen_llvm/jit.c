@@ -29,6 +29,7 @@
 #include "codegen_llvm/codegen_version.h"
 #include "codegen_llvm/gemm_codegen.h"
 #include "codegen_llvm/internal.h"
+#include "codegen_llvm/math.h"
 
 /* Target machines a target keeps for compiles to borrow: more compiles at
  * once make their own and dispose of them after. */
@@ -555,6 +556,8 @@ static int compile_module(const contents *c, const char *symbol, const llvm_targ
     LLVMModuleRef m = llvm_module_for(ctx, tm);
     int status = c->kernel && c->kernel->product < 0 ? kernel_module(m, c->kernel, symbol, opt, tm, err, err_size)
                                                       : product_module(m, c, symbol, opt, t, tm, err, err_size);
+    if (status == 0)
+        math_lower_target(m, tm);
     if (status == 0 && opt->ir_after)
         *opt->ir_after = module_text(m);
     if (status == 0)

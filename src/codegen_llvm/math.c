@@ -15,7 +15,10 @@
  * each leading coefficient rounded to float and the rest refitted. */
 #include "codegen_llvm/math.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
@@ -107,10 +110,14 @@ static LLVMValueRef e_min(const emitter *e, LLVMValueRef x, double c)
     return e_intrinsic(e, "llvm.minnum", args, 2);
 }
 
-static LLVMValueRef e_max(const emitter *e, LLVMValueRef x, double c)
+/* x clamped to [lo, hi], NaN kept (its compares are false): each select
+ * is one vminps or vmaxps on x86, as llvm.minnum with a constant is. */
+static LLVMValueRef e_clamp(const emitter *e, LLVMValueRef x, double lo, double hi)
 {
-    LLVMValueRef args[] = {x, e_const(e, c)};
-    return e_intrinsic(e, "llvm.maxnum", args, 2);
+    LLVMValueRef c = e_const(e, hi);
+    x = e_select(e, e_fcmp(e, LLVMRealOGT, x, c), c, x);
+    c = e_const(e, lo);
+    return e_select(e, e_fcmp(e, LLVMRealOLT, x, c), c, x);
 }
 
 /* |mag| with the sign of sign. */
@@ -168,7 +175,8 @@ static const double exp_p[] = {
 #define EXP_CLAMP_HI 89.0
 #define EXP_CLAMP_LO -104.0
 
-/* 2^k for integer k in [-126, 127], from the exponent bits. */
+/* 2^k for integer k in [-126, 127], from the exponent bits. exp_core's
+ * scaling below is matched by math_lower_target: keep the two in step. */
 static LLVMValueRef pow2i(const emitter *e, LLVMValueRef k)
 {
     LLVMValueRef biased = LLVMBuildAdd(e->b, k, e_int(e, 127), "");
@@ -179,7 +187,10 @@ static LLVMValueRef pow2i(const emitter *e, LLVMValueRef k)
  * no NaN handling. */
 static LLVMValueRef exp_core(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
 {
-    x = e_max(e, e_min(e, x, EXP_CLAMP_HI), EXP_CLAMP_LO);
+    /* NaN stays NaN through the clamp and what follows but the integer
+     * scaling; where math_lower_target makes that a vscalefps, exp's NaN
+     * then needs no select of its own. */
+    x = e_clamp(e, x, EXP_CLAMP_LO, EXP_CLAMP_HI);
     LLVMValueRef shifted = e_muladd(e, x, e_const(e, EXP_LOG2E), e_const(e, EXP_SHIFTER));
     LLVMValueRef kf = e_sub(e, shifted, e_const(e, EXP_SHIFTER));
     LLVMValueRef r = e_muladd(e, kf, e_const(e, -EXP_LN2_HI), x);
@@ -352,19 +363,12 @@ static const double tanh_q[] = {
     1.0, 0.467159986, 0.0258843191, 0.000328849768, 7.79014158e-07,
 };
 
-/* x clamped to [-c, c], NaN staying NaN: a max and a min instruction. */
-static LLVMValueRef e_clamp(const emitter *e, LLVMValueRef x, double c)
-{
-    x = e_select(e, e_fcmp(e, LLVMRealOGT, x, e_const(e, c)), e_const(e, c), x);
-    return e_select(e, e_fcmp(e, LLVMRealOLT, x, e_const(e, -c)), e_const(e, -c), x);
-}
-
 static LLVMValueRef tanh_f32(const emitter *e, LLVMValueRef x)
 {
-    x = e_clamp(e, x, TANH_CLAMP);
+    x = e_clamp(e, x, -TANH_CLAMP, TANH_CLAMP);
     LLVMValueRef z = e_mul(e, x, x);
     LLVMValueRef num = e_mul(e, x, e_horner(e, z, tanh_p, COUNT(tanh_p)));
-    return e_clamp(e, e_div(e, num, e_horner(e, z, tanh_q, COUNT(tanh_q))), 1.0);
+    return e_clamp(e, e_div(e, num, e_horner(e, z, tanh_q, COUNT(tanh_q))), -1.0, 1.0);
 }
 
 /* -- sigmoid ------------------------------------------------------------ */
@@ -597,4 +601,225 @@ LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef
     default:
         return NULL;
     }
+}
+
+/* -- After vectorization: the target's own 2^k ---------------------------- */
+
+/* Whether v is a constant whose every element is the integer want. */
+static bool splat_is(LLVMValueRef v, long long want)
+{
+    if (!LLVMIsConstant(v) || LLVMGetTypeKind(LLVMTypeOf(v)) != LLVMVectorTypeKind)
+        return false;
+    for (unsigned i = 0; i < LLVMGetVectorSize(LLVMTypeOf(v)); i++) {
+        LLVMValueRef c = LLVMGetAggregateElement(v, i);
+        if (!c || !LLVMIsAConstantInt(c) || LLVMConstIntGetSExtValue(c) != want)
+            return false;
+    }
+    return true;
+}
+
+/* v's operand i where v is an instruction of opcode op, else NULL. */
+static LLVMValueRef operand_of(LLVMValueRef v, LLVMOpcode op, unsigned i)
+{
+    return v && LLVMIsAInstruction(v) && LLVMGetInstructionOpcode(v) == op ? LLVMGetOperand(v, i) : NULL;
+}
+
+/* Whether target is v or among its operands, depth levels down. */
+static bool reaches(LLVMValueRef v, LLVMValueRef target, int depth)
+{
+    if (v == target)
+        return true;
+    if (depth == 0 || !LLVMIsAInstruction(v))
+        return false;
+    for (int i = 0; i < LLVMGetNumOperands(v); i++)
+        if (reaches(LLVMGetOperand(v, (unsigned)i), target, depth - 1))
+            return true;
+    return false;
+}
+
+/* exp_core's product p 2^k1 2^(k - k1), k1 = k >> 1, widened: in is
+ * bitcast(bitcast(p) + (k1 << 23)) times a factor made from k1 (LLVM
+ * reshapes pow2i's sum, so only that is checked of it). Sets *p and *k. */
+static bool is_exp_scaling(LLVMValueRef in, unsigned side, LLVMValueRef *p, LLVMValueRef *k)
+{
+    LLVMValueRef sum = operand_of(LLVMGetOperand(in, side), LLVMBitCast, 0);
+    if (!operand_of(sum, LLVMAdd, 0))
+        return false;
+    for (unsigned i = 0; i < 2; i++) {
+        LLVMValueRef bits = operand_of(LLVMGetOperand(sum, i), LLVMBitCast, 0);
+        LLVMValueRef shl = LLVMGetOperand(sum, 1 - i);
+        LLVMValueRef half = operand_of(shl, LLVMShl, 0), shift = operand_of(shl, LLVMShl, 1);
+        LLVMValueRef whole = operand_of(half, LLVMAShr, 0), one = operand_of(half, LLVMAShr, 1);
+        if (bits && LLVMTypeOf(bits) == LLVMTypeOf(in) && whole && splat_is(shift, 23) && splat_is(one, 1) &&
+            reaches(LLVMGetOperand(in, 1 - side), half, 4)) {
+            *p = bits;
+            *k = whole;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* What math_lower_target may use: AVX-512 (F), its DQ and VL extensions. */
+typedef struct {
+    bool f, dq, vl;
+} avx512;
+
+/* The float vector type of v with n lanes where AVX-512 has an
+ * instruction of that width (16, or 8 and 4 with VL); else 0. */
+static unsigned float_lanes(LLVMValueRef v, avx512 has)
+{
+    LLVMTypeRef t = LLVMTypeOf(v);
+    if (LLVMGetTypeKind(t) != LLVMVectorTypeKind || LLVMGetTypeKind(LLVMGetElementType(t)) != LLVMFloatTypeKind)
+        return 0;
+    unsigned n = LLVMGetVectorSize(t);
+    return n == 16 || ((n == 8 || n == 4) && has.vl) ? n : 0;
+}
+
+/* A call of the x86 intrinsic "llvm.x86.avx512.mask.<what>.ps.<bits>" on
+ * n-float vectors, masked by all ones: args the operands before the mask
+ * (the pass-through among them); rounding (the current mode) after it at
+ * 512 bits, whose forms take one. */
+static LLVMValueRef x86_masked(LLVMModuleRef m, LLVMBuilderRef b, const char *what, unsigned n, LLVMValueRef *args,
+                               unsigned nargs)
+{
+    LLVMContextRef ctx = LLVMGetModuleContext(m);
+    LLVMTypeRef mask = LLVMIntTypeInContext(ctx, n == 16 ? 16 : 8), i32 = LLVMInt32TypeInContext(ctx);
+    LLVMTypeRef params[8];
+    LLVMValueRef all[8];
+    for (unsigned i = 0; i < nargs; i++) {
+        params[i] = LLVMTypeOf(args[i]);
+        all[i] = args[i];
+    }
+    params[nargs] = mask;
+    all[nargs] = LLVMConstAllOnes(mask);
+    params[nargs + 1] = i32;
+    all[nargs + 1] = LLVMConstInt(i32, 4, 0); /* _MM_FROUND_CUR_DIRECTION */
+    unsigned count = nargs + 1 + (n == 16);
+    char name[64];
+    snprintf(name, sizeof name, "llvm.x86.avx512.mask.%s.ps.%u", what, n * 32);
+    LLVMTypeRef fty = LLVMFunctionType(LLVMTypeOf(args[0]), params, count, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(m, name);
+    return LLVMBuildCall2(b, fty, fn ? fn : LLVMAddFunction(m, name, fty), all, count, "");
+}
+
+/* Uses of old become uses of new, and old goes. */
+static void replace(LLVMValueRef old, LLVMValueRef new)
+{
+    LLVMReplaceAllUsesWith(old, new);
+    LLVMInstructionEraseFromParent(old);
+}
+
+/* exp's NaN select, select(x unordered, x, scaled): redundant once scaled is
+ * a vscalefps, which keeps the NaN exp_core carries from x. LLVM writes the
+ * test x uno x as x uno 0. */
+static void drop_nan_select(LLVMValueRef scaled)
+{
+    LLVMValueRef users[8];
+    int n = 0;
+    for (LLVMUseRef u = LLVMGetFirstUse(scaled); u && n < 8; u = LLVMGetNextUse(u))
+        users[n++] = LLVMGetUser(u);
+    for (int i = 0; i < n; i++) {
+        LLVMValueRef sel = users[i], x = operand_of(sel, LLVMSelect, 1), cond = operand_of(sel, LLVMSelect, 0);
+        if (x && LLVMGetOperand(sel, 2) == scaled && operand_of(cond, LLVMFCmp, 0) == x &&
+            (LLVMGetOperand(cond, 1) == x || LLVMIsNull(LLVMGetOperand(cond, 1))) &&
+            LLVMGetFCmpPredicate(cond) == LLVMRealUNO) {
+            replace(sel, scaled);
+            if (!LLVMGetFirstUse(cond))
+                LLVMInstructionEraseFromParent(cond);
+        }
+    }
+}
+
+/* The vector product in of exp_core's scaling, p 2^k, as one vscalefps,
+ * which rounds once as the product did and gives inf and 0 past the range
+ * as it did: eight integer and multiply operations become a conversion and
+ * one scaling. */
+static void scale_by_scalef(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef in, avx512 has)
+{
+    unsigned n = float_lanes(in, has);
+    LLVMValueRef p = NULL, k = NULL;
+    bool found = false;
+    for (unsigned side = 0; n && side < 2 && !found; side++)
+        found = is_exp_scaling(in, side, &p, &k);
+    if (!found)
+        return;
+    LLVMPositionBuilderBefore(b, in);
+    LLVMValueRef args[] = {p, LLVMBuildSIToFP(b, k, LLVMTypeOf(in), ""), p};
+    LLVMValueRef scaled = x86_masked(m, b, "scalef", n, args, 3);
+    replace(in, scaled);
+    drop_nan_select(scaled);
+}
+
+/* llvm.maximum or llvm.minimum of n floats (1 and -1; else 0). */
+static int minmax_of(LLVMValueRef in)
+{
+    LLVMValueRef callee = LLVMIsACallInst(in) ? LLVMGetCalledValue(in) : NULL;
+    size_t len = 0;
+    const char *name = callee ? LLVMGetValueName2(callee, &len) : "";
+    return !strncmp(name, "llvm.maximum.v", 14) ? 1 : !strncmp(name, "llvm.minimum.v", 14) ? -1 : 0;
+}
+
+/* llvm.maximum (minimum) of float vectors as vrangeps, which orders -0
+ * below +0 as they do but gives the other operand for a quiet NaN, and
+ * where either operand is NaN their sum: three instructions for the six
+ * LLVM 19 makes (softmax's row maximum). */
+static void minmax_by_range(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef in, int which, avx512 has)
+{
+    unsigned n = has.dq ? float_lanes(in, has) : 0;
+    if (!n)
+        return;
+    LLVMValueRef a = LLVMGetOperand(in, 0), c = LLVMGetOperand(in, 1);
+    LLVMPositionBuilderBefore(b, in);
+    /* imm 5: the maximum, 4: the minimum, each with its own sign. */
+    LLVMValueRef imm = LLVMConstInt(LLVMInt32TypeInContext(LLVMGetModuleContext(m)), which > 0 ? 5 : 4, 0);
+    LLVMValueRef args[] = {a, c, imm, LLVMGetUndef(LLVMTypeOf(in))};
+    LLVMValueRef range = x86_masked(m, b, "range", n, args, 4);
+    LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, a, c, "");
+    replace(in, LLVMBuildSelect(b, nan, LLVMBuildFAdd(b, a, c, ""), range, ""));
+}
+
+/* Whether the feature list ("+avx2,-avx512f,...") turns name on. */
+static bool feature_on(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *f = list; (f = strstr(f, name)); f += len)
+        if (f > list && f[-1] == '+' && (f[len] == ',' || f[len] == '\0'))
+            return true;
+    return false;
+}
+
+void math_lower_target(LLVMModuleRef m, LLVMTargetMachineRef tm)
+{
+    char *features = LLVMGetTargetMachineFeatureString(tm);
+    avx512 has = {feature_on(features, "avx512f"), feature_on(features, "avx512dq"), feature_on(features, "avx512vl")};
+    LLVMDisposeMessage(features);
+    if (!has.f)
+        return;
+    /* Listed first: a rewrite erases instructions after the one it rewrites. */
+    size_t n = 0, cap = 0;
+    LLVMValueRef *found = NULL;
+    for (LLVMValueRef f = LLVMGetFirstFunction(m); f; f = LLVMGetNextFunction(f))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+                if (LLVMGetInstructionOpcode(in) != LLVMFMul && !minmax_of(in))
+                    continue;
+                if (n == cap) {
+                    LLVMValueRef *grown = realloc(found, (cap = cap ? 2 * cap : 64) * sizeof *found);
+                    if (!grown) {
+                        free(found);
+                        return; /* the code as it is is right, only slower */
+                    }
+                    found = grown;
+                }
+                found[n++] = in;
+            }
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(LLVMGetModuleContext(m));
+    for (size_t i = 0; i < n; i++)
+        if (minmax_of(found[i]))
+            minmax_by_range(m, b, found[i], minmax_of(found[i]), has);
+        else
+            scale_by_scalef(m, b, found[i], has);
+    free(found);
+    LLVMDisposeBuilder(b);
 }

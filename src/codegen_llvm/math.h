@@ -5,6 +5,7 @@
 #define KILN_CODEGEN_LLVM_MATH_H
 
 #include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
 
 #include "ir/ir.h"
 
@@ -21,6 +22,14 @@ LLVMValueRef math_emit_binary(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMV
  * ops (which keep integers), OP_REMAINDER and OP_FLOOR_DIVIDE; NULL for
  * another op or for bools. */
 LLVMValueRef math_emit_int(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef *a);
+
+/* After optimisation, for a target with AVX-512 (named in its feature list):
+ * the widened scaling of exp_core (p 2^k from the exponent bits, eight
+ * operations) becomes vscalefps, with the same results. The scaling stays
+ * integer arithmetic until then because LLVM 19 neither widens llvm.ldexp
+ * cheaply (its cost model keeps such a loop scalar) nor has a vector form
+ * of an x86 intrinsic. */
+void math_lower_target(LLVMModuleRef m, LLVMTargetMachineRef tm);
 
 /* Bounds on the error in ulps of each f32 approximation, which
  * tests/test_llvm_math.c asserts over its sweep of the float range. Built
