@@ -1519,6 +1519,20 @@ START_TEST(test_long_paths_are_refused)
 }
 END_TEST
 
+/* KILN_PROFILE=1 times each step of a call on stderr; without it, nothing. */
+START_TEST(test_profile_names_each_step)
+{
+    static run_result r;
+    helper_with((const char *[]){"KILN_CACHE=off", "KILN_PROFILE=1", NULL}, (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    const char *line = strstr(r.err, "kiln profile: step ");
+    ck_assert_msg(line && strstr(line, " kernel ") && strstr(line, " us\n") && strstr(r.err, "] eager "), "%s", r.err);
+    helper_with((const char *[]){"KILN_CACHE=off", NULL}, (const char *[]){"gelu", NULL}, NULL, &r);
+    ck_assert_ran(&r, 1);
+    ck_assert_msg(!strstr(r.err, "kiln profile"), "%s", r.err);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -1558,6 +1572,7 @@ static Suite *cache_suite(void)
     tcase_add_test(processes, test_bundle_ships_a_complete_cache);
     tcase_add_test(processes, test_bundle_with_a_bad_entry_is_rejected_whole);
     tcase_add_test(processes, test_import_into_readonly_directory_errors);
+    tcase_add_test(processes, test_profile_names_each_step);
     suite_add_tcase(s, processes);
     return s;
 }

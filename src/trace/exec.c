@@ -610,6 +610,33 @@ static int write_back(const executable *x, kiln_tensor **values)
     return status < 0 ? status : 0;
 }
 
+/* KILN_PROFILE=1: each step's wall time on stderr, to see where a call's
+ * time goes beside what its kernels take alone. */
+static bool profiling(void)
+{
+    static _Atomic int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0)
+        atomic_store_explicit(&on, v = core_env_int("KILN_PROFILE", 0) != 0, memory_order_relaxed);
+    return v;
+}
+
+static void profile_step(const executable *x, uint32_t i, ir_ref r, double start_ms)
+{
+    double us = (core_now_ms() - start_ms) * 1e3;
+    const ir_node *n = &x->graph->nodes[r];
+    int step = x->backend ? x->plan.step_of[r] : -1;
+    const char *how = "eager";
+    if (step >= 0 && x->plan.steps[step].kernel)
+        how = "kernel";
+    else if (step >= 0 && x->plan.steps[step].blocked_with >= 0)
+        how = "product in blocks"; /* with its epilogue, whose own step then takes nothing */
+    char shape[KILN_MAX_DIMS * 21 + 1] = "";
+    for (int d = 0, at = 0; d < n->ndim; d++)
+        at += snprintf(shape + at, sizeof shape - (size_t)at, d ? "x%lld" : "%lld", (long long)n->shape[d]);
+    fprintf(stderr, "kiln profile: step %u %s [%s] %s %.1f us\n", i, ir_ops[n->op].name, shape, how, us);
+}
+
 int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols, kiln_tensor **out)
 {
     const ir_graph *g = x->graph;
@@ -626,12 +653,16 @@ int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols
     for (uint32_t i = 0; i < p->n_visit; i++)
         values[p->visit[i]] = NULL; /* only these are ever read */
     int status = 0;
+    bool profile = profiling();
     for (uint32_t i = 0; i < p->n_visit && status == 0; i++) {
         ir_ref r = p->visit[i];
+        double start_ms = profile ? core_now_ms() : 0;
         if (!(values[r] = run_step(x, r, &src, values)))
             status = core_error_status();
         else
             release_dead_operands(x, r, values);
+        if (profile)
+            profile_step(x, i, r, start_ms);
     }
     if (status == 0)
         status = take_outputs(x, in, values, out);
