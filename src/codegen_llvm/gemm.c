@@ -24,8 +24,12 @@
 #include "codegen_llvm/llvm.h"
 #include "core/core.h"
 
-/* Below this many multiply-adds a product runs on one thread. */
+/* Below this many multiply-adds a product runs on one thread, unless its
+ * B has at least GEMM_LARGE_B elements: a product of few rows is the
+ * packing of its B (a classifier's 1 x 2048 by 2048 x 1000 has 2M
+ * multiply-adds and 8 MB of B, which the threads pack in parts). */
 #define GEMM_SMALL (1 << 21)
+#define GEMM_LARGE_B (1 << 18)
 /* The most bytes of a convolution's B its threads pack together at once
  * (an odd batch split over rows packs all its images'). */
 #define SHARED_B_MAX (16 << 20)
@@ -306,7 +310,8 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
              .bl = block_sizes(g, args->k),
              .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
     double work = (double)args->batch * (double)args->m * (double)args->n * (double)(args->k > 0 ? args->k : 1);
-    int64_t threads = work < GEMM_SMALL ? 1 : core_threads(), s = 1;
+    bool large_b = (double)args->k * (double)args->n >= GEMM_LARGE_B;
+    int64_t threads = work < GEMM_SMALL && !large_b ? 1 : core_threads(), s = 1;
     while (args->batch * s % threads) /* parts of each matrix, so that every thread has as many */
         s++;
     if (s > 1)
