@@ -343,8 +343,8 @@ START_TEST(test_loss_errors)
 END_TEST
 
 /* Traced, the norms are one kernel each, and cross_entropy's rows are read
- * by one kernel: beside it only the gather of the labels' logits and the
- * batch's small sums run. */
+ * by one kernel, which picks each row's label's logit itself (a checked
+ * gather in the kernel): beside it only the batch's small sums run. */
 static kiln_tensor *rms_body(kiln_tensor *const *in, const void *ctx)
 {
     (void)ctx;
@@ -372,10 +372,119 @@ START_TEST(test_fusion)
     kiln_tensor *x3 = kiln_randn(3, (int64_t[]){4, 8, 16}, 3);
     k = oc_kernels(layer_axes_body, NULL, 1, &x3);
     ck_assert_msg(k == 1 || k == -1, "layer_norm_axes: %d kernels", k);
+    /* the row kernel (its reductions, the label's logit, the row's loss);
+     * over the batch the kept rows, the two sums (eager, over every element)
+     * and their quotient */
     k = oc_kernels(cross_entropy_body, NULL, 3, in);
-    /* the labels' indices, their gather, the row kernel; over the batch the
-     * kept rows, the two sums (eager, over every element) and their quotient */
-    ck_assert_msg(k <= 7, "cross_entropy: %d kernels", k);
+    ck_assert_msg(k == 5 || k == -1, "cross_entropy: %d kernels", k);
+    params p = {.ignore = -100};
+    kiln_tensor *pair[2] = {in[0], in[2]};
+    k = oc_kernels(apply_nll, &p, 2, pair);
+    ck_assert_msg(k == 5 || k == -1, "nll_loss: %d kernels", k);
+}
+END_TEST
+
+/* fn on in compiled (strict) on oc_device(), against fn eagerly there. */
+static void check_traced_loss(const char *what, oc_fn fn, const params *p, kiln_tensor *logits, kiln_tensor *labels)
+{
+    kiln_scope_begin();
+    kiln_tensor *moved[2];
+    oc_move(what, 2, (kiln_tensor *[]){logits, labels}, moved);
+    double want = kiln_item(fn(moved, p));
+    kiln_tensor *got = oc_traced(fn, p, 2, moved, KILN_BACKEND_AUTO);
+    ck_assert_msg(got != NULL, "%s: %s", what, kiln_last_error());
+    double g = kiln_item(got);
+    ck_assert_msg(isnan(want) ? isnan(g) : fabs(g - want) <= 1e-5 * fabs(want) + 1e-6, "%s: %.9g, eagerly %.9g",
+                  what, g, want);
+    kiln_scope_end();
+}
+
+/* Labels [n] of dtype dt, class 7i % c, row at labeled label (none: -1). */
+static kiln_tensor *labels_of(kiln_dtype dt, int64_t n, int64_t c, int64_t at, int64_t label)
+{
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = i == at ? (double)label : (double)((i * 7) % c);
+    kiln_tensor *t = oc_tensor(dt, OC_CONTIG, 1, &n, v);
+    free(v);
+    return t;
+}
+
+/* Traced cross_entropy and nll_loss (the label's logit a checked gather in
+ * the row kernel) against eager: batches of 0, 1 and many rows, ignored
+ * rows, smoothing, i32 and i64 labels, logits transposed or strided. */
+START_TEST(test_loss_traced)
+{
+    static const struct {
+        int64_t n, c;
+        double smoothing;
+        bool ignored, i32;
+        oc_layout layout;
+    } cases[] = {{37, 11, 0, true, false, OC_CONTIG}, {1, 5, 0.2, false, true, OC_CONTIG},
+                 {0, 5, 0, false, false, OC_CONTIG},  {9, 6, 0.1, true, true, OC_TRANSPOSED},
+                 {5, 3, 0, true, false, OC_STEP2}};
+    for (int k = 0; k < OC_COUNT(cases); k++) {
+        if (!oc_sampled(k * 3))
+            continue;
+        int64_t n = cases[k].n, c = cases[k].c;
+        oc_operand x;
+        oc_operand_init(&x, KILN_F32, cases[k].layout, 2, (int64_t[]){n, c}, -4, 4, (uint64_t)k + 40);
+        kiln_tensor *labels = labels_of(cases[k].i32 ? KILN_I32 : KILN_I64, n, c, cases[k].ignored ? 0 : -1, 2);
+        params p = {.ignore = cases[k].ignored ? 2 : -100, .smoothing = cases[k].smoothing};
+        char what[64];
+        snprintf(what, sizeof what, "cross_entropy case %d", k);
+        check_traced_loss(what, apply_cross_entropy, &p, x.t, labels);
+        snprintf(what, sizeof what, "nll_loss case %d", k);
+        check_traced_loss(what, apply_nll, &p, x.t, labels);
+    }
+}
+END_TEST
+
+static kiln_tensor *pick_body(kiln_tensor *const *in, const void *ctx)
+{
+    (void)ctx;
+    return kiln_gather(in[0], 1, in[1]);
+}
+
+/* A label out of range fails the compiled call (CPU and CUDA) with the
+ * gather's error naming the index as picked (a negative label moved down by
+ * C), wherever its row is; kiln_gather's own negative indices count from
+ * the end, and one below -C fails too. */
+START_TEST(test_loss_traced_errors)
+{
+    enum { N = 301, C = 4 };
+    kiln_tensor *x = kiln_randn(2, (int64_t[]){N, C}, 7);
+    static const struct {
+        int64_t at, label;
+        const char *needle;
+    } bad[] = {{N - 1, 4, "index 4 is out of range for axis 1 of size 4"},
+               {1, -1, "index -5 is out of range for axis 1 of size 4"}};
+    params p = {.ignore = -100};
+    for (int b = 0; b < OC_COUNT(bad); b++) {
+        if (!oc_sampled(b))
+            continue;
+        kiln_tensor *labels = labels_of(KILN_I64, N, C, bad[b].at, bad[b].label);
+        kiln_scope_begin();
+        kiln_tensor *moved[2];
+        oc_move("labels", 2, (kiln_tensor *[]){x, labels}, moved);
+        for (int f = 0; f < 2; f++) {
+            kiln_clear_error();
+            ck_assert_ptr_null(oc_traced(f ? apply_nll : apply_cross_entropy, &p, 2, moved, KILN_BACKEND_AUTO));
+            ck_assert_msg(strstr(kiln_last_error(), bad[b].needle), "label %lld: %s", (long long)bad[b].label,
+                          kiln_last_error());
+        }
+        kiln_scope_end();
+    }
+    const double idx[] = {-1, 3, -4, 0}, too_low[] = {0, -5, 1, 2};
+    kiln_tensor *small = kiln_randn(2, (int64_t[]){4, C}, 8);
+    kiln_tensor *in[2] = {small, oc_tensor(KILN_I64, OC_CONTIG, 2, (int64_t[]){4, 1}, idx)};
+    double *v = test_values(small), want[4];
+    for (int i = 0; i < 4; i++)
+        want[i] = v[i * C + ((int64_t)idx[i] + C) % C];
+    free(v);
+    oc_check("gather of one per row", pick_body, NULL, 2, in, KILN_F32, 2, (int64_t[]){4, 1}, want, CLOSE_F32);
+    in[1] = oc_tensor(KILN_I64, OC_CONTIG, 2, (int64_t[]){4, 1}, too_low);
+    oc_check_error("gather of one per row", pick_body, NULL, 2, in, "index -5");
 }
 END_TEST
 
@@ -558,6 +667,8 @@ static Suite *nn_suite(void)
     tcase_add_test(tc, test_mse_loss);
     tcase_add_test(tc, test_loss_errors);
     tcase_add_test(tc, test_fusion);
+    tcase_add_test(tc, test_loss_traced);
+    tcase_add_test(tc, test_loss_traced_errors);
     tcase_add_test(tc, test_dropout_known_answer);
     tcase_add_test(tc, test_dropout_values);
     tcase_add_test(tc, test_dropout_traced);

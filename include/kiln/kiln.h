@@ -533,7 +533,8 @@ KILN_API kiln_tensor *kiln_rms_norm(kiln_tensor *x, kiln_tensor *gamma, double e
  * label_smoothing in [0, 1]; kiln_cross_entropy is ignore_index -100 and no
  * smoothing. A label out of range is an error naming it eagerly; traced (or
  * on CUDA) it fails the call as an index out of range of the gather that
- * picks it (a negative label shown moved down by C). */
+ * picks it (a negative label shown moved down by C): traced, that gather is
+ * a checked read inside the row kernel, which reads nothing out of range. */
 KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *labels);
 KILN_API kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *labels, int64_t ignore_index,
                                             double label_smoothing);

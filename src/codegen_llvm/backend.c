@@ -28,6 +28,7 @@ struct kx_code {
     kx_conv conv;       /* the product's convolution, if it is one */
     void *depthwise;    /* its step, when depthwise (depthwise_run) */
     int n_buffers;
+    bool indexed;       /* kx_indexed: its launch passes the bad words */
 };
 
 static bool accepts(const char *name)
@@ -124,6 +125,7 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
     c->product = k->product >= 0;
     c->attention = k->attention;
     c->n_buffers = k->n_buffers;
+    c->indexed = kx_indexed(k);
     c->conv = k->conv;
     c->code = c->product ? load_product(k, object, size, symbol, &c->att, &c->depthwise, err, err_size)
                          : llvm_load(object, size, symbol, &c->fn, err, err_size);
@@ -163,10 +165,17 @@ static int launch(const kx_code *code, void *const *buffers, const kg_matmul_arg
     if (code->product)
         return gemm_run_conv(&code->att.gemm, code->conv.kh ? &code->conv : NULL, product, operands[0], operands[1],
                              NULL, buffers, symbols, err, err_size);
-    rows_call call = {code, buffers, symbols, begin};
+    /* a gather's bad words follow the symbols' values (kx_expr) */
+    int64_t words[IR_MAX_SYMBOLS + KX_BAD_WORDS] = {0};
+    if (code->indexed)
+        memcpy(words, symbols, IR_MAX_SYMBOLS * sizeof *words);
+    rows_call call = {code, buffers, code->indexed ? words : symbols, begin};
     int64_t cols = ir_poly_eval(&code->cols, symbols);
     core_parallel_for(end - begin, cols > 0 ? code->work / cols : code->work, run_rows, &call);
-    return 0;
+    if (!words[IR_MAX_SYMBOLS + KX_BAD_FLAG])
+        return 0;
+    kx_bad_index_text(words + IR_MAX_SYMBOLS, err, err_size);
+    return KX_LAUNCH_BAD_INDEX;
 }
 
 static void unload(kx_code *code)

@@ -332,12 +332,64 @@ static LLVMValueRef load(gen *g, const kx_view *v)
     return LLVMBuildLoad2(g->b, t, at, "");
 }
 
+/* Flags the bad words after the symbols' values with gather e's index
+ * given (out of range of size), unless an index was flagged first. */
+static void flag_bad(gen *g, const kx_expr *e, LLVMValueRef given, LLVMValueRef size)
+{
+    LLVMValueRef at[KX_BAD_WORDS];
+    for (int w = 0; w < KX_BAD_WORDS; w++) {
+        LLVMValueRef index = i64c(g, IR_MAX_SYMBOLS + w);
+        at[w] = LLVMBuildGEP2(g->b, g->i64, g->symbols, &index, 1, "");
+    }
+    LLVMValueRef swap = LLVMBuildAtomicCmpXchg(g->b, at[KX_BAD_FLAG], i64c(g, 0), i64c(g, 1),
+                                               LLVMAtomicOrderingMonotonic, LLVMAtomicOrderingMonotonic, 0);
+    LLVMBasicBlockRef first = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "first_bad");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "flagged");
+    LLVMBuildCondBr(g->b, LLVMBuildExtractValue(g->b, swap, 1, ""), first, done);
+    LLVMPositionBuilderAtEnd(g->b, first);
+    LLVMBuildStore(g->b, given, at[KX_BAD_INDEX]);
+    LLVMBuildStore(g->b, i64c(g, e->axis), at[KX_BAD_AXIS]);
+    LLVMBuildStore(g->b, size, at[KX_BAD_SIZE]);
+    LLVMBuildBr(g->b, done);
+    LLVMPositionBuilderAtEnd(g->b, done);
+}
+
+/* Gather e: the element of its view's row at its column when that is in
+ * range; else nothing is read, the value is 0 and the launch is flagged. */
+static LLVMValueRef gather(gen *g, const kx_expr *e)
+{
+    const kx_view *v = &g->k->views[e->view];
+    LLVMTypeRef t = type_of(g->ctx, v->dtype);
+    LLVMValueRef given = expr(g, e->args[0]), size = size_value(g, e->size);
+    LLVMValueRef negative = LLVMBuildICmp(g->b, LLVMIntSLT, given, i64c(g, 0), "");
+    LLVMValueRef column = LLVMBuildSelect(g->b, negative, LLVMBuildAdd(g->b, given, size, ""), given, "");
+    LLVMBasicBlockRef read = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "gather");
+    LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "bad_index");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "gathered");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntULT, column, size, ""), read, bad);
+    LLVMPositionBuilderAtEnd(g->b, bad);
+    flag_bad(g, e, given, size);
+    LLVMBasicBlockRef bad_end = LLVMGetInsertBlock(g->b);
+    LLVMBuildBr(g->b, join);
+    LLVMPositionBuilderAtEnd(g->b, read);
+    LLVMValueRef index = LLVMBuildAdd(g->b, g->view_base[e->view],
+                                      LLVMBuildMul(g->b, column, size_value(g, v->inner_stride), ""), "");
+    LLVMValueRef value = LLVMBuildLoad2(g->b, t, LLVMBuildGEP2(g->b, t, g->buffers[v->buffer], &index, 1, ""), "");
+    LLVMBuildBr(g->b, join);
+    LLVMPositionBuilderAtEnd(g->b, join);
+    LLVMValueRef phi = LLVMBuildPhi(g->b, t, "");
+    LLVMValueRef values[2] = {value, LLVMConstNull(t)};
+    LLVMBasicBlockRef from[2] = {read, bad_end};
+    LLVMAddIncoming(phi, values, from, 2);
+    return phi;
+}
+
 /* Whether expression e is the same along a row and made from a row's value
  * (constants alone fold at compile time, where LLVM divides exactly). */
 static bool of_row(const kx_kernel *k, int e, bool *row)
 {
     const kx_expr *x = &k->exprs[e];
-    if (x->kind == KX_LOAD)
+    if (x->kind == KX_LOAD || x->kind == KX_GATHER)
         return false;
     *row |= x->kind == KX_ROW;
     for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++)
@@ -360,6 +412,7 @@ static LLVMValueRef compute(gen *g, const kx_expr *e)
     case KX_CONST: return constant(g, e->dtype, e->value);
     case KX_ROW: return g->rows[e->row];
     case KX_CAST: return convert(g, expr(g, e->args[0]), g->k->exprs[e->args[0]].dtype, e->dtype);
+    case KX_GATHER: return gather(g, e);
     case KX_OP: break;
     }
     LLVMValueRef a[3] = {NULL, NULL, NULL};
@@ -640,7 +693,7 @@ static void view_bases(gen *g, LLVMValueRef row)
 static bool reads_inputs_only(const kx_kernel *k, int e)
 {
     const kx_expr *x = &k->exprs[e];
-    if (x->kind == KX_ROW)
+    if (x->kind == KX_ROW || x->kind == KX_GATHER) /* a gather's view bases are this row's */
         return false;
     if (x->kind == KX_LOAD)
         return !kx_writes(k, k->views[x->view].buffer);

@@ -14,6 +14,7 @@ struct kx_code {
     nvrtc_layout layout;   /* else: a block per row or a thread per item */
     ir_poly rows, cols;    /* the kernel's, in the symbols */
     int n_buffers;
+    bool indexed;          /* kx_indexed: it takes the bad words after its symbols */
 };
 
 /* What a fused kernel's last parameter, kiln_symbols, holds. */
@@ -102,6 +103,7 @@ static kx_code *load(const kx_kernel *k, const void *object, size_t size, const 
     ir_size_poly(&k->sizes, k->rows, &c->rows);
     ir_size_poly(&k->sizes, k->cols, &c->cols);
     c->n_buffers = k->n_buffers;
+    c->indexed = kx_indexed(k);
     return c;
 }
 
@@ -121,6 +123,28 @@ static int launch_product(const kx_code *code, void *const *buffers, const kg_ma
     return device_launch(code->module, grid, (unsigned)threads, params, err, err_size);
 }
 
+/* A kx_indexed kernel's launch with its bad words, zeroed before and read
+ * after: KX_LAUNCH_BAD_INDEX with the gather's error when one is flagged. */
+static int launch_checked(const kx_code *code, const unsigned grid[3], void **params, char *err, size_t err_size)
+{
+    size_t granted;
+    int64_t bad[KX_BAD_WORDS] = {0};
+    void *words = device_alloc(sizeof bad, &granted, err, err_size);
+    if (!words)
+        return -1;
+    params[code->n_buffers + 1] = &words;
+    int status = device_memset(words, 0, sizeof bad, err, err_size);
+    if (status == 0)
+        status = device_launch(code->module, grid, NVRTC_BLOCK, params, err, err_size);
+    if (status == 0)
+        status = device_download(bad, words, sizeof bad, err, err_size);
+    device_free(words, granted);
+    if (status < 0 || !bad[KX_BAD_FLAG])
+        return status;
+    kx_bad_index_text(bad, err, err_size);
+    return KX_LAUNCH_BAD_INDEX;
+}
+
 /* Every launch strides over its rows or elements, so any grid computes the
  * whole kernel: one as large as fills the device (device_grid). */
 static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
@@ -136,13 +160,15 @@ static int launch(const kx_code *code, void *const *buffers, const kg_matmul_arg
     symbols_arg sz;
     for (int s = 0; s < IR_MAX_SYMBOLS; s++)
         sz.s[s] = symbols[s];
-    void *params[KX_MAX_BUFFERS + 1];
+    void *params[KX_MAX_BUFFERS + 2];
     for (int b = 0; b < code->n_buffers; b++)
         params[b] = (void *)&buffers[b];
     params[code->n_buffers] = &sz;
     int64_t blocks = l->per_row ? items : (items + NVRTC_BLOCK - 1) / NVRTC_BLOCK;
-    return device_launch(code->module, (unsigned[3]){device_grid(blocks), 1, 1}, NVRTC_BLOCK, params, err,
-                         err_size);
+    unsigned grid[3] = {device_grid(blocks), 1, 1};
+    if (code->indexed)
+        return launch_checked(code, grid, params, err, err_size);
+    return device_launch(code->module, grid, NVRTC_BLOCK, params, err, err_size);
 }
 
 static void unload(kx_code *code)

@@ -11,7 +11,8 @@
  * store pass: every loop over a row strides it alike. Its writers of
  * expressions, views and stores also write the epilogues matmul.c fuses.
  * A symbolic size is its polynomial in the symbols' values, which the
- * kernel's last parameter (kiln_symbols sz) brings. */
+ * kernel's parameter kiln_symbols sz brings; a kernel that gathers
+ * (kx_indexed) takes the gather's bad words after it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,14 +52,34 @@ static void element(nvrtc_gen *g, int v)
     }
 }
 
+/* Gather n's column c<n> (its index, negative from the end) and whether it
+ * is in range, ok<n>; the first index out of range goes to the bad words. */
+static void gather_column(nvrtc_gen *g, int n)
+{
+    const kx_expr *e = &g->k->exprs[n];
+    strbuf_put(g->s, "        const long long size%d = ", n);
+    put_size(g->s, g->k, e->size);
+    strbuf_put(g->s,
+               ";\n"
+               "        const long long c%d = e%d < 0 ? e%d + size%d : e%d;\n"
+               "        const bool ok%d = (unsigned long long)c%d < (unsigned long long)size%d;\n"
+               "        if (!ok%d && atomicCAS((unsigned long long *)bad, 0ull, 1ull) == 0ull) {\n"
+               "            bad[%d] = e%d; bad[%d] = %d; bad[%d] = size%d;\n"
+               "        }\n",
+               n, e->args[0], e->args[0], n, e->args[0], n, n, n, n, KX_BAD_INDEX, e->args[0], KX_BAD_AXIS, e->axis,
+               KX_BAD_SIZE, n);
+}
+
 void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
 {
     if (!done || done[n] || g->err[0])
         return;
     const kx_expr *e = &g->k->exprs[n];
-    for (int a = 0; a < 3 && (e->kind == KX_OP || e->kind == KX_CAST) && e->args[a] >= 0; a++)
+    for (int a = 0; a < 3 && (e->kind == KX_OP || e->kind == KX_CAST || e->kind == KX_GATHER) && e->args[a] >= 0; a++)
         nvrtc_emit_expr(g, e->args[a], done);
     done[n] = true;
+    if (e->kind == KX_GATHER)
+        gather_column(g, n);
     strbuf_put(g->s, "        %s e%d = ", nvrtc_ctype(e->dtype), n);
     char a[3][16] = {"", "", ""};
     for (int i = 0; i < 3 && (e->kind == KX_OP || e->kind == KX_CAST) && e->args[i] >= 0; i++)
@@ -76,6 +97,11 @@ void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
         strbuf_put(g->s, "b%d[", g->k->views[e->view].buffer);
         element(g, e->view);
         strbuf_put(g->s, "]");
+        break;
+    case KX_GATHER:
+        strbuf_put(g->s, "ok%d ? b%d[v%d + c%d * ", n, g->k->views[e->view].buffer, e->view, n);
+        put_size(g->s, g->k, g->k->views[e->view].inner_stride);
+        strbuf_put(g->s, "] : (%s)0", nvrtc_ctype(e->dtype));
         break;
     case KX_CONST: nvrtc_constant(g->s, e->dtype, e->value); break;
     case KX_ROW: strbuf_put(g->s, "r%d", e->row); break;
@@ -107,7 +133,8 @@ static void signature(nvrtc_gen *g, const char *name)
     strbuf_put(g->s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", NVRTC_BLOCK, name);
     for (int b = 0; b < k->n_buffers; b++)
         strbuf_put(g->s, "%s%s *__restrict__ b%d", b ? ", " : "", nvrtc_ctype(k->buffer_dtypes[b]), b);
-    strbuf_put(g->s, "%skiln_symbols sz)\n{\n    (void)sz;\n", k->n_buffers ? ", " : "");
+    strbuf_put(g->s, "%skiln_symbols sz%s)\n{\n    (void)sz;\n", k->n_buffers ? ", " : "",
+               kx_indexed(k) ? ", long long *__restrict__ bad" : "");
 }
 
 void nvrtc_view_bases(nvrtc_gen *g)

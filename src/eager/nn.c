@@ -5,8 +5,9 @@
  * Each one that reads rows reads them in one kernel when traced: a norm
  * over the last axis is its reductions and the scaled row in one pass, and
  * cross_entropy's per-row loss (log-sum-exp, the label's logit picked by a
- * gather, label smoothing's mean) is a row epilogue of one kernel over the
- * logits; the batch mean is a small reduction after it. */
+ * gather, which the kernel reads itself with a checked load, label
+ * smoothing's mean) is a row epilogue of one kernel over the logits; the
+ * batch mean is a small reduction after it. */
 #include <string.h>
 
 #include "eager/internal.h"

@@ -32,6 +32,8 @@ typedef struct {
     void *dump_ctx;
 } kx_compile_options;
 
+enum { KX_LAUNCH_BAD_INDEX = -2 };
+
 typedef struct kx_backend {
     const char *name;     /* "llvm", "nvrtc": the cache key's backend component */
     kiln_device device;   /* where its code runs */
@@ -68,7 +70,9 @@ typedef struct kx_backend {
      * values (IR_MAX_SYMBOLS of them); product lays out the operands of k's
      * product, which follow the buffers, or is NULL; an attention kernel's
      * are two, the scores' (q, kᵀ) and the weights' (their stand-in, v),
-     * and q, kᵀ and v follow the buffers. 0, or -1 with why. */
+     * and q, kᵀ and v follow the buffers. 0, or -1 with why; or
+     * KX_LAUNCH_BAD_INDEX with the gather's error (kx_bad_index_text) when
+     * a kx_indexed kernel met an index out of range. */
     int (*launch)(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
                   int64_t begin, int64_t end, char *err, size_t err_size);
     void (*unload)(kx_code *code);

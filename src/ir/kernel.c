@@ -137,6 +137,20 @@ bool kx_staged_view(const kx_kernel *k, int v)
     return between && last && read;
 }
 
+bool kx_indexed(const kx_kernel *k)
+{
+    for (int e = 0; e < k->n_exprs; e++)
+        if (k->exprs[e].kind == KX_GATHER)
+            return true;
+    return false;
+}
+
+void kx_bad_index_text(const int64_t *bad, char *err, size_t err_size)
+{
+    snprintf(err, err_size, "kiln_gather: index %lld is out of range for axis %lld of size %lld",
+             (long long)bad[KX_BAD_INDEX], (long long)bad[KX_BAD_AXIS], (long long)bad[KX_BAD_SIZE]);
+}
+
 bool kx_writes(const kx_kernel *k, int b)
 {
     for (int s = 0; s < k->n_stores; s++)
@@ -179,6 +193,8 @@ const char *kx_product_misfit(const kx_kernel *k)
         return "the epilogue reduces rows: only an elementwise epilogue is fused";
     if (k->n_stores == 0)
         return "the epilogue stores nothing";
+    if (kx_indexed(k))
+        return "the epilogue gathers: its launch checks indices";
     if (kx_writes(k, k->product))
         return "the epilogue writes the product's buffer";
     int v = kx_product_view(k);
@@ -196,7 +212,8 @@ const char *kx_product_misfit(const kx_kernel *k)
 static bool joinable(const kx_kernel *k)
 {
     int d = k->n_outer - 1;
-    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores) /* rows would change meaning */
+    /* rows would change meaning */
+    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores || kx_indexed(k))
         return false;
     for (int v = 0; v < k->n_views; v++) {
         const kx_view *w = &k->views[v];
@@ -257,13 +274,17 @@ static void put_header(strbuf *t, const kx_kernel *k)
     strbuf_put(t, "\n");
 }
 
-static void put_expr(strbuf *t, const kx_expr *e)
+static void put_expr(strbuf *t, const ir_sizes *sizes, const kx_expr *e)
 {
     switch (e->kind) {
     case KX_LOAD: strbuf_put(t, "load view%d", e->view); break;
     case KX_CONST: strbuf_put(t, "const %.17g", e->value); break;
     case KX_ROW: strbuf_put(t, "row r%d", e->row); break;
     case KX_CAST: strbuf_put(t, "cast e%d", e->args[0]); break;
+    case KX_GATHER:
+        strbuf_put(t, "gather view%d e%d axis=%d size=", e->view, e->args[0], e->axis);
+        ir_size_put(t, sizes, e->size);
+        break;
     case KX_OP:
         strbuf_put(t, "%s", ir_ops[e->op].name);
         for (int a = 0; a < 3 && e->args[a] >= 0; a++)
@@ -291,7 +312,7 @@ char *kx_to_text(const kx_kernel *k)
     }
     for (int i = 0; i < k->n_exprs; i++) {
         strbuf_put(&t, "e%d = ", i);
-        put_expr(&t, &k->exprs[i]);
+        put_expr(&t, &k->sizes, &k->exprs[i]);
     }
     for (int i = 0; i < k->n_reductions; i++) {
         const kx_reduction *r = &k->reductions[i];

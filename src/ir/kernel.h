@@ -45,16 +45,28 @@ typedef enum {
     KX_ROW,    /* a reduction's value for this row (a mean's in f64) */
     KX_CAST,   /* an operand converted to dtype */
     KX_OP,     /* an elementwise op of the ir op table, in its compute dtype */
+    KX_GATHER, /* an element of a view's row at a column computed in the kernel (checked, see below) */
 } kx_kind;
+
+/* KX_GATHER reads element args[0] (an i64 expression; negative counts from
+ * the end) of the current row of its view, whose inner stride steps along
+ * the gathered axis of length size, whatever the kernel's own columns: a
+ * row's label picks its logit. It is always checked: an index out of
+ * [-size, size) reads nothing (its value is 0) and flags the launch's bad
+ * words, which the launch zeroes before and reports after as the eager
+ * gather does (kx_bad_index_text), never a read out of bounds. */
+enum { KX_BAD_FLAG, KX_BAD_INDEX, KX_BAD_AXIS, KX_BAD_SIZE, KX_BAD_WORDS };
 
 typedef struct {
     kx_kind kind;
     kiln_dtype dtype;  /* of the value */
     ir_op op;          /* KX_OP */
     int args[3];       /* KX_OP, KX_CAST: earlier expressions, already in the compute dtype */
-    int view;          /* KX_LOAD */
+    int view;          /* KX_LOAD, KX_GATHER */
     int row;           /* KX_ROW: which reduction */
     double value;      /* KX_CONST */
+    int64_t size;      /* KX_GATHER: the gathered axis's length, a size (see the top) */
+    int axis;          /* KX_GATHER: which axis of the gathered value it is (for messages) */
 } kx_expr;
 
 typedef struct {
@@ -176,6 +188,13 @@ kx_value kx_reduction_identity(ir_op op, kiln_dtype dtype);
 char *kx_to_text(const kx_kernel *k);
 /* The text of options, "" for the defaults (a cache key component). */
 const char *kx_options_text(const kx_kernel_options *o);
+/* Whether k has a KX_GATHER: its rows read columns it computes, so its rows
+ * and columns keep their meaning (never joined or split), it never writes
+ * over an input, and its launch passes the bad words. */
+bool kx_indexed(const kx_kernel *k);
+/* The error for bad words a launch found flagged (bad[KX_BAD_FLAG] != 0),
+ * as the eager gather words it, into err. */
+void kx_bad_index_text(const int64_t *bad, char *err, size_t err_size);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
 /* Whether view v holds a row between passes: stored in a reduction's pass,

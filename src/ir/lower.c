@@ -343,6 +343,47 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
     return cast(b, row, n->dtype);
 }
 
+/* Whether gather node n picks one element of each line along its operand's
+ * last axis (index [..., 1], the operand's other sizes): a kernel walking
+ * the operand's rows, or the gather's, reads it with a KX_GATHER. */
+static bool row_pick(const ir_graph *g, const ir_node *n)
+{
+    const ir_node *a = &g->nodes[ir_operands(g, n)[0]];
+    int last = a->ndim - 1;
+    if (n->op != OP_GATHER || last < 0 || n->params.axis != last || n->shape[last] != 1)
+        return false;
+    return !memcmp(n->shape, a->shape, (size_t)last * sizeof *n->shape);
+}
+
+/* Gather node n through m: its index built here, its operand's buffer read
+ * at that column of the row. The gathered value must be the same along the
+ * kernel's columns (which the operand's last axis then walks), else n
+ * gets a buffer of its own (a kernel over its rows, where it is). */
+static int build_gather(builder *b, ir_ref node, const ir_node *n, const imap *m)
+{
+    ir_ref data = ir_operands(b->g, n)[0], index = ir_operands(b->g, n)[1];
+    const ir_node *a = &b->g->nodes[data];
+    int last = a->ndim - 1, inner = b->root_ndim - 1;
+    bool constant_along_row = inner >= 0 && m->bias[last] == 0;
+    for (int j = 0; j < last; j++)
+        constant_along_row &= m->src[j] != inner;
+    if (!row_pick(b->g, n) || !constant_along_row || !b->mat[data]) {
+        b->failed = !b->mat[data] ? data : node;
+        return -1;
+    }
+    int at = cast(b, build(b, index, m), KILN_I64);
+    imap column = *m;
+    column.src[last] = inner, column.coef[last] = 1;
+    int64_t strides[KX_MAX_DIMS];
+    contiguous_strides(b, a->ndim, a->shape, strides);
+    int e = at < 0 ? -1 : load(b, data, &column, strides);
+    if (e < 0)
+        return -1;
+    kx_expr *x = &b->k->exprs[e];
+    x->kind = KX_GATHER, x->args[0] = at, x->args[1] = x->args[2] = -1, x->size = a->shape[last], x->axis = last;
+    return e;
+}
+
 static bool same_map(const imap *a, const imap *b)
 {
     return a->ndim == b->ndim && !memcmp(a->src, b->src, (size_t)a->ndim * sizeof *a->src) &&
@@ -368,6 +409,7 @@ static int build(builder *b, ir_ref node, const imap *m)
         case KIND_ELEMENTWISE: e = build_elementwise(b, n, m); break;
         case KIND_MOVEMENT: e = build_movement(b, node, n, m); break;
         case KIND_REDUCTION: e = build_reduction(b, node, n, m); break;
+        case KIND_INDEX: e = build_gather(b, node, n, m); break;
         default: b->failed = node; e = -1; break;
         }
     }
@@ -426,7 +468,7 @@ static void split_long_rows(builder *b)
     kx_kernel *k = b->k;
     enum { MIN_ROWS = 64, PIECE = 8192, MIN_PIECE = 1024 };
     if (k->n_reductions || k->n_row_stores || k->rows < 0 || k->cols < 0 || k->rows >= MIN_ROWS ||
-        k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS)
+        k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS || kx_indexed(k))
         return;
     int64_t piece = PIECE;
     while (piece >= MIN_PIECE && k->cols % piece)
@@ -566,6 +608,7 @@ static bool runs_eagerly(const ir_graph *g, const ir_node *n)
     if (ir_ops[n->op].flags & FLAG_UNFUSED)
         return true;
     switch (ir_ops[n->op].kind) {
+    case KIND_INDEX: return !row_pick(g, n);
     case KIND_MATMUL: return true;
     case KIND_MOVEMENT: return n->op == OP_CONCAT;
     case KIND_REDUCTION: {

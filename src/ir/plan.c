@@ -242,7 +242,8 @@ static int prologue_step(const ir_plan *p, const plan_step *s)
     const ir_node *an = &p->graph->nodes[a];
     int sa = p->step_of[a];
     const kx_kernel *k = sa >= 0 ? p->steps[sa].kernel : NULL;
-    if (!k || k->n_reductions || k->n_row_stores || k->n_stores != 1 || k->product >= 0 || an->ndim != product->ndim ||
+    if (!k || k->n_reductions || k->n_row_stores || k->n_stores != 1 || k->product >= 0 || kx_indexed(k) ||
+        an->ndim != product->ndim ||
         an->dtype != product->dtype || k->cols != an->shape[an->ndim - 1] || readers(p, a) != 1 ||
         p->last_use[a] != s->node)
         return -1;
@@ -377,7 +378,7 @@ static int scores_input(const ir_plan *p, const plan_step *sk, ir_ref x, ir_ref 
  * or -1: k folds a max and a sum and stores the weights, nothing else. */
 static int softmax_max(const kx_kernel *k)
 {
-    if (k->n_reductions != 2 || k->n_row_stores || k->product >= 0 || k->prologue)
+    if (k->n_reductions != 2 || k->n_row_stores || k->product >= 0 || k->prologue || kx_indexed(k))
         return -1;
     for (int r = 0; r < 2; r++)
         if (k->reductions[r].op == OP_MAX)
@@ -465,11 +466,13 @@ static bool same_view(const kx_kernel *k, const kx_view *v, const kx_view *w)
 
 /* An elementwise kernel storing one value: one that reads an input only
  * at the element it stores may write over that input (each element is read
- * before it is overwritten, in whatever order the loop runs). */
+ * before it is overwritten, in whatever order the loop runs); a gather
+ * reads other elements. */
 static bool in_place_kernel(const plan_step *s)
 {
     const kx_kernel *k = s->kernel;
-    return k && k->product < 0 && !k->n_reductions && !k->n_row_stores && k->n_stores == 1 && s->n_outputs == 1;
+    return k && k->product < 0 && !k->n_reductions && !k->n_row_stores && k->n_stores == 1 && s->n_outputs == 1 &&
+           !kx_indexed(k);
 }
 
 /* Whether input b of step s, its last reader, may hold the output: the

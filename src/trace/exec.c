@@ -255,9 +255,9 @@ int exec_products_in_blocks(const executable *x)
 
 /* -- Kernel steps ---------------------------------------------------------------- */
 
-static int launch_failed(const char *why)
+static int launch_failed(int status, const char *why)
 {
-    return core_fail(CORE_DEVICE, "kiln_call", "%s", why);
+    return core_fail(status == KX_LAUNCH_BAD_INDEX ? CORE_VALUE : CORE_DEVICE, "kiln_call", "%s", why);
 }
 
 /* Node n's shape in this call. */
@@ -434,10 +434,11 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
     if (ok) {
         char why[512];
         buffers[s->n_inputs] = eager_data(out);
-        if (x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? layout : NULL,
-                               src->symbols, 0, kx_size(s->kernel, s->kernel->rows, src->symbols), why,
-                               sizeof why) < 0)
-            ok = launch_failed(why) == 0;
+        int status = x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? layout : NULL,
+                                        src->symbols, 0, kx_size(s->kernel, s->kernel->rows, src->symbols), why,
+                                        sizeof why);
+        if (status < 0)
+            ok = launch_failed(status, why) == 0;
     }
     for (int b = 0; b < s->n_inputs; b++)
         kiln_release(staged[b]);
@@ -465,7 +466,7 @@ static void epilogue_on_block(void *ctx, void *data, int64_t begin, int64_t end)
     e->buffers[s->n_inputs] = data;
     if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL, e->symbols,
                                             begin * e->cols / k_cols, end * e->cols / k_cols, why, sizeof why) < 0)
-        e->failed = launch_failed(why) < 0;
+        e->failed = launch_failed(-1, why) < 0; /* an epilogue never gathers (kx_product_misfit) */
 }
 
 /* Matmul node r, a block of rows at a time, with its epilogue kernel run on
