@@ -446,10 +446,19 @@ static kiln_tensor *pick_body(kiln_tensor *const *in, const void *ctx)
     return kiln_gather(in[0], 1, in[1]);
 }
 
+/* y - y[label] along each row of y = 2x: the pick read in every element's
+ * loop, from a value that dies there (so never written over in place). */
+static kiln_tensor *centered_body(kiln_tensor *const *in, const void *ctx)
+{
+    (void)ctx;
+    kiln_tensor *y = kiln_mul_scalar(in[0], 2);
+    return kiln_sub(y, kiln_gather(y, 1, in[1]));
+}
+
 /* A label out of range fails the compiled call (CPU and CUDA) with the
  * gather's error naming the index as picked (a negative label moved down by
  * C), wherever its row is; kiln_gather's own negative indices count from
- * the end, and one below -C fails too. */
+ * the end, and one below -C fails too; a pick read along the row. */
 START_TEST(test_loss_traced_errors)
 {
     enum { N = 301, C = 4 };
@@ -481,8 +490,12 @@ START_TEST(test_loss_traced_errors)
     double *v = test_values(small), want[4];
     for (int i = 0; i < 4; i++)
         want[i] = v[i * C + ((int64_t)idx[i] + C) % C];
-    free(v);
     oc_check("gather of one per row", pick_body, NULL, 2, in, KILN_F32, 2, (int64_t[]){4, 1}, want, CLOSE_F32);
+    double centered[4 * C];
+    for (int i = 0; i < 4 * C; i++)
+        centered[i] = 2 * v[i] - 2 * want[i / C];
+    free(v);
+    oc_check("row minus its pick", centered_body, NULL, 2, in, KILN_F32, 2, (int64_t[]){4, C}, centered, CLOSE_F32);
     in[1] = oc_tensor(KILN_I64, OC_CONTIG, 2, (int64_t[]){4, 1}, too_low);
     oc_check_error("gather of one per row", pick_body, NULL, 2, in, "index -5");
 }
