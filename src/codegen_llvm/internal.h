@@ -7,6 +7,9 @@
 
 #include "codegen_llvm/llvm.h"
 
+/* Whether the comma-separated feature list ("+avx2,-avx512f,...") holds
+ * entry ("+avx512f") whole. */
+bool llvm_feature_listed(const char *list, const char *entry);
 /* Adds the functions of kernel k to module: name(buffers, begin, end) and its
  * body (two when its stores stream). 0, or -1 with the reason in err (an op
  * this backend lacks). */

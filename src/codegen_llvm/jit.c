@@ -221,8 +221,7 @@ static int make_target(llvm_target *t, const char *name, const char *cpu, const 
     return status;
 }
 
-/* Whether the comma-separated list holds entry. */
-static bool listed(const char *list, const char *entry)
+bool llvm_feature_listed(const char *list, const char *entry)
 {
     size_t len = strlen(entry);
     for (const char *at = list; *at; at += strcspn(at, ","), at += *at == ',')
@@ -248,7 +247,7 @@ static int host_runs(const char *asked, const char *cpu, const char *host_featur
     char *copy = strdup(out), *save = NULL;
     err[0] = '\0';
     for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f && !err[0]; f = strtok_r(NULL, ",", &save)) {
-        if (f[0] == '+' && !listed(host_features, f))
+        if (f[0] == '+' && !llvm_feature_listed(host_features, f))
             snprintf(err, err_size, "KILN_CPU_TARGET: this host's CPU lacks %s", f + 1);
     }
     if (!copy)

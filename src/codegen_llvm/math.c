@@ -14,6 +14,7 @@
  * (absolute in the ulps of the result for erf's tail) on the interval named,
  * each leading coefficient rounded to float and the rest refitted. */
 #include "codegen_llvm/math.h"
+#include "codegen_llvm/internal.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -779,20 +780,11 @@ static void minmax_by_range(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef in, 
     replace(in, LLVMBuildSelect(b, nan, LLVMBuildFAdd(b, a, c, ""), range, ""));
 }
 
-/* Whether the feature list ("+avx2,-avx512f,...") turns name on. */
-static bool feature_on(const char *list, const char *name)
-{
-    size_t len = strlen(name);
-    for (const char *f = list; (f = strstr(f, name)); f += len)
-        if (f > list && f[-1] == '+' && (f[len] == ',' || f[len] == '\0'))
-            return true;
-    return false;
-}
-
 void math_lower_target(LLVMModuleRef m, LLVMTargetMachineRef tm)
 {
     char *features = LLVMGetTargetMachineFeatureString(tm);
-    avx512 has = {feature_on(features, "avx512f"), feature_on(features, "avx512dq"), feature_on(features, "avx512vl")};
+    avx512 has = {llvm_feature_listed(features, "+avx512f"), llvm_feature_listed(features, "+avx512dq"),
+                  llvm_feature_listed(features, "+avx512vl")};
     LLVMDisposeMessage(features);
     if (!has.f)
         return;

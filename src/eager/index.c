@@ -173,14 +173,14 @@ static void gather_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-/* index_select of contiguous data on the CPU: whole blocks of the elements
- * after the axis copied at once (an embedding's rows), outer * n of them. */
-
 /* Bytes of rows a thread copies at least: a MiB copies from cache in about
  * 20 us, the time it takes to hand half of it to a woken worker (an
  * embedding of 256 rows of 768 floats took 27 us on two threads against 18
  * us on one). */
 #define ROWS_PER_THREAD_BYTES (1 << 20)
+
+/* index_select of contiguous data on the CPU: whole blocks of the elements
+ * after the axis copied at once (an embedding's rows), outer * n of them. */
 typedef struct {
     const char *data;
     const kiln_tensor *index;
