@@ -123,22 +123,13 @@ static int launch_product(const kx_code *code, void *const *buffers, const kg_ma
     return device_launch(code->module, grid, (unsigned)threads, params, err, err_size);
 }
 
-/* A kx_indexed kernel's launch with its bad words, zeroed before and read
- * after: KX_LAUNCH_BAD_INDEX with the gather's error when one is flagged. */
+/* A kx_indexed kernel's launch: KX_LAUNCH_BAD_INDEX with the gather's error
+ * when its bad words flag one. */
 static int launch_checked(const kx_code *code, const unsigned grid[3], void **params, char *err, size_t err_size)
 {
-    size_t granted;
     int64_t bad[KX_BAD_WORDS] = {0};
-    void *words = device_alloc(sizeof bad, &granted, err, err_size);
-    if (!words)
-        return -1;
-    params[code->n_buffers + 1] = &words;
-    int status = device_memset(words, 0, sizeof bad, err, err_size);
-    if (status == 0)
-        status = device_launch(code->module, grid, NVRTC_BLOCK, params, err, err_size);
-    if (status == 0)
-        status = device_download(bad, words, sizeof bad, err, err_size);
-    device_free(words, granted);
+    int status = device_launch_flagged(code->module, grid, NVRTC_BLOCK, params, code->n_buffers + 1, bad, KX_BAD_WORDS,
+                                       err, err_size);
     if (status < 0 || !bad[KX_BAD_FLAG])
         return status;
     kx_bad_index_text(bad, err, err_size);

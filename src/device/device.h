@@ -44,6 +44,11 @@ unsigned device_grid(int64_t n);
 /* Queues m on grid (x, y, z) of block threads; params as cuLaunchKernel's. */
 int device_launch(const device_module *m, const unsigned grid[3], unsigned block, void **params, char *err,
                   size_t err_size);
+/* device_launch of a kernel that may set n_words 64-bit flag words (its bad
+ * indices): params[slot] is pointed at the words, zeroed before the launch;
+ * they are read back into words after it. */
+int device_launch_flagged(const device_module *m, const unsigned grid[3], unsigned block, void **params, int slot,
+                          int64_t *words, int n_words, char *err, size_t err_size);
 
 /* -- Memory (allocator.c): a caching allocator ------------------------------- */
 

@@ -306,3 +306,20 @@ int device_launch(const device_module *m, const unsigned grid[3], unsigned block
     return check(cu.launch(m->function, grid[0], grid[1], grid[2], block, 1, 1, 0, cu.stream, params, NULL),
                  "cuLaunchKernel", err, err_size);
 }
+
+int device_launch_flagged(const device_module *m, const unsigned grid[3], unsigned block, void **params, int slot,
+                          int64_t *words, int n_words, char *err, size_t err_size)
+{
+    size_t bytes = sizeof *words * (size_t)n_words, granted;
+    void *at = device_alloc(bytes, &granted, err, err_size);
+    if (!at)
+        return -1;
+    params[slot] = &at;
+    int status = device_memset(at, 0, bytes, err, err_size);
+    if (status == 0)
+        status = device_launch(m, grid, block, params, err, err_size);
+    if (status == 0)
+        status = device_download(words, at, bytes, err, err_size);
+    device_free(at, granted);
+    return status;
+}

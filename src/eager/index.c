@@ -98,28 +98,19 @@ static int cuda_indexing(const char *fn, const kg_kernel *k, kg_index_args *args
         return 0;
     if (cuda_kernel(fn, k, &code) < 0)
         return -CORE_DEVICE;
-    kiln_tensor *flag = tensor_new_on(fn, KILN_CUDA, KILN_I64, 1, (int64_t[]){2});
     char err[512];
-    if (!flag)
-        return core_error_status();
-    int status = 0;
-    if (device_memset(eager_data(flag), 0, 16, err, sizeof err) < 0)
-        status = core_fail(CORE_DEVICE, fn, "%s", err);
-    void *pointers[4] = {out, (void *)in0, (void *)in1, eager_data(flag)};
-    void *params[5] = {args, &pointers[0], &pointers[1], &pointers[2], &pointers[3]};
+    void *pointers[3] = {out, (void *)in0, (void *)in1};
+    void *params[5] = {args, &pointers[0], &pointers[1], &pointers[2], NULL};
     unsigned grid[3];
-    if (status == 0)
-        status = cuda_launch(fn, &code, cuda_grid_over(grid, &code, args->numel), params);
     int64_t bad[2] = {0, 0};
-    if (status == 0 && device_download(bad, eager_data(flag), sizeof bad, err, sizeof err) < 0)
-        status = core_fail(CORE_DEVICE, fn, "%s", err);
-    kiln_release(flag);
-    if (status == 0 && bad[0]) {
-        char d[DESCRIBE_MAX];
-        status = core_fail(CORE_VALUE, fn, "index %lld of index %s is out of range for axis %d of size %lld",
-                           (long long)bad[1], describe(d, index), args->axis, (long long)args->axis_size);
-    }
-    return status;
+    if (device_launch_flagged(code.module, cuda_grid_over(grid, &code, args->numel), (unsigned)code.threads, params, 4,
+                              bad, 2, err, sizeof err) < 0)
+        return core_fail(CORE_DEVICE, fn, "%s", err);
+    if (!bad[0])
+        return 0;
+    char d[DESCRIBE_MAX];
+    return core_fail(CORE_VALUE, fn, "index %lld of index %s is out of range for axis %d of size %lld",
+                     (long long)bad[1], describe(d, index), args->axis, (long long)args->axis_size);
 }
 
 /* The args of an indexing kernel over index's shape (a gather's result:
