@@ -237,6 +237,12 @@ static kiln_tensor *vector_40(kiln_dtype dt)
     return random_of(dt, 1, (int64_t[]){40}, 18);
 }
 
+/* A batch of one-row matrices. */
+static kiln_tensor *batch_3x1x40(kiln_dtype dt)
+{
+    return random_of(dt, 3, (int64_t[]){3, 1, 40}, 26);
+}
+
 static kiln_tensor *batch_2x1x17x40(kiln_dtype dt)
 {
     return random_of(dt, 4, (int64_t[]){2, 1, 17, 40}, 19);
@@ -282,6 +288,9 @@ static const layout_case LAYOUTS[] = {
     {"expanded a", expanded_17x40, reversed_40x35},
     {"vector @ matrix", vector_40, cols_40x35},
     {"matrix @ vector", rows_17x40, vector_40},
+    {"vector @ transposed b", vector_40, transposed_40x35},
+    {"vector @ reversed b", vector_40, reversed_40x35},
+    {"rows @ batch", batch_3x1x40, batch_3x40x35},
     {"batch broadcast", batch_2x1x17x40, batch_3x40x35},
     {"matrix @ batch", strided_17x40, batch_3x40x35},
     {"batch @ repeated matrix", batch_2x1x17x40, expanded_batch_3x40x35},
@@ -364,11 +373,12 @@ static const epilogue_case EPILOGUES[] = {
 
 /* Product shapes {batch, m, n, k}: tiles at every edge (the first: the one
  * valgrind runs), k past a block, a batch folded into rows, and a batch
- * large enough to be split across threads (2^21 multiply-adds and more).
+ * large enough to be split across threads (2^21 multiply-adds and more),
+ * and one row per matrix (read as it lies, not packed).
  * A product of one column is read with an inner stride of 0 and not fused:
  * n >= 2. */
 static const int64_t EPILOGUE_SHAPES[][4] = {
-    {2, 37, 33, 7}, {1, 1, 2, 1}, {1, 129, 100, 300}, {6, 15, 65, 40}, {8, 41, 70, 130},
+    {2, 37, 33, 7}, {1, 1, 2, 1}, {1, 129, 100, 300}, {6, 15, 65, 40}, {8, 41, 70, 130}, {3, 1, 300, 1000},
 };
 
 typedef struct {

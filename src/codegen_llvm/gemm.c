@@ -27,7 +27,7 @@
 /* Below this many multiply-adds a product runs on one thread, unless its
  * B has at least GEMM_LARGE_B elements: a product of few rows is the
  * packing of its B (a classifier's 1 x 2048 by 2048 x 1000 has 2M
- * multiply-adds and 8 MB of B, which the threads pack in parts). */
+ * multiply-adds and 8 MB of B, which the threads read in parts). */
 #define GEMM_SMALL (1 << 21)
 #define GEMM_LARGE_B (1 << 18)
 /* The most bytes of a convolution's B its threads pack together at once
@@ -295,6 +295,132 @@ static int pack_b_once(job *j, char **raw, size_t *bytes)
     return 0;
 }
 
+/* -- One row per matrix ------------------------------------------------------------ */
+
+/* A product of one row (a classifier's 1 x 2048 by 2048 x 1000) is the read
+ * of its B: packed, B would be read, written and read again for a tile of
+ * which one row in mr is used. Its row is taken whole instead, and B's
+ * columns read where they lie, dot products where a column lies along k (a
+ * transposed B), else rows of B scaled and added; the micro-kernel over no
+ * steps of k then stores each tile or runs the epilogue on it. */
+
+/* out[j] = sum over i < k of a[i] b[i * b_row + j * b_col], j < cols, for
+ * elements of type T; a contiguous. Sixteen partial sums a column keep a dot
+ * product's adds independent, so they vectorize. */
+#define ROW_PRODUCT(T, name)                                                                                            \
+    static void name(const T *a, const T *b, int64_t b_row, int64_t b_col, int64_t k, int64_t cols, T *out)         \
+    {                                                                                                                  \
+        enum { LANES = 16 };                                                                                           \
+        if (b_row == 1) {                                                                                              \
+            for (int64_t j = 0; j < cols; j++) {                                                                       \
+                const T *col = b + j * b_col;                                                                          \
+                T part[LANES] = {0}, sum = 0;                                                                          \
+                int64_t i = 0;                                                                                         \
+                for (; i + LANES <= k; i += LANES)                                                                     \
+                    for (int l = 0; l < LANES; l++)                                                                    \
+                        part[l] += a[i + l] * col[i + l];                                                              \
+                for (; i < k; i++)                                                                                     \
+                    sum += a[i] * col[i];                                                                              \
+                for (int l = 0; l < LANES; l++)                                                                        \
+                    sum += part[l];                                                                                    \
+                out[j] = sum;                                                                                          \
+            }                                                                                                          \
+            return;                                                                                                    \
+        }                                                                                                              \
+        memset(out, 0, (size_t)cols * sizeof(T));                                                                      \
+        for (int64_t i = 0; i < k; i++) {                                                                              \
+            const T *row = b + i * b_row, x = a[i];                                                                    \
+            if (b_col == 1)                                                                                            \
+                for (int64_t j = 0; j < cols; j++)                                                                     \
+                    out[j] += x * row[j];                                                                              \
+            else                                                                                                       \
+                for (int64_t j = 0; j < cols; j++)                                                                     \
+                    out[j] += x * row[j * b_col];                                                                      \
+        }                                                                                                              \
+    }
+
+ROW_PRODUCT(float, row_product_f32)
+ROW_PRODUCT(double, row_product_f64)
+
+/* Matrix z's row of A, contiguous in row, through the prologue where A is
+ * computed (it packs a panel of mr rows: the row is every mr-th value). */
+static void take_row(const job *j, int64_t z, char *panel, char *row)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *a = j->args;
+    int64_t size = g->size;
+    if (a->k == 0)
+        return;
+    if (g->prologue)
+        g->prologue(panel, z, 1, 0, a->k, j->buffers, j->symbols);
+    else
+        g->pack_a(j->a + gemm_batch_offset(a->a_batch_strides, a, z) * size, a->a_row, a->a_col, 1, a->k, panel);
+    for (int64_t i = 0; i < a->k; i++)
+        memcpy(row + i * size, panel + i * g->mr * size, (size_t)size);
+}
+
+/* Columns [n0, n0 + cols) of matrix z's row: its row of A into row (panel
+ * for the packing), the sums into the first row of sums (width columns). */
+static void row_part(const job *j, int64_t z, int64_t n0, int64_t cols, char *panel, char *row, char *sums,
+                     int64_t width)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *a = j->args;
+    int64_t size = g->size;
+    take_row(j, z, panel, row);
+    const char *b = j->b + (gemm_batch_offset(a->b_batch_strides, a, z) + n0 * a->b_col) * size;
+    if (size == 4)
+        row_product_f32((const float *)row, (const float *)b, a->b_row, a->b_col, a->k, cols, (float *)sums);
+    else
+        row_product_f64((const double *)row, (const double *)b, a->b_row, a->b_col, a->k, cols, (double *)sums);
+    for (int64_t jr = 0; jr < cols; jr += g->nr) {
+        gemm_tile tile = {.m_rem = 1, .n_rem = cols - jr < g->nr ? cols - jr : g->nr, .row0 = z, .col0 = n0 + jr,
+                          .ld_out = a->n, .buffers = j->buffers, .symbols = j->symbols};
+        if (j->out)
+            tile.out = j->out + (z * a->n + n0 + jr) * size;
+        g->kernel(0, sums, sums, sums + jr * size, width, GEMM_LOAD | GEMM_FINAL, &tile);
+    }
+}
+
+static void run_row_parts(void *ctx, int64_t begin, int64_t end)
+{
+    job *j = ctx;
+    const kg_matmul_args *a = j->args;
+    int64_t size = j->g->size, mr = j->g->mr, width = round_up(j->cols_part, j->g->nr);
+    /* the panel as pack_a fills it, the row, and mr rows of sums (the micro-kernel reads a whole tile) */
+    size_t bytes[3] = {(size_t)(mr * a->k * size), (size_t)(a->k * size), (size_t)(mr * width * size)};
+    char *raw[3] = {NULL}, *at[3];
+    bool ok = true;
+    for (int i = 0; i < 3; i++)
+        ok = (at[i] = gemm_aligned_block(&raw[i], bytes[i])) && ok;
+    if (ok)
+        memset(at[2], 0, bytes[2]);
+    for (int64_t t = begin; t < end && ok; t++) {
+        int64_t z = t / j->tn, n0 = t % j->tn * j->cols_part;
+        if (n0 < a->n)
+            row_part(j, z, n0, a->n - n0 < j->cols_part ? a->n - n0 : j->cols_part, at[0], at[1], at[2], width);
+    }
+    if (!ok)
+        atomic_store(&j->failed, true);
+    for (int i = 0; i < 3; i++)
+        if (raw[i])
+            core_free(raw[i], bytes[i] + 64);
+}
+
+/* The product of one row per matrix over threads threads, each matrix's
+ * columns in tn parts of whole tiles. 0, or -1 (out of memory). */
+static int run_rows(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
+                    void *const *buffers, const int64_t *symbols, int64_t threads)
+{
+    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols, .tm = 1, .tn = 1};
+    while (args->batch * j.tn % threads)
+        j.tn++;
+    j.cols_part = round_up((args->n + j.tn - 1) / j.tn, g->nr);
+    int64_t tasks = args->batch * j.tn;
+    core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_row_parts, &j);
+    return atomic_load(&j.failed) ? -1 : 0;
+}
+
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
              void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
 {
@@ -312,6 +438,12 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
     double work = (double)args->batch * (double)args->m * (double)args->n * (double)(args->k > 0 ? args->k : 1);
     bool large_b = (double)args->k * (double)args->n >= GEMM_LARGE_B;
     int64_t threads = work < GEMM_SMALL && !large_b ? 1 : core_threads(), s = 1;
+    if (args->m == 1 && !c) {
+        if (run_rows(g, args, a, b, out, buffers, symbols, threads) == 0)
+            return 0;
+        snprintf(err, err_size, "out of memory for a matrix product's row");
+        return -1;
+    }
     while (args->batch * s % threads) /* parts of each matrix, so that every thread has as many */
         s++;
     if (s > 1)
