@@ -14,6 +14,12 @@
  * fewer where each element costs a transcendental function. */
 enum { TASK_ELEMENTS = 32768, TASK_ELEMENTS_TRANSCENDENTAL = 4096 };
 
+/* Blocks of rows per thread, claimed one at a time: on a shared machine a
+ * thread can lose its core for milliseconds, and with one half of the rows
+ * each the call waited for it (softmax 4096x4096 behind Eigen's dynamic
+ * split at a load of 4); the other thread now takes its blocks. */
+enum { BLOCKS_PER_THREAD = 8 };
+
 /* A kernel a store of at least this many bytes streams (kx_kernel_options). */
 #define STREAM_BYTES (32 << 20)
 
@@ -151,6 +157,15 @@ static void run_rows(void *ctx, int64_t begin, int64_t end)
     c->code->fn(c->buffers, c->first_row + begin, c->first_row + end, c->symbols);
 }
 
+/* Rows in blocks of grain or more, up to BLOCKS_PER_THREAD a thread. */
+static int64_t rows_block(int64_t rows, int64_t grain)
+{
+    int64_t most = rows / grain, blocks = core_threads() * BLOCKS_PER_THREAD;
+    blocks = most < blocks ? most : blocks;
+    blocks = blocks < 1 ? 1 : blocks;
+    return (rows + blocks - 1) / blocks;
+}
+
 /* A kernel with a product runs whole: its operands follow its buffers. */
 static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
                   int64_t begin, int64_t end, char *err, size_t err_size)
@@ -170,8 +185,8 @@ static int launch(const kx_code *code, void *const *buffers, const kg_matmul_arg
     if (code->indexed)
         memcpy(words, symbols, IR_MAX_SYMBOLS * sizeof *words);
     rows_call call = {code, buffers, code->indexed ? words : symbols, begin};
-    int64_t cols = ir_poly_eval(&code->cols, symbols);
-    core_parallel_for(end - begin, cols > 0 ? code->work / cols : code->work, run_rows, &call);
+    int64_t cols = ir_poly_eval(&code->cols, symbols), grain = cols > 0 ? code->work / cols : code->work;
+    core_parallel_blocks(end - begin, rows_block(end - begin, grain < 1 ? 1 : grain), run_rows, &call);
     if (!words[IR_MAX_SYMBOLS + KX_BAD_FLAG])
         return 0;
     kx_bad_index_text(words + IR_MAX_SYMBOLS, err, err_size);

@@ -103,6 +103,10 @@ typedef void (*core_range_fn)(void *ctx, int64_t begin, int64_t end);
  * threads (KILN_THREADS, default the number of cores). Falls back to the
  * calling thread for small n or when the pool is busy with another caller. */
 void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx);
+/* Runs fn over [0, n) in blocks of block, each thread of the pool claiming
+ * one block at a time: a thread that starts late or loses its core leaves
+ * its blocks to the others. */
+void core_parallel_blocks(int64_t n, int64_t block, core_range_fn fn, void *ctx);
 /* Threads the pool uses, the caller included. */
 int core_threads(void);
 

@@ -135,3 +135,38 @@ void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx)
     atomic_store(&pool.next_chunk, INT64_MAX / 2);
     pthread_mutex_unlock(&pool.busy);
 }
+
+typedef struct {
+    core_range_fn fn;
+    void *ctx;
+    int64_t n, block;
+    _Atomic int64_t next; /* the first item not yet claimed */
+} blocks_job;
+
+/* One pool task a thread: claims blocks until none is left. */
+static void run_blocks(void *ctx, int64_t task, int64_t tasks_end)
+{
+    (void)task, (void)tasks_end;
+    blocks_job *j = ctx;
+    for (;;) {
+        int64_t begin = atomic_fetch_add_explicit(&j->next, j->block, memory_order_relaxed);
+        if (begin >= j->n)
+            return;
+        j->fn(j->ctx, begin, j->n - begin < j->block ? j->n : begin + j->block);
+    }
+}
+
+void core_parallel_blocks(int64_t n, int64_t block, core_range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (block < 1)
+        block = 1;
+    int64_t blocks = (n + block - 1) / block, threads = core_threads();
+    if (blocks == 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    blocks_job j = {fn, ctx, n, block, 0};
+    core_parallel_for(blocks < threads ? blocks : threads, 1, run_blocks, &j);
+}

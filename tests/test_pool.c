@@ -1,0 +1,99 @@
+/* The thread pool's blocks (src/core/pool.c core_parallel_blocks): every
+ * item run once, in blocks of the size asked for, and a thread that stalls
+ * on a block leaves the rest to the others. Links the core module
+ * statically; runs the pool on two threads. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "test_common.h"
+
+#include "core/core.h"
+
+enum { MAX_ITEMS = 1000, MAX_BLOCKS = 1000 };
+
+typedef struct {
+    int64_t n, block;
+    _Atomic int runs[MAX_ITEMS];
+    _Atomic int bad_ranges;
+    _Atomic int64_t calls;
+    pthread_t who[MAX_BLOCKS]; /* the thread that ran each block */
+    int64_t stall_block;       /* the block whose thread sleeps, -1 for none */
+} blocks_seen;
+
+static void note_block(void *ctx, int64_t begin, int64_t end)
+{
+    blocks_seen *s = ctx;
+    if (begin % s->block || !(end - begin == s->block || (end == s->n && end - begin < s->block)))
+        atomic_fetch_add(&s->bad_ranges, 1);
+    for (int64_t i = begin; i < end; i++)
+        atomic_fetch_add(&s->runs[i], 1);
+    s->who[begin / s->block] = pthread_self();
+    if (begin / s->block != s->stall_block) {
+        atomic_fetch_add(&s->calls, 1);
+        return;
+    }
+    /* until every other block is done, or 2 s */
+    for (int ms = 0; ms < 2000 && atomic_load(&s->calls) < (s->n + s->block - 1) / s->block - 1; ms++)
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    atomic_fetch_add(&s->calls, 1);
+}
+
+static void use_two_threads(void)
+{
+    setenv("KILN_THREADS", "2", 1);
+    ck_assert_int_eq(core_threads(), 2);
+}
+
+START_TEST(test_blocks_run_every_item_once)
+{
+    static const int64_t cases[][2] = {{0, 4}, {1, 4}, {7, 1}, {100, 7}, {100, 100}, {100, 1000}, {999, 64}};
+    use_two_threads();
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        static blocks_seen s;
+        memset(&s, 0, sizeof s);
+        s.n = cases[c][0];
+        s.block = cases[c][1];
+        s.stall_block = -1;
+        core_parallel_blocks(s.n, s.block, note_block, &s);
+        for (int64_t i = 0; i < s.n; i++)
+            ck_assert_msg(s.runs[i] == 1, "n %lld block %lld: item %lld run %d times", (long long)s.n,
+                          (long long)s.block, (long long)i, s.runs[i]);
+        ck_assert_int_eq(s.bad_ranges, 0);
+        ck_assert_int_eq(s.calls, (s.n + s.block - 1) / s.block);
+    }
+}
+END_TEST
+
+/* The thread that runs block 0 waits in it until the others are done (2 s
+ * at most): the other thread runs them all meanwhile (with a half each, the
+ * waiting thread would also have blocks 1-7 to run, after 2 s). */
+START_TEST(test_a_stalled_thread_leaves_its_blocks)
+{
+    use_two_threads();
+    static blocks_seen s;
+    memset(&s, 0, sizeof s);
+    s.n = 16;
+    s.block = 1;
+    s.stall_block = 0;
+    core_parallel_blocks(s.n, s.block, note_block, &s);
+    int by_sleeper = 0;
+    for (int64_t b = 0; b < s.n; b++) {
+        ck_assert_int_eq(s.runs[b], 1);
+        by_sleeper += pthread_equal(s.who[b], s.who[0]) != 0;
+    }
+    ck_assert_msg(by_sleeper == 1, "the thread that slept in block 0 ran %d blocks of 16", by_sleeper);
+}
+END_TEST
+
+static Suite *pool_suite(void)
+{
+    Suite *s = suite_create("pool");
+    TCase *tc = tcase_create("blocks");
+    tcase_add_test(tc, test_blocks_run_every_item_once);
+    tcase_add_test(tc, test_a_stalled_thread_leaves_its_blocks);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+KILN_TEST_MAIN(pool_suite)
