@@ -164,6 +164,31 @@ START_TEST(test_embedding_reads_rows_in_place)
 }
 END_TEST
 
+/* index_select of contiguous data along a middle axis, large enough that
+ * its rows are copied in blocks (index.c ROWS_PARALLEL_BYTES) that start
+ * inside an outer slice, with negative indices: every row as the index says. */
+START_TEST(test_index_select_rows_in_blocks)
+{
+    enum { OUTER = 3, SIZE = 3000, INNER = 64, N = 3001 };
+    kiln_tensor *a = kiln_reshape(kiln_arange(0, OUTER * SIZE * INNER, 1, KILN_F32), 3,
+                                  (int64_t[]){OUTER, SIZE, INNER});
+    static int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 7919) % SIZE) - (i % 2 ? SIZE : 0);
+    kiln_tensor *rows = kiln_index_select(a, 1, kiln_from_data(KILN_I32, 1, (int64_t[]){N}, ids));
+    ck_assert_msg(rows, "%s", kiln_last_error());
+    static float got[OUTER * N * INNER];
+    ck_assert_int_eq(kiln_copy_to_host(rows, got, sizeof got), 0);
+    for (int o = 0; o < OUTER; o++)
+        for (int i = 0; i < N; i++) {
+            int64_t v = ids[i] < 0 ? ids[i] + SIZE : ids[i];
+            for (int e = 0; e < INNER; e += INNER - 1)
+                ck_assert_msg(got[((int64_t)o * N + i) * INNER + e] == (float)((o * SIZE + v) * INNER + e),
+                              "row %d of slice %d element %d", i, o, e);
+        }
+}
+END_TEST
+
 /* -- scatter_add ------------------------------------------------------------------- */
 
 static kiln_tensor *apply_scatter(kiln_tensor *const *in, const void *ctx)
@@ -478,6 +503,8 @@ static Suite *indexing_suite(void)
     tcase_add_test(tc, test_refusals);
     if (oc_device() == KILN_CPU) /* a CPU table */
         tcase_add_test(tc, test_embedding_reads_rows_in_place);
+    if (oc_device() == KILN_CPU) /* the CPU's copy in blocks */
+        tcase_add_test(tc, test_index_select_rows_in_blocks);
     suite_add_tcase(s, tc);
     return s;
 }

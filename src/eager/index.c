@@ -47,14 +47,17 @@ static int64_t extent(const kiln_tensor *a, int axis)
     return a->ndim ? a->shape[axis] : 1;
 }
 
-/* index's value at row-major position i (any layout). */
+/* index's value at row-major position i (any layout), i < its numel: the
+ * first axis needs no division (a 1-d index none; an embedding's copy and
+ * check divided twice a row). */
 static int64_t index_at(const kiln_tensor *index, int64_t i)
 {
     int64_t off = 0;
-    for (int d = index->ndim - 1; d >= 0; d--) {
+    for (int d = index->ndim - 1; d > 0; d--) {
         off += i % index->shape[d] * index->strides[d];
         i /= index->shape[d];
     }
+    off += index->ndim ? i * index->strides[0] : 0;
     const char *p = eager_data(index);
     return index->dtype == KILN_I64 ? ((const int64_t *)p)[off] : ((const int32_t *)p)[off];
 }
@@ -164,11 +167,14 @@ static void gather_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
-/* Bytes of rows a thread copies at least: a MiB copies from cache in about
- * 20 us, the time it takes to hand half of it to a woken worker (an
- * embedding of 256 rows of 768 floats took 27 us on two threads against 18
- * us on one). */
-#define ROWS_PER_THREAD_BYTES (1 << 20)
+/* Rows are copied in blocks of about ROWS_BLOCK_BYTES claimed by whichever
+ * thread is free (core_parallel_blocks), from ROWS_PARALLEL_BYTES in all:
+ * below that, waking a worker costs more than it saves on this 2-core VM
+ * (an embedding of 256 rows of 768 floats took 27 us on two threads, in
+ * halves, in blocks of 64 KiB, and with the caller spinning rather than
+ * sleeping for the worker's last block, against 17 us on one). */
+#define ROWS_BLOCK_BYTES (256 << 10)
+#define ROWS_PARALLEL_BYTES (2 << 20)
 
 /* index_select of contiguous data on the CPU: whole blocks of the elements
  * after the axis copied at once (an embedding's rows), outer * n of them. */
@@ -182,10 +188,13 @@ typedef struct {
 static void copy_rows(void *ctx, int64_t begin, int64_t end)
 {
     const rows_job *j = ctx;
+    int64_t o = begin / j->n, k = begin % j->n; /* row r is index k of outer slice o */
     for (int64_t r = begin; r < end; r++) {
-        int64_t o = r / j->n, v = index_at(j->index, r % j->n);
+        int64_t v = index_at(j->index, k);
         v += v < 0 ? j->axis_size : 0;
         memcpy(j->out + r * j->block, j->data + (o * j->axis_size + v) * j->block, (size_t)j->block);
+        if (++k == j->n)
+            k = 0, o++;
     }
 }
 
@@ -214,7 +223,8 @@ static kiln_tensor *gathered(const char *fn, const kiln_tensor *data, const kiln
             block *= d > axis ? shape[d] : 1;
         }
         rows_job rows = {eager_data(data), index, shape[axis], data->shape[axis], block, eager_data(out)};
-        core_parallel_for(outer * shape[axis], 1 + ROWS_PER_THREAD_BYTES / block, copy_rows, &rows);
+        int64_t n = outer * shape[axis], rows_per_block = 1 + ROWS_BLOCK_BYTES / block;
+        core_parallel_blocks(n, n * block < ROWS_PARALLEL_BYTES ? n : rows_per_block, copy_rows, &rows);
         return out;
     }
     gather_job job = {data, index, ndim, axis, shape, index_strides, eager_data(out)};
