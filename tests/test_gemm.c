@@ -259,6 +259,18 @@ static kiln_tensor *expanded_batch_3x40x35(kiln_dtype dt)
     return kiln_expand(random_of(dt, 3, (int64_t[]){1, 40, 35}, 21), 3, (int64_t[]){3, 40, 35});
 }
 
+static kiln_tensor *batch_3x17x40(kiln_dtype dt)
+{
+    return random_of(dt, 3, (int64_t[]){3, 17, 40}, 26);
+}
+
+/* The rows of each matrix 3 rows apart, interleaved with the other
+ * matrices': a batch that is no block of rows. */
+static kiln_tensor *interleaved_batch_3x17x40(kiln_dtype dt)
+{
+    return kiln_transpose(random_of(dt, 3, (int64_t[]){17, 3, 40}, 27), 0, 1);
+}
+
 static kiln_tensor *empty_0x40(kiln_dtype dt)
 {
     return random_of(dt, 2, (int64_t[]){0, 40}, 22);
@@ -294,6 +306,9 @@ static const layout_case LAYOUTS[] = {
     {"batch broadcast", batch_2x1x17x40, batch_3x40x35},
     {"matrix @ batch", strided_17x40, batch_3x40x35},
     {"batch @ repeated matrix", batch_2x1x17x40, expanded_batch_3x40x35},
+    {"batch @ matrix: one block of rows", batch_3x17x40, cols_40x35},
+    {"batches @ matrix: one block of rows", batch_2x1x17x40, reversed_40x35},
+    {"interleaved batch @ matrix", interleaved_batch_3x17x40, transposed_40x35},
     {"m = 0", empty_0x40, cols_40x35},
     {"k = 0: zeros", empty_17x0, empty_0x35},
     {"empty batch", empty_batch_0x17x40, cols_40x35},

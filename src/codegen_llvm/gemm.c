@@ -427,11 +427,36 @@ int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, cons
     return gemm_run_conv(g, NULL, args, a, b, out, buffers, symbols, err, err_size);
 }
 
+/* A batch of products sharing one B whose A rows follow each other in
+ * memory from matrix to matrix (x [4,128,768] @ W, and its gradient g @ Wᵀ)
+ * is one product of batch * m rows: the rows, counted over the batch, are
+ * the same rows of the output and of a fused kernel's epilogue, but B is
+ * packed once instead of once per matrix, and the blocks of rows are as
+ * tall as the cache allows rather than m (train_gpt's 128). */
+static kg_matmul_args fold_batch(const kg_matmul_args *args)
+{
+    kg_matmul_args f = *args;
+    int64_t step = args->m * args->a_row;
+    for (int d = args->batch_ndim - 1; d >= 0; d--) {
+        if (args->batch_shape[d] == 1)
+            continue;
+        if (args->b_batch_strides[d] != 0 || args->a_batch_strides[d] != step)
+            return f;
+        step *= args->batch_shape[d];
+    }
+    f.m = args->batch * args->m;
+    f.batch = 1;
+    f.batch_ndim = 0;
+    return f;
+}
+
 int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *b,
                   void *out, void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
 {
     if (args->batch <= 0 || args->m <= 0 || args->n <= 0)
         return 0;
+    kg_matmul_args folded = c ? *args : fold_batch(args);
+    args = &folded;
     job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols, .conv = c,
              .bl = block_sizes(g, args->k),
              .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
