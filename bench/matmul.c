@@ -1,6 +1,7 @@
 /* kiln-bench --workload matmul on the CPU: f32 products of the shapes real
  * workloads run (square, the mlp's layers, attention's batched scores and
- * values, a tall-skinny and a batched case), in GFLOP/s: kiln's GEMM
+ * values, a tall-skinny and a batched case, a GPT layer's batch of
+ * sequences times one weight), in GFLOP/s: kiln's GEMM
  * (kiln_matmul with KILN_MATMUL=kiln), OpenBLAS as found (cblas_sgemm, a
  * batch as a loop) timed in turn with it, rep by rep, and OpenBLAS with the
  * best core type for this CPU forced (OPENBLAS_CORETYPE) in a fresh process
@@ -26,17 +27,19 @@ typedef struct {
     const char *name;
     int64_t batch, m, k, n; /* full size */
     int64_t quick[4];       /* batch, m, k, n under --quick */
+    bool shared_b;          /* one B [k, n] for the whole batch, as a linear layer's weight */
 } shape;
 
 static const shape SHAPES[] = {
-    {"square", 1, 512, 512, 512, {1, 64, 64, 64}},
-    {"square", 1, 2048, 2048, 2048, {1, 128, 128, 128}},
-    {"mlp up", 1, 256, 1024, 4096, {1, 32, 64, 256}},
-    {"mlp down", 1, 256, 4096, 1024, {1, 32, 256, 64}},
-    {"attention q@k^T", 64, 256, 64, 256, {4, 32, 16, 32}},
-    {"attention w@v", 64, 256, 256, 64, {4, 32, 32, 16}},
-    {"tall-skinny", 1, 16384, 256, 64, {1, 1024, 32, 16}},
-    {"batched", 32, 128, 128, 128, {4, 16, 16, 16}},
+    {"square", 1, 512, 512, 512, {1, 64, 64, 64}, false},
+    {"square", 1, 2048, 2048, 2048, {1, 128, 128, 128}, false},
+    {"mlp up", 1, 256, 1024, 4096, {1, 32, 64, 256}, false},
+    {"mlp down", 1, 256, 4096, 1024, {1, 32, 256, 64}, false},
+    {"attention q@k^T", 64, 256, 64, 256, {4, 32, 16, 32}, false},
+    {"attention w@v", 64, 256, 256, 64, {4, 32, 32, 16}, false},
+    {"tall-skinny", 1, 16384, 256, 64, {1, 1024, 32, 16}, false},
+    {"batched", 32, 128, 128, 128, {4, 16, 16, 16}, false},
+    {"gpt linear", 4, 128, 768, 2304, {2, 16, 32, 48}, true},
 };
 enum { N_SHAPES = sizeof SHAPES / sizeof *SHAPES };
 _Static_assert((int)N_SHAPES <= (int)BENCH_MAX_MATMUL, "bench_matmul holds every shape");
@@ -45,6 +48,7 @@ _Static_assert((int)N_SHAPES <= (int)BENCH_MAX_MATMUL, "bench_matmul holds every
  * arrays for OpenBLAS. */
 typedef struct {
     int64_t batch, m, k, n;
+    bool shared_b;
     kiln_tensor *a, *b;
     float *ha, *hb, *hc;
 } operands;
@@ -52,14 +56,14 @@ typedef struct {
 static int operands_make(const shape *s, bool quick, operands *o)
 {
     const int64_t *q = quick ? s->quick : (const int64_t[]){s->batch, s->m, s->k, s->n};
-    *o = (operands){.batch = q[0], .m = q[1], .k = q[2], .n = q[3]};
-    int single = o->batch == 1; /* then [m,k] @ [k,n], without a batch axis */
+    *o = (operands){.batch = q[0], .m = q[1], .k = q[2], .n = q[3], .shared_b = s->shared_b};
+    int single = o->batch == 1, b_single = single || s->shared_b; /* then [m,k] or [k,n], without a batch axis */
     int64_t a_shape[3] = {o->batch, o->m, o->k}, b_shape[3] = {o->batch, o->k, o->n};
     o->a = kiln_randn(3 - single, a_shape + single, 1);
-    kiln_tensor *b = kiln_randn(3 - single, b_shape + single, 2);
+    kiln_tensor *b = kiln_randn(3 - b_single, b_shape + b_single, 2);
     o->b = kiln_mul_scalar(b, 1 / sqrt((double)o->k));
     kiln_release(b);
-    size_t na = (size_t)(o->batch * o->m * o->k), nb = (size_t)(o->batch * o->k * o->n);
+    size_t na = (size_t)(o->batch * o->m * o->k), nb = (size_t)((s->shared_b ? 1 : o->batch) * o->k * o->n);
     o->ha = malloc(na * sizeof(float));
     o->hb = malloc(nb * sizeof(float));
     o->hc = malloc((size_t)(o->batch * o->m * o->n) * sizeof(float));
@@ -98,7 +102,7 @@ static double time_openblas(const operands *o)
     double start = now_ms();
     for (int64_t z = 0; z < o->batch; z++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)o->m, (int)o->n, (int)o->k, 1,
-                    o->ha + z * o->m * o->k, (int)o->k, o->hb + z * o->k * o->n, (int)o->n, 0,
+                    o->ha + z * o->m * o->k, (int)o->k, o->hb + (o->shared_b ? 0 : z) * o->k * o->n, (int)o->n, 0,
                     o->hc + z * o->m * o->n, (int)o->n);
     return now_ms() - start;
 }

@@ -79,7 +79,7 @@ def check_serve(run):
 
 
 MATMUL_SHAPES = ["square", "square", "mlp up", "mlp down", "attention q@k^T", "attention w@v", "tall-skinny",
-                 "batched"]
+                 "batched", "gpt linear"]
 
 
 def check_matmul(path):
