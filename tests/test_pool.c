@@ -19,6 +19,7 @@ typedef struct {
     _Atomic int64_t calls;
     pthread_t who[MAX_BLOCKS]; /* the thread that ran each block */
     int64_t stall_block;       /* the block whose thread sleeps, -1 for none */
+    bool stall_timed_out;      /* the other threads had not run the rest in 30 s */
 } blocks_seen;
 
 static void note_block(void *ctx, int64_t begin, int64_t end)
@@ -33,9 +34,11 @@ static void note_block(void *ctx, int64_t begin, int64_t end)
         atomic_fetch_add(&s->calls, 1);
         return;
     }
-    /* until every other block is done, or 2 s */
-    for (int ms = 0; ms < 2000 && atomic_load(&s->calls) < (s->n + s->block - 1) / s->block - 1; ms++)
+    /* until every other block is done, or 30 s (a loaded machine, valgrind) */
+    int64_t others = (s->n + s->block - 1) / s->block - 1;
+    for (int ms = 0; ms < 30000 && atomic_load(&s->calls) < others; ms++)
         nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    s->stall_timed_out = atomic_load(&s->calls) < others;
     atomic_fetch_add(&s->calls, 1);
 }
 
@@ -65,9 +68,9 @@ START_TEST(test_blocks_run_every_item_once)
 }
 END_TEST
 
-/* The thread that runs block 0 waits in it until the others are done (2 s
+/* The thread that runs block 0 waits in it until the others are done (30 s
  * at most): the other thread runs them all meanwhile (with a half each, the
- * waiting thread would also have blocks 1-7 to run, after 2 s). */
+ * waiting thread would also have blocks 1-7 to run, after 30 s). */
 START_TEST(test_a_stalled_thread_leaves_its_blocks)
 {
     use_two_threads();
@@ -77,6 +80,7 @@ START_TEST(test_a_stalled_thread_leaves_its_blocks)
     s.block = 1;
     s.stall_block = 0;
     core_parallel_blocks(s.n, s.block, note_block, &s);
+    ck_assert_msg(!s.stall_timed_out, "no other thread ran the other 15 blocks within 30 s");
     int by_sleeper = 0;
     for (int64_t b = 0; b < s.n; b++) {
         ck_assert_int_eq(s.runs[b], 1);
@@ -90,6 +94,7 @@ static Suite *pool_suite(void)
 {
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("blocks");
+    tcase_set_timeout(tc, 60); /* the stalled thread's 30 s */
     tcase_add_test(tc, test_blocks_run_every_item_once);
     tcase_add_test(tc, test_a_stalled_thread_leaves_its_blocks);
     suite_add_tcase(s, tc);

@@ -100,23 +100,20 @@ int core_threads(void)
     return pool.threads;
 }
 
-void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx)
+/* Publishes fn over [0, n) in chunks of chunk_size, claimed one at a time
+ * by the caller and the workers, and waits for the last; the caller runs it
+ * alone when another caller's job holds the pool. */
+static void run_job(int64_t n, int64_t chunk_size, core_range_fn fn, void *ctx)
 {
-    if (n <= 0)
-        return;
-    if (grain < 1)
-        grain = 1;
-    int threads = core_threads();
-    int64_t chunks = n / grain < threads ? n / grain : threads;
-    if (chunks <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
+    if (pthread_mutex_trylock(&pool.busy) != 0) {
         fn(ctx, 0, n);
         return;
     }
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
-    pool.chunk_size = (n + chunks - 1) / chunks;
-    chunks = (n + pool.chunk_size - 1) / pool.chunk_size; /* no empty chunk at the end */
+    pool.chunk_size = chunk_size;
+    int64_t chunks = (n + chunk_size - 1) / chunk_size;
     atomic_store_explicit(&pool.chunks, chunks, memory_order_relaxed);
     atomic_store(&pool.chunks_left, chunks);
     atomic_store(&pool.next_chunk, 0); /* last: opens the job to late workers */
@@ -136,24 +133,19 @@ void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx)
     pthread_mutex_unlock(&pool.busy);
 }
 
-typedef struct {
-    core_range_fn fn;
-    void *ctx;
-    int64_t n, block;
-    _Atomic int64_t next; /* the first item not yet claimed */
-} blocks_job;
-
-/* One pool task a thread: claims blocks until none is left. */
-static void run_blocks(void *ctx, int64_t task, int64_t tasks_end)
+void core_parallel_for(int64_t n, int64_t grain, core_range_fn fn, void *ctx)
 {
-    (void)task, (void)tasks_end;
-    blocks_job *j = ctx;
-    for (;;) {
-        int64_t begin = atomic_fetch_add_explicit(&j->next, j->block, memory_order_relaxed);
-        if (begin >= j->n)
-            return;
-        j->fn(j->ctx, begin, j->n - begin < j->block ? j->n : begin + j->block);
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    int threads = core_threads();
+    int64_t chunks = n / grain < threads ? n / grain : threads;
+    if (chunks <= 1) {
+        fn(ctx, 0, n);
+        return;
     }
+    run_job(n, (n + chunks - 1) / chunks, fn, ctx);
 }
 
 void core_parallel_blocks(int64_t n, int64_t block, core_range_fn fn, void *ctx)
@@ -162,11 +154,9 @@ void core_parallel_blocks(int64_t n, int64_t block, core_range_fn fn, void *ctx)
         return;
     if (block < 1)
         block = 1;
-    int64_t blocks = (n + block - 1) / block, threads = core_threads();
-    if (blocks == 1) {
+    if (n <= block || core_threads() == 1) {
         fn(ctx, 0, n);
         return;
     }
-    blocks_job j = {fn, ctx, n, block, 0};
-    core_parallel_for(blocks < threads ? blocks : threads, 1, run_blocks, &j);
+    run_job(n, block, fn, ctx);
 }

@@ -45,8 +45,8 @@ unsigned device_grid(int64_t n);
 int device_launch(const device_module *m, const unsigned grid[3], unsigned block, void **params, char *err,
                   size_t err_size);
 /* device_launch of a kernel that may set n_words 64-bit flag words (its bad
- * indices): params[slot] is pointed at the words, zeroed before the launch;
- * they are read back into words after it. */
+ * indices): params[slot] points at them, zeroed, for the launch (NULL
+ * after); they are read back into words. */
 int device_launch_flagged(const device_module *m, const unsigned grid[3], unsigned block, void **params, int slot,
                           int64_t *words, int n_words, char *err, size_t err_size);
 

@@ -321,5 +321,6 @@ int device_launch_flagged(const device_module *m, const unsigned grid[3], unsign
     if (status == 0)
         status = device_download(words, at, bytes, err, err_size);
     device_free(at, granted);
+    params[slot] = NULL;
     return status;
 }

@@ -47,9 +47,8 @@ static int64_t extent(const kiln_tensor *a, int axis)
     return a->ndim ? a->shape[axis] : 1;
 }
 
-/* index's value at row-major position i (any layout), i < its numel: the
- * first axis needs no division (a 1-d index none; an embedding's copy and
- * check divided twice a row). */
+/* index's value at row-major position i (any layout), i < its numel; the
+ * first axis takes no division, so a 1-d index (an embedding's) takes none. */
 static int64_t index_at(const kiln_tensor *index, int64_t i)
 {
     int64_t off = 0;
@@ -103,17 +102,17 @@ static int cuda_indexing(const char *fn, const kg_kernel *k, kg_index_args *args
         return -CORE_DEVICE;
     char err[512];
     void *pointers[3] = {out, (void *)in0, (void *)in1};
-    void *params[5] = {args, &pointers[0], &pointers[1], &pointers[2], NULL};
+    void *params[5] = {args, &pointers[0], &pointers[1], &pointers[2], NULL}; /* [4]: the bad words */
     unsigned grid[3];
-    int64_t bad[2] = {0, 0};
+    int64_t bad[KG_BAD_WORDS] = {0};
     if (device_launch_flagged(code.module, cuda_grid_over(grid, &code, args->numel), (unsigned)code.threads, params, 4,
-                              bad, 2, err, sizeof err) < 0)
-        return core_fail(CORE_DEVICE, fn, "%s", err);
-    if (!bad[0])
+                              bad, KG_BAD_WORDS, err, sizeof err) < 0)
+        return core_fail(strstr(err, "out of memory") ? CORE_NOMEM : CORE_DEVICE, fn, "%s", err);
+    if (!bad[KG_BAD_FLAG])
         return 0;
     char d[DESCRIBE_MAX];
     return core_fail(CORE_VALUE, fn, "index %lld of index %s is out of range for axis %d of size %lld",
-                     (long long)bad[1], describe(d, index), args->axis, (long long)args->axis_size);
+                     (long long)bad[KG_BAD_INDEX], describe(d, index), args->axis, (long long)args->axis_size);
 }
 
 /* The args of an indexing kernel over index's shape (a gather's result:
@@ -169,10 +168,8 @@ static void gather_range(void *ctx, int64_t begin, int64_t end)
 
 /* Rows are copied in blocks of about ROWS_BLOCK_BYTES claimed by whichever
  * thread is free (core_parallel_blocks), from ROWS_PARALLEL_BYTES in all:
- * below that, waking a worker costs more than it saves on this 2-core VM
- * (an embedding of 256 rows of 768 floats took 27 us on two threads, in
- * halves, in blocks of 64 KiB, and with the caller spinning rather than
- * sleeping for the worker's last block, against 17 us on one). */
+ * below that, waking a worker costs more than its half of the copy saves
+ * (an embedding's 768 KiB of rows is faster on one thread). */
 #define ROWS_BLOCK_BYTES (256 << 10)
 #define ROWS_PARALLEL_BYTES (2 << 20)
 
@@ -193,8 +190,10 @@ static void copy_rows(void *ctx, int64_t begin, int64_t end)
         int64_t v = index_at(j->index, k);
         v += v < 0 ? j->axis_size : 0;
         memcpy(j->out + r * j->block, j->data + (o * j->axis_size + v) * j->block, (size_t)j->block);
-        if (++k == j->n)
-            k = 0, o++;
+        if (++k == j->n) {
+            k = 0;
+            o++;
+        }
     }
 }
 

@@ -293,6 +293,8 @@ typedef struct {
     int ndim, axis;
 } kg_index_args;
 
+enum { KG_BAD_FLAG, KG_BAD_INDEX, KG_BAD_WORDS };
+
 /* numel f32 uniform values of Philox4x32-10 keyed by seed, from word
  * offset (a multiple of 4): src/eager/philox.c's. */
 typedef struct {
@@ -335,7 +337,8 @@ typedef enum {
  *   *bad): GATHER reads in0 (data, of dtype out) at the indices in1 (i32 or
  *   i64) into the contiguous out of the index's shape; SCATTER_ADD adds
  *   in1 (src, of dtype out) at the indices in0 into out (atomically; bool
- *   refused). A thread per index element.
+ *   refused). A thread per index element. bad: KG_BAD_WORDS zeroed words,
+ *   set to 1 and the first bad index given when one is out of range.
  * RANDOM: kernel(kg_random_args, float *out); a thread per 4 elements. */
 typedef struct {
     kg_kind kind;
