@@ -48,11 +48,8 @@ static void block(const job *j, char *acc, int64_t ld, int64_t r0, int64_t m_rem
         j->step(acc + i * ld * size, plane, a->b_row, a->b_col, w, oh0, oh1);
     }
     int64_t c0 = oh0 * j->out_width, n = (oh1 - oh0) * j->out_width;
-    for (int64_t jr = 0; jr < n; jr += g->nr) {
-        gemm_tile t = {.m_rem = m_rem, .n_rem = n - jr < g->nr ? n - jr : g->nr, .row0 = r0, .col0 = c0 + jr,
-                       .buffers = j->buffers, .symbols = j->symbols};
-        g->kernel(0, acc, acc, acc + jr * size, ld, GEMM_LOAD | GEMM_FINAL, &t);
-    }
+    gemm_finish_tiles(g, acc, ld, n, (gemm_tile){.m_rem = m_rem, .row0 = r0, .col0 = c0, .buffers = j->buffers,
+                                                 .symbols = j->symbols});
 }
 
 static void run_blocks(void *ctx, int64_t begin, int64_t end)

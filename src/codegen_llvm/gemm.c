@@ -356,63 +356,65 @@ static int pack_b_once(job *j, char **raw, size_t *bytes)
 ROW_PRODUCT(float, row_product_f32)
 ROW_PRODUCT(double, row_product_f64)
 
-/* Matrix z's row of A, contiguous in row, through the prologue where A is
- * computed (it packs a panel of mr rows: the row is every mr-th value). */
-static void take_row(const job *j, int64_t z, char *panel, char *row)
+/* Matrix z's row of A, contiguous: where it lies, or copied into row
+ * through panel (pack_a or the prologue packs mr rows: the row is every
+ * mr-th value). */
+static const char *take_row(const job *j, int64_t z, char *panel, char *row)
 {
     const gemm_code *g = j->g;
     const kg_matmul_args *a = j->args;
     int64_t size = g->size;
-    if (a->k == 0)
-        return;
+    const char *at = j->a + gemm_batch_offset(a->a_batch_strides, a, z) * size;
+    if (!g->prologue && a->a_col == 1)
+        return at;
     if (g->prologue)
         g->prologue(panel, z, 1, 0, a->k, j->buffers, j->symbols);
     else
-        g->pack_a(j->a + gemm_batch_offset(a->a_batch_strides, a, z) * size, a->a_row, a->a_col, 1, a->k, panel);
+        g->pack_a(at, a->a_row, a->a_col, 1, a->k, panel);
     for (int64_t i = 0; i < a->k; i++)
         memcpy(row + i * size, panel + i * g->mr * size, (size_t)size);
+    return row;
 }
 
-/* Columns [n0, n0 + cols) of matrix z's row: its row of A into row (panel
- * for the packing), the sums into the first row of sums (width columns). */
-static void row_part(const job *j, int64_t z, int64_t n0, int64_t cols, char *panel, char *row, char *sums,
-                     int64_t width)
+/* Row-path scratch: the panel pack_a fills, the row, and mr rows of sums
+ * for ROW_CHUNK columns (the micro-kernel reads whole tiles). */
+enum { ROW_CHUNK_TILES = 16 };
+
+static void row_chunk(const job *j, int64_t z, int64_t n0, int64_t cols, const char *row, char *sums)
 {
     const gemm_code *g = j->g;
     const kg_matmul_args *a = j->args;
     int64_t size = g->size;
-    take_row(j, z, panel, row);
     const char *b = j->b + (gemm_batch_offset(a->b_batch_strides, a, z) + n0 * a->b_col) * size;
     if (size == 4)
         row_product_f32((const float *)row, (const float *)b, a->b_row, a->b_col, a->k, cols, (float *)sums);
     else
         row_product_f64((const double *)row, (const double *)b, a->b_row, a->b_col, a->k, cols, (double *)sums);
-    for (int64_t jr = 0; jr < cols; jr += g->nr) {
-        gemm_tile tile = {.m_rem = 1, .n_rem = cols - jr < g->nr ? cols - jr : g->nr, .row0 = z, .col0 = n0 + jr,
-                          .ld_out = a->n, .buffers = j->buffers, .symbols = j->symbols};
-        if (j->out)
-            tile.out = j->out + (z * a->n + n0 + jr) * size;
-        g->kernel(0, sums, sums, sums + jr * size, width, GEMM_LOAD | GEMM_FINAL, &tile);
-    }
+    gemm_tile t = {.m_rem = 1, .row0 = z, .col0 = n0, .ld_out = a->n, .buffers = j->buffers, .symbols = j->symbols};
+    if (j->out)
+        t.out = j->out + (z * a->n + n0) * size;
+    gemm_finish_tiles(g, sums, ROW_CHUNK_TILES * g->nr, cols, t);
 }
 
-static void run_row_parts(void *ctx, int64_t begin, int64_t end)
+/* Chunks [begin, end) of all matrices' rows, chunks_per_row of each. */
+static void run_row_chunks(void *ctx, int64_t begin, int64_t end)
 {
     job *j = ctx;
     const kg_matmul_args *a = j->args;
-    int64_t size = j->g->size, mr = j->g->mr, width = round_up(j->cols_part, j->g->nr);
-    /* the panel as pack_a fills it, the row, and mr rows of sums (the micro-kernel reads a whole tile) */
-    size_t bytes[3] = {(size_t)(mr * a->k * size), (size_t)(a->k * size), (size_t)(mr * width * size)};
+    int64_t size = j->g->size, mr = j->g->mr, chunk = ROW_CHUNK_TILES * j->g->nr, per_row = j->tn;
+    size_t bytes[3] = {(size_t)(mr * a->k * size), (size_t)(a->k * size), (size_t)(mr * chunk * size)};
     char *raw[3] = {NULL}, *at[3];
     bool ok = true;
     for (int i = 0; i < 3; i++)
         ok = (at[i] = gemm_aligned_block(&raw[i], bytes[i])) && ok;
     if (ok)
         memset(at[2], 0, bytes[2]);
-    for (int64_t t = begin; t < end && ok; t++) {
-        int64_t z = t / j->tn, n0 = t % j->tn * j->cols_part;
-        if (n0 < a->n)
-            row_part(j, z, n0, a->n - n0 < j->cols_part ? a->n - n0 : j->cols_part, at[0], at[1], at[2], width);
+    const char *row = NULL;
+    for (int64_t t = begin, taken = -1; t < end && ok; t++) {
+        int64_t z = t / per_row, n0 = t % per_row * chunk;
+        if (z != taken)
+            row = take_row(j, taken = z, at[0], at[1]);
+        row_chunk(j, z, n0, a->n - n0 < chunk ? a->n - n0 : chunk, row, at[2]);
     }
     if (!ok)
         atomic_store(&j->failed, true);
@@ -421,18 +423,32 @@ static void run_row_parts(void *ctx, int64_t begin, int64_t end)
             core_free(raw[i], bytes[i] + 64);
 }
 
-/* The product of one row per matrix over threads threads, each matrix's
- * columns in tn parts of whole tiles. 0, or -1 (out of memory). */
+/* The product of one row per matrix, in chunks of columns claimed by the
+ * pool's threads a few at a time. 0, or -1 (out of memory). */
 static int run_rows(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
                     void *const *buffers, const int64_t *symbols, int64_t threads)
 {
-    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols, .tm = 1, .tn = 1};
-    while (args->batch * j.tn % threads)
-        j.tn++;
-    j.cols_part = round_up((args->n + j.tn - 1) / j.tn, g->nr);
-    int64_t tasks = args->batch * j.tn;
-    core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_row_parts, &j);
+    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols, .tm = 1};
+    int64_t chunk = ROW_CHUNK_TILES * g->nr;
+    j.tn = (args->n + chunk - 1) / chunk;
+    int64_t tasks = args->batch * j.tn, block = tasks / (4 * threads);
+    if (threads == 1)
+        run_row_chunks(&j, 0, tasks);
+    else
+        core_parallel_blocks(tasks, block > 0 ? block : 1, run_row_chunks, &j);
     return atomic_load(&j.failed) ? -1 : 0;
+}
+
+void gemm_finish_tiles(const gemm_code *g, char *acc, int64_t ld, int64_t n, gemm_tile t)
+{
+    char *out = t.out;
+    int64_t col0 = t.col0;
+    for (int64_t jr = 0; jr < n; jr += g->nr) {
+        t.n_rem = n - jr < g->nr ? n - jr : g->nr;
+        t.col0 = col0 + jr;
+        t.out = out ? out + jr * g->size : NULL;
+        g->kernel(0, acc, acc, acc + jr * g->size, ld, GEMM_LOAD | GEMM_FINAL, &t);
+    }
 }
 
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,

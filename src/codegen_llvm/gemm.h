@@ -87,6 +87,11 @@ char *gemm_aligned_block(char **raw, size_t bytes);
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
              void *const *buffers, const int64_t *symbols, char *err, size_t err_size);
 
+/* Hands columns [0, n) of acc (t.m_rem rows, ld apart), complete, to the
+ * micro-kernel over no steps of k, a tile of nr at a time from t's col0
+ * (and out), for its store or its epilogue. */
+void gemm_finish_tiles(const gemm_code *g, char *acc, int64_t ld, int64_t n, gemm_tile t);
+
 /* gemm_run of a convolution (kx_conv c; args as kernel.h's kx_conv says),
  * its B packed from x through the window, never stored whole. */
 int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *x,
