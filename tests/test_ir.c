@@ -958,7 +958,7 @@ END_TEST
 
 /* -- Passes ---------------------------------------------------------------- */
 
-typedef enum { SIMPLIFY, SIMPLIFY_FAST, FOLD, DCE, TRANSCENDENTAL } pass;
+typedef enum { SIMPLIFY, SIMPLIFY_FAST, FOLD, DCE, TRANSCENDENTAL, TRANSPOSE_PRODUCTS } pass;
 
 static int run_pass(pass p, ir_graph **g)
 {
@@ -968,6 +968,7 @@ static int run_pass(pass p, ir_graph **g)
     case FOLD: return ir_pass_fold(g, eager_eval_const);
     case DCE: return ir_pass_dce(g);
     case TRANSCENDENTAL: return ir_pass_transcendental(g);
+    case TRANSPOSE_PRODUCTS: return ir_pass_transpose_products(g);
     }
     return -1;
 }
@@ -1240,6 +1241,29 @@ static const pass_case pass_cases[] = {
      G "%0 = input 0 : f32[4]\n%1 = neg %0 : f32[4]\noutput %1\n"},
     {"dce keeps a graph without dead nodes", DCE,
      G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = log %1 : f32[4]\noutput %2\n", UNCHANGED},
+
+    /* a product read only transposed, computed transposed (the old one left to dce) */
+    {"(a@b)ᵀ -> bᵀ@aᵀ", TRANSPOSE_PRODUCTS,
+     G "%0 = input 0 : f32[2,3]\n%1 = input 1 : f32[3,4]\n%2 = matmul %0 %1 : f32[2,4]\n"
+       "%3 = permute %2 perm=1,0 : f32[4,2]\noutput %3\n", 1,
+     G "%0 = input 0 : f32[2,3]\n%1 = input 1 : f32[3,4]\n%2 = matmul %0 %1 : f32[2,4]\n"
+       "%3 = permute %1 perm=1,0 : f32[4,3]\n%4 = permute %0 perm=1,0 : f32[3,2]\n"
+       "%5 = matmul %3 %4 : f32[4,2]\noutput %5\n"},
+    {"(a@b)ᵀ -> bᵀ@aᵀ over a batch of a, b broadcast", TRANSPOSE_PRODUCTS,
+     G "%0 = input 0 : f32[5,2,3]\n%1 = input 1 : f32[3,4]\n%2 = matmul %0 %1 : f32[5,2,4]\n"
+       "%3 = permute %2 perm=0,2,1 : f32[5,4,2]\noutput %3\n", 1,
+     G "%0 = input 0 : f32[5,2,3]\n%1 = input 1 : f32[3,4]\n%2 = matmul %0 %1 : f32[5,2,4]\n"
+       "%3 = permute %1 perm=1,0 : f32[4,3]\n%4 = permute %0 perm=0,2,1 : f32[5,3,2]\n"
+       "%5 = matmul %3 %4 : f32[5,4,2]\noutput %5\n"},
+    {"(a@b)ᵀ stays when the product is read untransposed too", TRANSPOSE_PRODUCTS,
+     G "%0 = input 0 : f32[2,3]\n%1 = input 1 : f32[3,4]\n%2 = matmul %0 %1 : f32[2,4]\n"
+       "%3 = permute %2 perm=1,0 : f32[4,2]\noutput %3 %2\n", UNCHANGED},
+    {"a permute of a product moving its batch axis stays", TRANSPOSE_PRODUCTS,
+     G "%0 = input 0 : f32[5,2,3]\n%1 = input 1 : f32[5,3,4]\n%2 = matmul %0 %1 : f32[5,2,4]\n"
+       "%3 = permute %2 perm=1,0,2 : f32[2,5,4]\noutput %3\n", UNCHANGED},
+    {"(x@b)ᵀ stays for a vector x", TRANSPOSE_PRODUCTS,
+     G "%0 = input 0 : f32[3]\n%1 = input 1 : f32[5,3,4]\n%2 = matmul %0 %1 : f32[5,4]\n"
+       "%3 = permute %2 perm=1,0 : f32[4,5]\noutput %3\n", UNCHANGED},
 
     /* compositions of transcendentals (rewrite.c) */
     {"tanh(log(1+exp x)) -> one exp and a quotient (mish)", TRANSCENDENTAL,

@@ -292,6 +292,7 @@ typedef struct {
     bool fast_math;    /* allow rewrites that are not exact in IEEE arithmetic */
     bool verify;       /* run ir_verify after every pass */
     bool transcendental; /* rewrite compositions of transcendentals (rewrite.c) */
+    bool transpose_products; /* (a @ b)ᵀ as bᵀ @ aᵀ (passes.c): rounds as the product's code does */
 } ir_pass_options;
 
 /* Constant folding, algebraic simplification, common subexpressions and dead
@@ -306,5 +307,7 @@ int ir_pass_dce(ir_graph **g);
 /* rewrite.c: compositions of transcendentals in cheaper or more accurate
  * forms, within the errors kiln.h states rather than bit for bit. */
 int ir_pass_transcendental(ir_graph **g);
+/* passes.c: a product read only transposed computed as bᵀ @ aᵀ. */
+int ir_pass_transpose_products(ir_graph **g);
 
 #endif

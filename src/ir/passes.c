@@ -272,6 +272,85 @@ int ir_pass_simplify(ir_graph **g, bool fast_math)
     return ir_replace(g, next, changes);
 }
 
+/* -- Transposed products --------------------------------------------------- *
+ * (a @ b)ᵀ over the last two axes, the product read by nothing else, is
+ * computed as bᵀ @ aᵀ, so it comes out in the layout its readers walk: a
+ * gradient for a tied or transposed weight (train_gpt's embedding, used as
+ * the logits' wteᵀ) is otherwise made as [768, 8192] and read transposed,
+ * column by column at a power-of-two stride, by every optimizer kernel of
+ * the weight. Both operands are then read transposed, which the products
+ * pack at no extra cost. The same sums in the same order of k, but a
+ * product's rounding is its code's (blocks, threads), not bit for bit, so
+ * the pass runs only where ir_pass_options asks. */
+
+typedef struct {
+    const ir_graph *in;
+    uint32_t *uses; /* per node of in: operand, output and writeback references */
+} transpose_ctx;
+
+/* Whether n swaps its last two axes and keeps the others. */
+static bool swaps_last_two(const ir_node *n)
+{
+    if (n->ndim < 2)
+        return false;
+    for (int d = 0; d < n->ndim; d++) {
+        int want = d == n->ndim - 2 ? d + 1 : d == n->ndim - 1 ? d - 1 : d;
+        if (n->params.perm[d] != want)
+            return false;
+    }
+    return true;
+}
+
+/* x with its last two axes swapped. */
+static ir_ref transposed(ir_graph *g, ir_ref x)
+{
+    const ir_node *n = &g->nodes[x];
+    int ndim = n->ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    ir_params p = {0};
+    for (int d = 0; d < ndim; d++) {
+        p.perm[d] = d == ndim - 2 ? d + 1 : d == ndim - 1 ? d - 1 : d;
+        shape[d] = n->shape[p.perm[d]];
+    }
+    return ir_emit(g, OP_PERMUTE, n->dtype, ndim, shape, 1, &x, &p);
+}
+
+static ir_ref transpose_product(ir_graph *g, const ir_node *n, const ir_ref *ops, void *ctx)
+{
+    const transpose_ctx *c = ctx;
+    if (n->op != OP_PERMUTE || !swaps_last_two(n) || c->uses[ir_operands(c->in, n)[0]] != 1)
+        return IR_NONE;
+    const ir_node *product = &g->nodes[ops[0]];
+    if (product->op != OP_MATMUL)
+        return IR_NONE;
+    ir_ref a = ir_operands(g, product)[0], b = ir_operands(g, product)[1];
+    if (g->nodes[a].ndim < 2 || g->nodes[b].ndim < 2)
+        return IR_NONE;
+    ir_ref swapped[2] = {transposed(g, b), transposed(g, a)};
+    if (swapped[0] == IR_NONE || swapped[1] == IR_NONE)
+        return IR_NONE;
+    return ir_emit(g, OP_MATMUL, n->dtype, n->ndim, n->shape, 2, swapped, NULL);
+}
+
+int ir_pass_transpose_products(ir_graph **g)
+{
+    const ir_graph *in = *g;
+    transpose_ctx ctx = {in, calloc(in->count ? in->count : 1, sizeof *ctx.uses)};
+    if (!ctx.uses)
+        return -1;
+    for (ir_ref r = 0; r < in->count; r++)
+        for (uint32_t i = 0; i < in->nodes[r].n_operands; i++)
+            ctx.uses[ir_operands(in, &in->nodes[r])[i]]++;
+    for (int i = 0; i < in->n_outputs; i++)
+        ctx.uses[in->outputs[i]]++;
+    for (int i = 0; i < in->n_writebacks; i++)
+        ctx.uses[in->writebacks[i].value]++;
+    int changes = 0;
+    ir_graph *next = ir_rebuild(in, NULL, transpose_product, &ctx, &changes);
+    free(ctx.uses);
+    return ir_replace(g, next, changes);
+}
+
 /* -- Dead code ------------------------------------------------------------- */
 
 int ir_pass_dce(ir_graph **g)
@@ -323,6 +402,9 @@ int ir_optimize(ir_graph **g, const ir_pass_options *opt, char *err, size_t err_
             return -1;
         if (opt->transcendental &&
             !after_pass(ir_pass_transcendental(g), g, opt, &changes, err, err_size))
+            return -1;
+        if (opt->transpose_products &&
+            !after_pass(ir_pass_transpose_products(g), g, opt, &changes, err, err_size))
             return -1;
         if (!after_pass(ir_pass_simplify(g, opt->fast_math), g, opt, &changes, err, err_size) ||
             !after_pass(ir_pass_dce(g), g, opt, &changes, err, err_size))

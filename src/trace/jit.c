@@ -356,7 +356,8 @@ static int optimise(const kiln_fn *f, ir_graph **g)
     char err[512] = "";
     /* The interpreter stays bit for bit eager's: it is what tests compare against. */
     ir_pass_options opt = {.eval = eager_eval_const, .fast_math = f->opts.fast_math,
-                           .transcendental = f->opts.backend != KILN_BACKEND_INTERP};
+                           .transcendental = f->opts.backend != KILN_BACKEND_INTERP,
+                           .transpose_products = f->opts.backend != KILN_BACKEND_INTERP};
 #ifndef NDEBUG
     opt.verify = true;
 #endif
