@@ -234,6 +234,26 @@ START_TEST(test_scatter_add)
 }
 END_TEST
 
+/* An embedding's gradient: rows of src added at row indices expanded along
+ * the last axis (stride 0, one value a row), repeated rows adding up; a bad
+ * index in a later row is named at its position. */
+START_TEST(test_scatter_add_expanded_rows)
+{
+    const double ids[] = {1, -1, 1}, bad_ids[] = {0, 2, 7};
+    kiln_tensor *src = kiln_reshape(kiln_arange(0, 12, 1, KILN_F32), 2, (int64_t[]){3, 4});
+    kiln_tensor *base = kiln_ones(KILN_F32, 2, (int64_t[]){5, 4});
+    kiln_tensor *index = kiln_expand(oc_tensor(KILN_I64, OC_CONTIG, 2, (int64_t[]){3, 1}, ids), 2, (int64_t[]){3, 4});
+    float got[20], want[20];
+    for (int i = 0; i < 20; i++)
+        want[i] = 1 + (i / 4 == 1 ? (float)(i % 4) + (float)(8 + i % 4) : i / 4 == 4 ? (float)(4 + i % 4) : 0);
+    ck_assert_int_eq(kiln_copy_to_host(kiln_scatter_add(base, 0, index, src), got, sizeof got), 0);
+    ck_assert(!memcmp(got, want, sizeof got));
+    index = kiln_expand(oc_tensor(KILN_I64, OC_CONTIG, 2, (int64_t[]){3, 1}, bad_ids), 2, (int64_t[]){3, 4});
+    ck_assert_ptr_null(kiln_scatter_add(base, 0, index, src));
+    ck_assert_kiln_error("kiln_scatter_add", "index 7 at [2,0]");
+}
+END_TEST
+
 /* -- masked_fill ------------------------------------------------------------------- */
 
 static kiln_tensor *apply_masked_fill(kiln_tensor *const *in, const void *ctx)
@@ -495,6 +515,7 @@ static Suite *indexing_suite(void)
     tcase_add_test(tc, test_index_select);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_scatter_add);
+    tcase_add_test(tc, test_scatter_add_expanded_rows);
     tcase_add_test(tc, test_masked_fill);
     tcase_add_test(tc, test_cumsum);
     tcase_add_test(tc, test_cumsum_wraps);

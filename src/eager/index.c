@@ -76,15 +76,58 @@ static int fail_out_of_range(const char *fn, const kiln_tensor *index, int64_t a
                      (long long)size);
 }
 
+/* A row-major walk over the rows of a shape (its axes but the last), with
+ * the offset of the current row in up to three layouts stepped as an
+ * odometer rather than divided out of a position per element. */
+typedef struct {
+    int n_outer, n_layouts;
+    const int64_t *shape;
+    const int64_t *strides[3];
+    int64_t c[KILN_MAX_DIMS];
+    int64_t at[3];
+} row_walk;
+
+static void row_walk_next(row_walk *w)
+{
+    for (int d = w->n_outer - 1; d >= 0; d--) {
+        for (int l = 0; l < w->n_layouts; l++)
+            w->at[l] += w->strides[l][d];
+        if (++w->c[d] < w->shape[d])
+            return;
+        for (int l = 0; l < w->n_layouts; l++)
+            w->at[l] -= w->c[d] * w->strides[l][d];
+        w->c[d] = 0;
+    }
+}
+
+/* The index's rows and their length: a 0-d index is one row of one. */
+static int64_t index_row_length(const kiln_tensor *index)
+{
+    return index->ndim ? index->shape[index->ndim - 1] : 1;
+}
+
+static int64_t index_value(const char *p, kiln_dtype dt, int64_t off)
+{
+    return dt == KILN_I64 ? ((const int64_t *)p)[off] : ((const int32_t *)p)[off];
+}
+
 /* Checks every index of a CPU index tensor against an axis of size: 0, or
- * fn's error naming the first one out of range. */
+ * fn's error naming the first one out of range. A row read at stride 0 (an
+ * index expanded along its last axis) holds one value, checked once. */
 static int check_indices(const char *fn, const kiln_tensor *index, int axis, int64_t size)
 {
-    for (int64_t i = 0; i < index->numel; i++) {
-        int64_t v = index_at(index, i);
-        if (v < -size || v >= size)
-            return fail_out_of_range(fn, index, i, v, axis, size);
-    }
+    int64_t len = index_row_length(index), step = index->ndim ? index->strides[index->ndim - 1] : 0;
+    if (index->numel == 0)
+        return 0;
+    row_walk w = {.n_outer = index->ndim ? index->ndim - 1 : 0, .n_layouts = 1, .shape = index->shape,
+                  .strides = {index->strides}};
+    const char *p = eager_data(index);
+    for (int64_t row = 0; row < index->numel / len; row++, row_walk_next(&w))
+        for (int64_t j = 0; j < (step ? len : 1); j++) {
+            int64_t v = index_value(p, index->dtype, w.at[0] + j * step);
+            if (v < -size || v >= size)
+                return fail_out_of_range(fn, index, row * len + j, v, axis, size);
+        }
     return 0;
 }
 
@@ -284,30 +327,42 @@ static kiln_tensor *index_select_value(kiln_tensor *a, int axis, kiln_tensor *in
 
 /* -- scatter_add ------------------------------------------------------------- */
 
+/* out[off] += src[from] in out's dtype (integers wrap). */
+static void add_at(char *o, const char *s, int64_t off, int64_t from, kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F32: ((float *)o)[off] += ((const float *)s)[from]; break;
+    case KILN_F64: ((double *)o)[off] += ((const double *)s)[from]; break;
+    case KILN_I32: ((uint32_t *)o)[off] += ((const uint32_t *)s)[from]; break;
+    default: ((uint64_t *)o)[off] += ((const uint64_t *)s)[from]; break;
+    }
+}
+
 /* out (contiguous, a copy of a) gets src added at each index position,
- * sequentially: repeated indices add up the same way every time. */
+ * sequentially in the index's row-major order: repeated indices add up the
+ * same way every time. The index is walked a row at a time (train_gpt's
+ * embedding gradient, 512 x 768 positions, took 5 ms dividing each one's
+ * coordinates out). */
 static void scatter_cpu(kiln_tensor *out, const kiln_tensor *index, const kiln_tensor *src, int axis)
 {
-    int64_t axis_size = extent(out, axis);
+    int64_t axis_size = extent(out, axis), len = index_row_length(index), zero = 0;
+    int last = index->ndim - 1;
+    int64_t out_strides[KILN_MAX_DIMS]; /* out's along the index's axes, the indexed one read from the index */
+    memcpy(out_strides, out->strides, (size_t)out->ndim * sizeof *out_strides);
+    if (out->ndim)
+        out_strides[axis] = 0;
+    int64_t out_step = last >= 0 ? out_strides[last] : 0, src_step = last >= 0 ? src->strides[last] : 0;
+    int64_t index_step = last >= 0 ? index->strides[last] : 0, axis_stride = out->ndim ? out->strides[axis] : 0;
+    row_walk w = {.n_outer = last > 0 ? last : 0, .n_layouts = 3, .shape = index->shape,
+                  .strides = {out->ndim ? out_strides : &zero, index->strides, src->strides}};
     char *o = eager_data(out);
-    const char *s = eager_data(src);
-    for (int64_t i = 0; i < index->numel; i++) {
-        int64_t rest = i, off = 0, from = 0;
-        for (int d = index->ndim - 1; d >= 0; d--) {
-            int64_t c = rest % index->shape[d];
-            rest /= index->shape[d];
-            off += d == axis ? 0 : c * out->strides[d];
-            from += c * src->strides[d];
+    const char *s = eager_data(src), *ix = eager_data(index);
+    for (int64_t row = 0; row < index->numel / len; row++, row_walk_next(&w))
+        for (int64_t j = 0; j < len; j++) {
+            int64_t v = index_value(ix, index->dtype, w.at[1] + j * index_step);
+            v += v < 0 ? axis_size : 0;
+            add_at(o, s, w.at[0] + j * out_step + v * axis_stride, w.at[2] + j * src_step, out->dtype);
         }
-        int64_t v = index_at(index, i);
-        off += out->ndim ? (v + (v < 0 ? axis_size : 0)) * out->strides[axis] : 0;
-        switch (out->dtype) {
-        case KILN_F32: ((float *)o)[off] += ((const float *)s)[from]; break;
-        case KILN_F64: ((double *)o)[off] += ((const double *)s)[from]; break;
-        case KILN_I32: ((uint32_t *)o)[off] += ((const uint32_t *)s)[from]; break; /* wraps */
-        default: ((uint64_t *)o)[off] += ((const uint64_t *)s)[from]; break;
-        }
-    }
 }
 
 static int check_scatter(const char *fn, const kiln_tensor *a, int axis, const kiln_tensor *index,
