@@ -628,8 +628,8 @@ static void profile_step(const executable *x, uint32_t i, ir_ref r, double start
     const ir_node *n = &x->graph->nodes[r];
     int step = x->backend ? x->plan.step_of[r] : -1;
     const char *how = "eager";
-    if (step >= 0 && x->plan.steps[step].kernel)
-        how = "kernel";
+    if (step >= 0 && x->plan.steps[step].kernel) /* a product inside is most of such a kernel's time */
+        how = x->plan.steps[step].product != IR_NONE ? "kernel with its product" : "kernel";
     else if (step >= 0 && x->plan.steps[step].blocked_with >= 0)
         how = "product in blocks"; /* with its epilogue, whose own step then takes nothing */
     char shape[KILN_MAX_DIMS * 21 + 1] = "";
