@@ -89,6 +89,37 @@ START_TEST(test_training_step_allocation_failures)
 }
 END_TEST
 
+/* A compiled product of one row (a classifier's shape; GEMM's row path,
+ * its scratch from kiln's allocator), called with inputs made anew. */
+static kiln_fn *row_fn;
+
+static int row_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_relu(kiln_matmul(in[0], in[1]));
+    return 0;
+}
+
+static kiln_tensor *one_row_product(void)
+{
+    kiln_scope_begin();
+    kiln_tensor *in[2] = {kiln_randn(2, (int64_t[]){1, 300}, 5), kiln_randn(2, (int64_t[]){300, 1000}, 6)};
+    kiln_tensor *y = NULL, *out = NULL;
+    if (in[0] && in[1] && kiln_call(row_fn, in, &y) == 0)
+        out = kiln_keep(kiln_sum(y, KILN_ALL, false));
+    kiln_scope_end();
+    return out;
+}
+
+START_TEST(test_compiled_row_product_allocation_failures)
+{
+    row_fn = kiln_jit("one_row_product", row_body, 2, 1, NULL, NULL);
+    ck_assert_ptr_nonnull(row_fn);
+    fail_each_allocation(one_row_product, 3);
+    kiln_fn_free(row_fn);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -96,6 +127,7 @@ static Suite *faults_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_every_allocation_failure_is_reported_and_leaks_nothing);
     tcase_add_test(tc, test_training_step_allocation_failures);
+    tcase_add_test(tc, test_compiled_row_product_allocation_failures);
     suite_add_tcase(s, tc);
     return s;
 }
