@@ -3,12 +3,12 @@
  * values, a tall-skinny and a batched case, a GPT layer's batch of
  * sequences times one weight), in GFLOP/s: kiln's GEMM
  * (kiln_matmul with KILN_MATMUL=kiln), OpenBLAS as found (cblas_sgemm, a
- * batch as a loop) timed in turn with it, rep by rep, and OpenBLAS with the
- * best core type for this CPU forced (OPENBLAS_CORETYPE) in a fresh process
- * per shape, since the core is chosen once when OpenBLAS loads; "-" when
- * that process fails (some OpenBLAS builds crash on a core this CPU lacks)
- * or the core found is already the best. The table names the core OpenBLAS
- * chose. */
+ * batch as a loop, one sharing its B as one product) timed in turn with it,
+ * rep by rep, and OpenBLAS with the best core type for this CPU forced
+ * (OPENBLAS_CORETYPE) in a fresh process per shape, since the core is
+ * chosen once when OpenBLAS loads; "-" when that process fails (some
+ * OpenBLAS builds crash on a core this CPU lacks) or the core found is
+ * already the best. The table names the core OpenBLAS chose. */
 #include "matmul.h"
 
 #include <kiln/kiln.h>
@@ -97,12 +97,19 @@ static double time_kiln(const operands *o)
     return c ? ms : NAN;
 }
 
+/* A batch sharing one B is one sgemm of batch x m rows, as eager's OpenBLAS
+ * path runs it. */
 static double time_openblas(const operands *o)
 {
     double start = now_ms();
+    if (o->shared_b) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(o->batch * o->m), (int)o->n, (int)o->k, 1, o->ha,
+                    (int)o->k, o->hb, (int)o->n, 0, o->hc, (int)o->n);
+        return now_ms() - start;
+    }
     for (int64_t z = 0; z < o->batch; z++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)o->m, (int)o->n, (int)o->k, 1,
-                    o->ha + z * o->m * o->k, (int)o->k, o->hb + (o->shared_b ? 0 : z) * o->k * o->n, (int)o->n, 0,
+                    o->ha + z * o->m * o->k, (int)o->k, o->hb + z * o->k * o->n, (int)o->n, 0,
                     o->hc + z * o->m * o->n, (int)o->n);
     return now_ms() - start;
 }

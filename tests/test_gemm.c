@@ -389,7 +389,8 @@ static const epilogue_case EPILOGUES[] = {
 /* Product shapes {batch, m, n, k}: tiles at every edge (the first: the one
  * valgrind runs), k past a block, a batch folded into rows, and a batch
  * large enough to be split across threads (2^21 multiply-adds and more),
- * and one row per matrix (read as it lies, not packed).
+ * and one row per matrix, each with a B of its own (right_operand), so the
+ * batch is not folded into rows and B is read as it lies, not packed.
  * A product of one column is read with an inner stride of 0 and not fused:
  * n >= 2. */
 static const int64_t EPILOGUE_SHAPES[][4] = {
@@ -401,7 +402,16 @@ typedef struct {
     kiln_dtype dt;
 } epilogue_run;
 
-/* in: a [batch, m, k], b [k, n], bias [n], other [batch, m, n]. */
+/* B for shape sh: [k, n], or [batch, k, n] for one row per matrix. */
+static kiln_tensor *right_operand(kiln_dtype dt, const int64_t *sh, uint64_t seed)
+{
+    int64_t batch = sh[0], m = sh[1], n = sh[2], k = sh[3];
+    if (m == 1 && batch > 1)
+        return random_of(dt, 3, (int64_t[]){batch, k, n}, seed);
+    return random_of(dt, 2, (int64_t[]){k, n}, seed);
+}
+
+/* in: a [batch, m, k], b (right_operand), bias [n], other [batch, m, n]. */
 static int product_with_epilogue(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     const epilogue_run *r = user;
@@ -453,8 +463,8 @@ START_TEST(test_epilogues_fused_match_eager)
     for (size_t s = 0; s < shapes_to_run(); s++) {
         const int64_t *sh = EPILOGUE_SHAPES[s];
         int64_t batch = sh[0], m = sh[1], n = sh[2], k = sh[3];
-        kiln_tensor *in[4] = {random_of(run.dt, 3, (int64_t[]){batch, m, k}, 31),
-                              random_of(run.dt, 2, (int64_t[]){k, n}, 32), random_of(run.dt, 1, &n, 33),
+        kiln_tensor *in[4] = {random_of(run.dt, 3, (int64_t[]){batch, m, k}, 31), right_operand(run.dt, sh, 32),
+                              random_of(run.dt, 1, &n, 33),
                               random_of(run.dt, 3, (int64_t[]){batch, m, n}, 34)};
         check_one_kernel(run.e->name, product_with_epilogue, 4, in, &run, run.dt, sh);
     }
@@ -525,7 +535,7 @@ START_TEST(test_prologues_fused_match_eager)
         int64_t batch = sh[0], m = sh[1], n = sh[2], k = sh[3];
         kiln_dtype x_dt = run.c->other_dtype ? (run.dt == KILN_F32 ? KILN_F64 : KILN_F32) : run.dt;
         int64_t x_shape[3] = {batch, run.c->transposed ? k : m, run.c->transposed ? m : k};
-        kiln_tensor *in[3] = {random_of(x_dt, 3, x_shape, 41), random_of(run.dt, 2, (int64_t[]){k, n}, 42),
+        kiln_tensor *in[3] = {random_of(x_dt, 3, x_shape, 41), right_operand(run.dt, sh, 42),
                               random_of(run.dt, 1, &n, 43)};
         check_one_kernel(run.c->name, product_with_prologue, 3, in, &run, run.dt, sh);
     }

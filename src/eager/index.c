@@ -47,6 +47,17 @@ static int64_t extent(const kiln_tensor *a, int axis)
     return a->ndim ? a->shape[axis] : 1;
 }
 
+/* The index's rows and their length: a 0-d index is one row of one. */
+static int64_t index_row_length(const kiln_tensor *index)
+{
+    return index->ndim ? index->shape[index->ndim - 1] : 1;
+}
+
+static int64_t index_value(const char *p, kiln_dtype dt, int64_t off)
+{
+    return dt == KILN_I64 ? ((const int64_t *)p)[off] : ((const int32_t *)p)[off];
+}
+
 /* index's value at row-major position i (any layout), i < its numel; the
  * first axis takes no division, so a 1-d index (an embedding's) takes none. */
 static int64_t index_at(const kiln_tensor *index, int64_t i)
@@ -57,8 +68,7 @@ static int64_t index_at(const kiln_tensor *index, int64_t i)
         i /= index->shape[d];
     }
     off += index->ndim ? i * index->strides[0] : 0;
-    const char *p = eager_data(index);
-    return index->dtype == KILN_I64 ? ((const int64_t *)p)[off] : ((const int32_t *)p)[off];
+    return index_value(eager_data(index), index->dtype, off);
 }
 
 /* fn's error for the index value given at row-major position at of index. */
@@ -98,17 +108,6 @@ static void row_walk_next(row_walk *w)
             w->at[l] -= w->c[d] * w->strides[l][d];
         w->c[d] = 0;
     }
-}
-
-/* The index's rows and their length: a 0-d index is one row of one. */
-static int64_t index_row_length(const kiln_tensor *index)
-{
-    return index->ndim ? index->shape[index->ndim - 1] : 1;
-}
-
-static int64_t index_value(const char *p, kiln_dtype dt, int64_t off)
-{
-    return dt == KILN_I64 ? ((const int64_t *)p)[off] : ((const int32_t *)p)[off];
 }
 
 /* Checks every index of a CPU index tensor against an axis of size: 0, or
@@ -340,12 +339,12 @@ static void add_at(char *o, const char *s, int64_t off, int64_t from, kiln_dtype
 
 /* out (contiguous, a copy of a) gets src added at each index position,
  * sequentially in the index's row-major order: repeated indices add up the
- * same way every time. The index is walked a row at a time (train_gpt's
- * embedding gradient, 512 x 768 positions, took 5 ms dividing each one's
- * coordinates out). */
+ * same way every time. The index is walked a row at a time, offsets stepped
+ * along, since dividing each position's coordinates out cost more than its
+ * add. index is not empty (the caller returns first). */
 static void scatter_cpu(kiln_tensor *out, const kiln_tensor *index, const kiln_tensor *src, int axis)
 {
-    int64_t axis_size = extent(out, axis), len = index_row_length(index), zero = 0;
+    int64_t axis_size = extent(out, axis), len = index_row_length(index);
     int last = index->ndim - 1;
     int64_t out_strides[KILN_MAX_DIMS]; /* out's along the index's axes, the indexed one read from the index */
     memcpy(out_strides, out->strides, (size_t)out->ndim * sizeof *out_strides);
@@ -354,7 +353,7 @@ static void scatter_cpu(kiln_tensor *out, const kiln_tensor *index, const kiln_t
     int64_t out_step = last >= 0 ? out_strides[last] : 0, src_step = last >= 0 ? src->strides[last] : 0;
     int64_t index_step = last >= 0 ? index->strides[last] : 0, axis_stride = out->ndim ? out->strides[axis] : 0;
     row_walk w = {.n_outer = last > 0 ? last : 0, .n_layouts = 3, .shape = index->shape,
-                  .strides = {out->ndim ? out_strides : &zero, index->strides, src->strides}};
+                  .strides = {out_strides, index->strides, src->strides}};
     char *o = eager_data(out);
     const char *s = eager_data(src), *ix = eager_data(index);
     for (int64_t row = 0; row < index->numel / len; row++, row_walk_next(&w))

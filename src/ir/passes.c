@@ -10,12 +10,17 @@
  * x**1, -(-x), max(x,x), ...); x*0, x-x and x+0 for floats are rewritten only
  * with fast_math, since NaN, infinities and -0 make them inexact. A rewrite
  * must also keep the node's dtype and shape: x*1 with x an i32 tensor and 1
- * an f64 constant is a conversion to f64, not x.
+ * an f64 constant is a conversion to f64, not x. Two passes run only for
+ * compiled graphs and keep values to the generated code's rounding, not bit
+ * for bit: the transcendental rewrites, and (a @ b)ᵀ computed as bᵀ @ aᵀ
+ * (the product's sums in another order of tiles).
  *
  * Why it ends: folding and simplification only ever replace a node by an
  * operand, a constant or a smaller chain, so each round removes nodes or
- * changes nothing; ir_optimize stops at the first round without a change
- * (and after 16 rounds whatever happens). */
+ * changes nothing; the product's transpose adds two permutes and a product
+ * in place of a product and its permute, and a product it made is read
+ * untransposed, so it is not rewritten again; ir_optimize stops at the
+ * first round without a change (and after 16 rounds whatever happens). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

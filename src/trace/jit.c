@@ -349,15 +349,15 @@ static void release_captures(kiln_tensor **captures, int n_captures)
     free(captures);
 }
 
-static int optimise(const kiln_fn *f, ir_graph **g)
+/* Simplifies g for f's signature, compiled or interpreted. */
+static int optimise(const kiln_fn *f, ir_graph **g, bool compiled)
 {
     if (f->opts.opt_level == 0)
         return 0;
     char err[512] = "";
     /* The interpreter stays bit for bit eager's: it is what tests compare against. */
-    ir_pass_options opt = {.eval = eager_eval_const, .fast_math = f->opts.fast_math,
-                           .transcendental = f->opts.backend != KILN_BACKEND_INTERP,
-                           .transpose_products = f->opts.backend != KILN_BACKEND_INTERP};
+    ir_pass_options opt = {.eval = eager_eval_const, .fast_math = f->opts.fast_math, .transcendental = compiled,
+                           .transpose_products = compiled};
 #ifndef NDEBUG
     opt.verify = true;
 #endif
@@ -465,11 +465,14 @@ static executable *make_exec(tracing *t, ir_graph *sym, kiln_tensor *const *capt
     snprintf(stage, sizeof stage, t->breaks ? "segment%d-before" : "before", t->breaks);
     dump_graph(f, t->serial, stage, sym);
     kiln_tensor **own = malloc((size_t)(n_captures ? n_captures : 1) * sizeof *own);
-    int status = own ? optimise(f, &sym) : core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", f->name);
     dump_target target = {f, t->serial};
     exec_options o = exec_options_of(f, sig_text, &target);
     o.device = device_of_signature(f, t->sig);
-    if (status < 0 || compiled_on(f, o.device, &o.compiled) < 0) {
+    int status = own ? compiled_on(f, o.device, &o.compiled)
+                     : core_fail(CORE_NOMEM, "kiln_call", "out of memory tracing '%s'", f->name);
+    if (status == 0)
+        status = optimise(f, &sym, o.compiled);
+    if (status < 0) {
         ir_graph_free(sym);
         free(own);
         return NULL;
@@ -1355,7 +1358,7 @@ int jit_trace_graph(kiln_fn *f, const kiln_spec *sig, ir_graph **out, kiln_tenso
     free(shape_read);
     if (asked != stack_asked)
         free(asked);
-    int status = g ? optimise(f, &g) : core_error_status();
+    int status = g ? optimise(f, &g, f->opts.backend != KILN_BACKEND_INTERP) : core_error_status();
     if (status < 0) {
         ir_graph_free(g);
         release_captures(*captures, *n_captures);
