@@ -293,16 +293,20 @@ typedef struct {
     uint32_t *uses; /* per node of in: operand, output and writeback references */
 } transpose_ctx;
 
+/* The axis that axis d of ndim comes from when the last two are swapped. */
+static int last_two_swapped(int d, int ndim)
+{
+    return d == ndim - 2 ? d + 1 : d == ndim - 1 ? d - 1 : d;
+}
+
 /* Whether n swaps its last two axes and keeps the others. */
 static bool swaps_last_two(const ir_node *n)
 {
     if (n->ndim < 2)
         return false;
-    for (int d = 0; d < n->ndim; d++) {
-        int want = d == n->ndim - 2 ? d + 1 : d == n->ndim - 1 ? d - 1 : d;
-        if (n->params.perm[d] != want)
+    for (int d = 0; d < n->ndim; d++)
+        if (n->params.perm[d] != last_two_swapped(d, n->ndim))
             return false;
-    }
     return true;
 }
 
@@ -314,7 +318,7 @@ static ir_ref transposed(ir_graph *g, ir_ref x)
     int64_t shape[KILN_MAX_DIMS];
     ir_params p = {0};
     for (int d = 0; d < ndim; d++) {
-        p.perm[d] = d == ndim - 2 ? d + 1 : d == ndim - 1 ? d - 1 : d;
+        p.perm[d] = last_two_swapped(d, ndim);
         shape[d] = n->shape[p.perm[d]];
     }
     return ir_emit(g, OP_PERMUTE, n->dtype, ndim, shape, 1, &x, &p);
