@@ -203,7 +203,7 @@ START_TEST(test_scatter_add)
         int64_t a[3], index[3], src[3];
         int axis;
     } cases[] = {{2, {3, 4}, {5, 4}, {5, 4}, 0}, {2, {3, 4}, {3, 6}, {3, 7}, 1}, {3, {2, 3, 4}, {2, 2, 3}, {2, 3, 3}, -1},
-                 {2, {3, 4}, {0, 4}, {1, 4}, 0}, {1, {4}, {9}, {9}, 0}};
+                 {2, {3, 4}, {0, 4}, {1, 4}, 0}, {1, {4}, {9}, {9}, 0}, {0, {0}, {0}, {0}, 0}};
     for (int c = 0; c < OC_COUNT(cases); c++) {
         for (int d = 0; d < 4; d++) {
             kiln_dtype dt = DTYPES[d];
@@ -211,7 +211,7 @@ START_TEST(test_scatter_add)
             oc_operand a, index, src;
             oc_operand_init(&a, dt, (oc_layout)((c + d) % OC_LAYOUTS), nd, cases[c].a, -9, 9, (uint64_t)(c + d));
             oc_operand_init(&src, dt, (oc_layout)((c + d + 1) % OC_LAYOUTS), nd, cases[c].src, -9, 9, (uint64_t)(c * d));
-            int64_t size = cases[c].a[axis];
+            int64_t size = nd ? cases[c].a[axis] : 1; /* a 0-d tensor is one row along axis 0, as in PyTorch */
             make_index(&index, d % 2 ? KILN_I32 : KILN_I64, nd, cases[c].index, size, (uint64_t)(c * 11 + d));
             double want[OC_MAX_ELEMS];
             memcpy(want, a.v, (size_t)a.numel * sizeof *want);

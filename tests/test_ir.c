@@ -1258,6 +1258,12 @@ static const pass_case pass_cases[] = {
     {"(a@b)ᵀ stays when the product is read untransposed too", TRANSPOSE_PRODUCTS,
      G "%0 = input 0 : f32[2,3]\n%1 = input 1 : f32[3,4]\n%2 = matmul %0 %1 : f32[2,4]\n"
        "%3 = permute %2 perm=1,0 : f32[4,2]\noutput %3 %2\n", UNCHANGED},
+    {"(a@b)ᵀ stays when another node reads the product", TRANSPOSE_PRODUCTS,
+     G "%0 = input 0 : f32[2,3]\n%1 = input 1 : f32[3,4]\n%2 = matmul %0 %1 : f32[2,4]\n"
+       "%3 = permute %2 perm=1,0 : f32[4,2]\n%4 = neg %2 : f32[2,4]\noutput %3 %4\n", UNCHANGED},
+    {"(a@b)ᵀ stays when the product is written back", TRANSPOSE_PRODUCTS,
+     G "%0 = input 0 : f32[2,3]\n%1 = input 1 : f32[3,4]\n%2 = capture 0 : f32[2,4]\n"
+       "%3 = matmul %0 %1 : f32[2,4]\n%4 = permute %3 perm=1,0 : f32[4,2]\noutput %4\nwriteback 0 %3\n", UNCHANGED},
     {"a permute of a product moving its batch axis stays", TRANSPOSE_PRODUCTS,
      G "%0 = input 0 : f32[5,2,3]\n%1 = input 1 : f32[5,3,4]\n%2 = matmul %0 %1 : f32[5,2,4]\n"
        "%3 = permute %2 perm=1,0,2 : f32[2,5,4]\noutput %3\n", UNCHANGED},
