@@ -120,6 +120,36 @@ START_TEST(test_compiled_row_product_allocation_failures)
 }
 END_TEST
 
+/* A compiled convolution of captured filters: a function made, called
+ * twice (the second call reuses what the first kept, such as its packed
+ * filters) and freed, under every failure; the traced body's failures run
+ * the convolution eagerly. */
+static int conv_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const kiln_conv2d_params same = {{1, 1}, {1, 1}, {1, 1}, 1};
+    out[0] = kiln_relu(kiln_conv2d(in[0], (kiln_tensor *)user, NULL, &same));
+    return out[0] ? 0 : -1;
+}
+
+static kiln_tensor *captured_conv(void)
+{
+    kiln_scope_begin();
+    kiln_tensor *w = kiln_randn(4, (int64_t[]){8, 4, 3, 3}, 7), *x = kiln_randn(4, (int64_t[]){1, 4, 6, 6}, 8);
+    kiln_tensor *y = NULL, *out = NULL;
+    kiln_fn *f = w && x ? kiln_jit("captured_conv", conv_body, 1, 1, w, NULL) : NULL;
+    if (f && kiln_call(f, &x, &y) == 0 && kiln_call(f, &x, &y) == 0)
+        out = kiln_keep(kiln_sum(y, KILN_ALL, false));
+    kiln_fn_free(f);
+    kiln_scope_end();
+    return out;
+}
+
+START_TEST(test_captured_conv_allocation_failures)
+{
+    fail_each_allocation(captured_conv, 3);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -128,6 +158,7 @@ static Suite *faults_suite(void)
     tcase_add_test(tc, test_every_allocation_failure_is_reported_and_leaks_nothing);
     tcase_add_test(tc, test_training_step_allocation_failures);
     tcase_add_test(tc, test_compiled_row_product_allocation_failures);
+    tcase_add_test(tc, test_captured_conv_allocation_failures);
     suite_add_tcase(s, tc);
     return s;
 }

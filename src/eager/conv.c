@@ -185,7 +185,9 @@ static kiln_tensor *unbatch(kiln_tensor *y, const kiln_tensor *x)
 /* x4 [N, C, H, W] convolved with w, without bias, of the table's ops. */
 static kiln_tensor *conv_composite(kiln_tensor *x4, kiln_tensor *w, const conv_params *c, const int64_t out[4])
 {
-    kiln_tensor *xp = padded(x4, c->padding, (int64_t[]){0, 0}, 0);
+    kiln_tensor *xp = x4 ? padded(x4, c->padding, (int64_t[]){0, 0}, 0) : NULL;
+    if (!xp) /* out of memory: the op that failed said so */
+        return NULL;
     return x4->shape[1] == c->groups && out[1] > 0 ? conv_depthwise(xp, w, c, out) : conv_product(xp, w, c, out);
 }
 
