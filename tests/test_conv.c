@@ -228,6 +228,58 @@ START_TEST(test_conv2d_two_products)
 }
 END_TEST
 
+/* relu(x (*) w), w the captured filters (user), padded to keep the size. */
+static kiln_tensor *relu_conv(kiln_tensor *x, kiln_tensor *w)
+{
+    int64_t pad = kiln_shape(w)[2] / 2;
+    const kiln_conv2d_params same = {{1, 1}, {pad, pad}, {1, 1}, 1};
+    return kiln_relu(kiln_conv2d(x, w, NULL, &same));
+}
+
+static int conv_captured(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = relu_conv(in[0], (kiln_tensor *)user);
+    return out[0] ? 0 : -1;
+}
+
+/* f's call on x against relu_conv eager. */
+static void check_captured(kiln_fn *f, kiln_tensor *x, kiln_tensor *w, const char *when)
+{
+    kiln_tensor *got = NULL, *want = relu_conv(x, w);
+    ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s: %s", when, kiln_last_error());
+    double diff = kiln_item(kiln_max(kiln_abs(kiln_sub(got, want)), KILN_ALL, false));
+    double size = kiln_item(kiln_max(kiln_abs(want), KILN_ALL, false));
+    ck_assert_msg(diff <= 1e-5 * size, "%lldx%lld filters, %s: traced and eager differ by %g (values up to %g)",
+                  (long long)kiln_shape(w)[2], (long long)kiln_shape(w)[3], when, diff, size);
+}
+
+/* A compiled convolution keeps its captured filters packed from call to
+ * call, in blocks of 14 rows and 16 steps of k here (30 filters of 180 or
+ * 20 taps: partial blocks of both), and packs them anew once kiln_assign
+ * changed them, the same storage; a 1x1 convolution's product reads them
+ * through a view. */
+START_TEST(test_conv2d_captured_filters)
+{
+    setenv("KILN_GEMM_KC", "16", 1);
+    setenv("KILN_GEMM_MC", "14", 1);
+    for (int64_t k = 1; k <= 3; k += 2) {
+        kiln_scope_begin();
+        int64_t ws[4] = {30, 20, k, k};
+        kiln_tensor *x = kiln_randn(4, (int64_t[]){1, 20, 9, 9}, 1), *w = kiln_randn(4, ws, 2);
+        kiln_fn *f = kiln_jit("conv_captured", conv_captured, 1, 1, w, NULL);
+        check_captured(f, x, w, "first call");
+        check_captured(f, x, w, "second call");
+        ck_assert_int_eq(kiln_assign(w, kiln_randn(4, ws, 3)), 0);
+        check_captured(f, x, w, "after kiln_assign");
+        check_captured(f, x, w, "the call after");
+        kiln_fn_free(f);
+        kiln_scope_end();
+    }
+    unsetenv("KILN_GEMM_KC");
+    unsetenv("KILN_GEMM_MC");
+}
+END_TEST
+
 /* A reduction over rows of a product is no epilogue of it: its rows stay
  * the kernel's (a 1x1 convolution's means over each image row). */
 static kiln_tensor *apply_row_means(kiln_tensor *const *in, const void *ctx)
@@ -524,6 +576,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv2d_forms);
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);
+    tcase_add_test(tc, test_conv2d_captured_filters);
     tcase_add_test(tc, test_conv2d_row_means);
     tcase_add_test(tc, test_conv2d_errors);
     tcase_add_test(tc, test_pool_random);

@@ -168,7 +168,7 @@ static int64_t rows_block(int64_t rows, int64_t grain)
 
 /* A kernel with a product runs whole: its operands follow its buffers. */
 static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
-                  int64_t begin, int64_t end, char *err, size_t err_size)
+                  const kx_constant *constant, int64_t begin, int64_t end, char *err, size_t err_size)
 {
     void *const *operands = buffers + code->n_buffers; /* after the kernel's */
     if (code->attention)
@@ -179,7 +179,7 @@ static int launch(const kx_code *code, void *const *buffers, const kg_matmul_arg
                              buffers, symbols, err, err_size);
     if (code->product)
         return gemm_run_conv(&code->att.gemm, code->conv.kh ? &code->conv : NULL, product, operands[0], operands[1],
-                             NULL, buffers, symbols, err, err_size);
+                             NULL, buffers, symbols, constant, err, err_size);
     /* a gather's bad words follow the symbols' values (kx_expr) */
     int64_t words[IR_MAX_SYMBOLS + KX_BAD_WORDS] = {0};
     if (code->indexed)
@@ -279,6 +279,7 @@ const kx_backend llvm_backend = {
     .load = load,
     .launch = launch,
     .unload = unload,
+    .forget = gemm_forget,
     .compile_generic = compile_generic,
     .load_generic = load_generic,
     .host_matmul = host_matmul,

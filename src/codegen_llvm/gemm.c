@@ -48,6 +48,7 @@ typedef struct {
     const int64_t *symbols;
     const kx_conv *conv; /* or NULL: B is a matrix */
     char *shared_b;      /* or NULL: each matrix's B packed whole, by all threads before the parts run */
+    const struct kept_a *kept; /* or NULL: A packed by each part, block by block */
     blocking bl;
     int64_t tm, tn;   /* parts of each matrix's rows and columns */
     int64_t rows_part, cols_part;
@@ -142,6 +143,109 @@ static int64_t shared_b_bytes(const job *j)
     return j->args->k * round_up(j->args->n, j->g->nr) * j->g->size;
 }
 
+/* -- A constant A, kept packed from call to call (kx_constant) ----------------- */
+
+/* All of A packed as part() packs it a block at a time: for each step of k
+ * from pc (kc steps, fewer in the last), the panels of all rows (m rounded
+ * up to mr), so that rows from ic are at pc * rows + ic * kc elements. It
+ * is A's for the key and the layout it was packed from. */
+typedef struct kept_a {
+    uint64_t key[2];
+    const char *a;
+    int64_t m, k, a_row, a_col, kc, mr, size;
+    size_t bytes;
+    char *raw, *panels;
+} kept_a;
+
+static char *kept_panels(const kept_a *p, int64_t ic, int64_t pc, int64_t kc)
+{
+    return p->panels + (pc * round_up(p->m, p->mr) + ic * kc) * p->size;
+}
+
+static bool kept_fits(const kept_a *p, const kept_a *want)
+{
+    return p->key[0] == want->key[0] && p->key[1] == want->key[1] && p->a == want->a && p->m == want->m &&
+           p->k == want->k && p->a_row == want->a_row && p->a_col == want->a_col && p->kc == want->kc &&
+           p->mr == want->mr && p->size == want->size;
+}
+
+void gemm_forget(void *kept)
+{
+    kept_a *p = kept;
+    if (!p)
+        return;
+    core_free(p->raw, p->bytes + 64);
+    core_free(p, sizeof *p);
+}
+
+typedef struct {
+    const gemm_code *g;
+    kept_a *p;
+    int64_t mc, row_blocks;
+} kept_packing;
+
+/* Tasks [begin, end): block of rows t % row_blocks at step t / row_blocks. */
+static void pack_kept(void *ctx, int64_t begin, int64_t end)
+{
+    const kept_packing *w = ctx;
+    kept_a *p = w->p;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t pc = t / w->row_blocks * p->kc, ic = t % w->row_blocks * w->mc;
+        int64_t kc = p->k - pc < p->kc ? p->k - pc : p->kc, mc = p->m - ic < w->mc ? p->m - ic : w->mc;
+        w->g->pack_a(p->a + (ic * p->a_row + pc * p->a_col) * p->size, p->a_row, p->a_col, mc, kc,
+                     kept_panels(p, ic, pc, kc));
+    }
+}
+
+/* Whether the job's A is one constant matrix for the whole batch that the
+ * blocked loops pack. */
+static bool keeps_a(const job *j, const kx_constant *constant)
+{
+    const kg_matmul_args *a = j->args;
+    if (!constant || !constant->slot || j->g->prologue || a->k <= 0)
+        return false;
+    for (int d = 0; d < a->batch_ndim; d++)
+        if (a->batch_shape[d] > 1 && a->a_batch_strides[d] != 0)
+            return false;
+    return true;
+}
+
+/* The slot's packed A if it is this call's, else A packed anew (into the
+ * slot's block when it is as large), taken out of the slot for the call;
+ * NULL when out of memory (the parts pack A then). */
+static kept_a *take_kept(const job *j, const kx_constant *constant)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *a = j->args;
+    kept_a want = {.key = {constant->key[0], constant->key[1]}, .a = j->a, .m = a->m, .k = a->k, .a_row = a->a_row,
+                   .a_col = a->a_col, .kc = j->bl.kc, .mr = g->mr, .size = g->size,
+                   .bytes = (size_t)(round_up(a->m, g->mr) * a->k * g->size)};
+    kept_a *p = atomic_exchange(constant->slot, NULL);
+    if (p && kept_fits(p, &want))
+        return p;
+    if (p && p->bytes != want.bytes)
+        gemm_forget(p), p = NULL;
+    if (!p && (p = core_alloc(sizeof *p)) && !(want.panels = gemm_aligned_block(&want.raw, want.bytes)))
+        core_free(p, sizeof *p), p = NULL;
+    if (!p)
+        return NULL;
+    if (!want.panels)
+        want.raw = p->raw, want.panels = p->panels;
+    *p = want;
+    kept_packing w = {g, p, j->bl.mc, (a->m + j->bl.mc - 1) / j->bl.mc};
+    int64_t tasks = w.row_blocks * ((a->k + p->kc - 1) / p->kc);
+    core_parallel_for(tasks, 1, pack_kept, &w);
+    return p;
+}
+
+/* Back into the slot, unless another call put its own there meanwhile. */
+static void keep(const kx_constant *constant, kept_a *p)
+{
+    void *empty = NULL;
+    if (!atomic_compare_exchange_strong(constant->slot, &empty, p))
+        gemm_forget(p);
+}
+
 /* Rows [m0, m1) by columns [n0, n1) of matrix z. A matrix B is packed by
  * the first block of rows, each micro-panel as its tiles come to it: they
  * read it from L1 rather than from L3 after the whole K x NC panel, which
@@ -166,7 +270,9 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
             do {
                 int64_t kc = a->k - pc < j->bl.kc ? a->k - pc : j->bl.kc;
                 int64_t mode = (pc > 0 ? GEMM_LOAD : 0) | (pc + kc >= a->k ? GEMM_FINAL : 0);
-                if (kc > 0 && g->prologue)
+                if (kc > 0 && j->kept)
+                    own.ap = kept_panels(j->kept, ic, pc, kc);
+                else if (kc > 0 && g->prologue)
                     g->prologue(s->ap, z * a->m + ic, mc, pc, kc, j->buffers, j->symbols);
                 else if (kc > 0)
                     g->pack_a(j->a + (a_z + ic * a->a_row + pc * a->a_col) * size, a->a_row, a->a_col, mc, kc, s->ap);
@@ -459,7 +565,7 @@ void gemm_finish_tiles(const gemm_code *g, char *acc, int64_t ld, int64_t n, gem
 int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, const void *b, void *out,
              void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
 {
-    return gemm_run_conv(g, NULL, args, a, b, out, buffers, symbols, err, err_size);
+    return gemm_run_conv(g, NULL, args, a, b, out, buffers, symbols, NULL, err, err_size);
 }
 
 /* A batch of products sharing one B whose A rows follow each other in
@@ -486,7 +592,8 @@ static kg_matmul_args fold_batch(const kg_matmul_args *args)
 }
 
 int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *b,
-                  void *out, void *const *buffers, const int64_t *symbols, char *err, size_t err_size)
+                  void *out, void *const *buffers, const int64_t *symbols, const kx_constant *constant, char *err,
+                  size_t err_size)
 {
     if (args->batch <= 0 || args->m <= 0 || args->n <= 0)
         return 0;
@@ -512,9 +619,13 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
     size_t shared_bytes = 0;
     if (pack_b_once(&j, &shared_raw, &shared_bytes) < 0)
         atomic_store(&j.failed, true);
+    kept_a *kept = !atomic_load(&j.failed) && keeps_a(&j, constant) ? take_kept(&j, constant) : NULL;
+    j.kept = kept;
     int64_t tasks = args->batch * j.tm * j.tn;
     if (!atomic_load(&j.failed))
         core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_tasks, &j);
+    if (kept)
+        keep(constant, kept);
     if (shared_raw)
         core_free(shared_raw, shared_bytes + 64);
     if (atomic_load(&j.failed)) {

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ir/backend.h"
 #include "ir/kernel.h"
 
 /* Bits of the micro-kernel's mode. */
@@ -92,10 +93,16 @@ int gemm_run(const gemm_code *g, const kg_matmul_args *args, const void *a, cons
  * (and out), for its store or its epilogue. */
 void gemm_finish_tiles(const gemm_code *g, char *acc, int64_t ld, int64_t n, gemm_tile t);
 
-/* gemm_run of a convolution (kx_conv c; args as kernel.h's kx_conv says),
- * its B packed from x through the window, never stored whole. */
+/* gemm_run of a convolution (kx_conv c, or NULL: a matrix product; args as
+ * kernel.h's kx_conv says), its B packed from x through the window, never
+ * stored whole. constant (or NULL): A is a constant, whose panels are kept
+ * packed in its slot from call to call (gemm_forget frees them) when A is
+ * one matrix for the whole batch and read, not computed by a prologue. */
 int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *x,
-                  void *out, void *const *buffers, const int64_t *symbols, char *err, size_t err_size);
+                  void *out, void *const *buffers, const int64_t *symbols, const kx_constant *constant, char *err,
+                  size_t err_size);
+/* Frees what gemm_run_conv kept in a kx_constant's slot. */
+void gemm_forget(void *kept);
 /* Packs columns [col0, col0 + cols) of image and group x's B (all of its
  * rows, args->k) into panels of nr columns as pack_b does, elements of size
  * bytes (f32, f64). */

@@ -139,9 +139,9 @@ static int launch_checked(const kx_code *code, const unsigned grid[3], void **pa
 /* Every launch strides over its rows or elements, so any grid computes the
  * whole kernel: one as large as fills the device (device_grid). */
 static int launch(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
-                  int64_t begin, int64_t end, char *err, size_t err_size)
+                  const kx_constant *constant, int64_t begin, int64_t end, char *err, size_t err_size)
 {
-    (void)begin, (void)end;
+    (void)constant, (void)begin, (void)end;
     if (code->product)
         return launch_product(code, buffers, product, err, err_size);
     const nvrtc_layout *l = &code->layout;

@@ -5,6 +5,7 @@
 #ifndef KILN_IR_BACKEND_H
 #define KILN_IR_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -33,6 +34,18 @@ typedef struct {
 } kx_compile_options;
 
 enum { KX_LAUNCH_BAD_INDEX = -2 };
+
+/* A product's left operand whose values the caller knows unchanged while
+ * key is (a captured tensor's storage and version: kiln_assign and a
+ * traced writeback move the version): the backend may keep it in *slot as
+ * its code reads it (packed), from one launch of a step to the next, and
+ * must not use what it kept once the key or the operand's layout differ.
+ * The slot is the caller's, one per step, NULL at first, shared by the
+ * threads that launch the step at once, and ended with forget. */
+typedef struct {
+    uint64_t key[2];
+    _Atomic(void *) *slot;
+} kx_constant;
 
 typedef struct kx_backend {
     const char *name;     /* "llvm", "nvrtc": the cache key's backend component */
@@ -72,10 +85,14 @@ typedef struct kx_backend {
      * are two, the scores' (q, kᵀ) and the weights' (their stand-in, v),
      * and q, kᵀ and v follow the buffers. 0, or -1 with why; or
      * KX_LAUNCH_BAD_INDEX with the gather's error (kx_bad_index_text) when
-     * a kx_indexed kernel met an index out of range. */
+     * a kx_indexed kernel met an index out of range. constant: NULL, or
+     * how the product's left operand may be kept packed. */
     int (*launch)(const kx_code *code, void *const *buffers, const kg_matmul_args *product, const int64_t *symbols,
-                  int64_t begin, int64_t end, char *err, size_t err_size);
+                  const kx_constant *constant, int64_t begin, int64_t end, char *err, size_t err_size);
     void (*unload)(kx_code *code);
+    /* Frees what a launch kept in a kx_constant's slot (NULL: nothing);
+     * NULL when it keeps nothing. */
+    void (*forget)(void *kept);
 
     /* Optional (NULL when it has none): the shape-generic kernels of eager
      * ops, as compile and load above. A loaded one stays for the process. */

@@ -28,6 +28,7 @@ struct executable {
     ir_plan plan;
     const kx_backend *backend;     /* NULL: interpreted */
     kernels_entry **loaded;        /* per step: its kernel, NULL for eager steps */
+    _Atomic(void *) *kept;         /* per step: what its launch keeps of a constant operand (kx_constant) */
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
     bool draws;                    /* whether it has random nodes, which draw afresh each call */
@@ -94,9 +95,14 @@ static int get_kernels(executable *x, const exec_options *o, const kx_target *ta
     x->counts = (exec_counts){counts.compiled, counts.from_disk, counts.shared};
     if (status == 0 && load) { /* spread over the steps */
         x->loaded = calloc((size_t)n + 1, sizeof *x->loaded);
+        x->kept = calloc((size_t)n + 1, sizeof *x->kept);
         for (int i = 0, k = 0; x->loaded && i < n; i++)
             x->loaded[i] = p->steps[i].kernel ? loaded[k++] : NULL;
-        if (!x->loaded) {
+        if (!x->loaded || !x->kept) {
+            free(x->loaded);
+            free((void *)x->kept);
+            x->loaded = NULL;
+            x->kept = NULL;
             for (int k = 0; k < n_kernels; k++)
                 kernels_release(loaded[k]);
             snprintf(why, size, "out of memory compiling the graph");
@@ -198,7 +204,10 @@ void exec_free(executable *x)
         return;
     for (int i = 0; x->loaded && i < x->plan.n_steps; i++)
         kernels_release(x->loaded[i]);
+    for (int i = 0; x->kept && x->backend->forget && i < x->plan.n_steps; i++)
+        x->backend->forget(atomic_load(&x->kept[i]));
     free(x->loaded);
+    free((void *)x->kept);
     ir_plan_free(&x->plan);
     interp_consts_free(x->graph, x->consts);
     release_all(x->graph, x->captures, x->n_captures);
@@ -391,17 +400,43 @@ static bool attention_operand(const executable *x, const plan_step *s, kiln_tens
     return eager_matmul_args("kiln_call", &weights, v, layout) == 0;
 }
 
-/* The operands of step s's product, after its buffers, and their layout.
- * They are matrices: one on another device is an error (operand_moved's). */
+/* A product's left operand a as a kx_constant's key: a captured tensor, or
+ * a view of one (a 1x1 convolution's filters reshaped), read where it lies
+ * is the same values until its storage's version moves (the executable
+ * holds the capture, so its storage stays the same one; no step writes it
+ * before a read, plan.c's capture_input); {0, 0} for any other. */
+static void constant_key(const executable *x, const kiln_tensor *a, uint64_t key[2])
+{
+    key[0] = key[1] = 0;
+    for (int c = 0; a->storage && c < x->n_captures; c++)
+        if (x->captures[c]->storage == a->storage) {
+            key[0] = (uint64_t)(uintptr_t)a->storage;
+            key[1] = atomic_load(&a->storage->version);
+            return;
+        }
+}
+
+/* The operands of step s's product, after its buffers, their layout, and
+ * the key of its left operand (constant_key). They are matrices: one on
+ * another device is an error (operand_moved's). */
 static bool product_operands(const executable *x, const plan_step *s, kiln_tensor *const *values,
-                             const int64_t *symbols, void **buffers, kg_matmul_args *layout, kiln_tensor **staged)
+                             const int64_t *symbols, void **buffers, kg_matmul_args *layout, kiln_tensor **staged,
+                             uint64_t key[2])
 {
     const ir_node *product = &x->graph->nodes[s->product];
     const ir_ref *ops = ir_operands(x->graph, product);
-    if (product->op == OP_CONV2D)
-        return eager_conv_args("kiln_call", product, values[ops[0]], values[ops[1]], layout,
-                               &buffers[s->n_inputs + s->n_outputs], staged) == 0;
+    key[0] = key[1] = 0;
+    if (product->op == OP_CONV2D) {
+        if (eager_conv_args("kiln_call", product, values[ops[0]], values[ops[1]], layout,
+                            &buffers[s->n_inputs + s->n_outputs], staged) < 0)
+            return false;
+        if (!*staged) /* the filters, the convolution's A */
+            constant_key(x, values[ops[1]], key);
+        return true;
+    }
     kiln_tensor header, *a = values[ops[0]], *b = values[ops[1]];
+    if (!s->kernel->prologue && !s->kernel->attention)
+        constant_key(x, a, key);
     if (s->kernel->prologue) {
         header = stand_in(x, &x->graph->nodes[ops[0]], symbols);
         a = &header;
@@ -428,15 +463,17 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
         staged[b] = NULL;
     kiln_tensor *out = output_for(x, n, s->reuses, values, src->symbols);
     kg_matmul_args layout[2]; /* attention's two products */
+    kx_constant constant = {.slot = &x->kept[i]};
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
-              (s->product == IR_NONE ||
-               product_operands(x, s, values, src->symbols, buffers, layout, &staged[s->kernel->product]));
+              (s->product == IR_NONE || product_operands(x, s, values, src->symbols, buffers, layout,
+                                                         &staged[s->kernel->product], constant.key));
     if (ok) {
         char why[512];
+        bool keyed = constant.key[0] != 0;
         buffers[s->n_inputs] = eager_data(out);
         int status = x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? layout : NULL,
-                                        src->symbols, 0, kx_size(s->kernel, s->kernel->rows, src->symbols), why,
-                                        sizeof why);
+                                        src->symbols, keyed ? &constant : NULL, 0,
+                                        kx_size(s->kernel, s->kernel->rows, src->symbols), why, sizeof why);
         if (status < 0)
             ok = launch_failed(status, why) == 0;
     }
@@ -464,7 +501,7 @@ static void epilogue_on_block(void *ctx, void *data, int64_t begin, int64_t end)
     int64_t k_cols = s->kernel->cols;
     char why[512];
     e->buffers[s->n_inputs] = data;
-    if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL, e->symbols,
+    if (!e->failed && e->x->backend->launch(kernels_code(e->x->loaded[e->step]), e->buffers, NULL, e->symbols, NULL,
                                             begin * e->cols / k_cols, end * e->cols / k_cols, why, sizeof why) < 0)
         e->failed = launch_failed(-1, why) < 0; /* an epilogue never gathers (kx_product_misfit) */
 }
