@@ -434,6 +434,50 @@ START_TEST(test_dilated_max_pool)
 }
 END_TEST
 
+/* ResNet's tail: a 1x1 Conv, Relu and GlobalAveragePool, and the same with
+ * kiln ops (kiln_adaptive_avg_pool2d), traced with the weights captured. */
+static const int64_t tail_x_shape[4] = {2, 8, 5, 5}, tail_w_shape[4] = {6, 8, 1, 1}, tail_y_shape[4] = {2, 6, 1, 1};
+
+static int tail_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_adaptive_avg_pool2d(kiln_relu(kiln_conv2d(in[0], user, NULL, NULL)), 1, 1);
+    return out[0] ? 0 : -1;
+}
+
+/* The model launches as many kernels as the kiln-ops form: the pool is one
+ * mean over H and W (a mean an axis left the product's ReLU unfused, the
+ * product run alone and two reductions after it), and gives its values. */
+START_TEST(test_global_pool_kernels)
+{
+    float w[48];
+    for (int i = 0; i < 48; i++)
+        w[i] = (float)((i * 7) % 11) / 11 - 0.4f;
+    model m;
+    model_init(&m);
+    add_node(&m, "Conv", "conv", "x w", "h");
+    add_node(&m, "Relu", "act", "h", "r");
+    add_node(&m, "GlobalAveragePool", "pool", "r", "y");
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, tail_x_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, tail_y_shape);
+    add_floats(&m, "w", 4, tail_w_shape, w, 48);
+    use_raw_data(&m);
+    kiln_fn *f = kiln_onnx_load(save(&m, "tail.onnx"), NULL);
+    ck_assert_msg(f != NULL, "%s", kiln_last_error());
+    kiln_tensor *weights = kiln_from_data(KILN_F32, 4, tail_w_shape, w);
+    kiln_fn *g = kiln_jit("tail", tail_body, 1, 1, weights, NULL);
+    kiln_tensor *x = kiln_randn(4, tail_x_shape, 5), *got = NULL, *want = NULL;
+    ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+    ck_assert_msg(kiln_call(g, &x, &want) == 0, "%s", kiln_last_error());
+    assert_close(got, want, 1e-6, 1e-6, "pooled");
+    kiln_fn_stats_t onnx_st, kiln_st;
+    kiln_fn_stats(f, &onnx_st);
+    kiln_fn_stats(g, &kiln_st);
+    ck_assert_int_eq(onnx_st.kernels, kiln_st.kernels);
+    kiln_fn_free(g);
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* -- CUDA inputs -------------------------------------------------------------------- */
 
 /* y = reshape(relu(x @ w + b) + c, [4, 2]), c a Constant node's 4 floats,
@@ -898,6 +942,7 @@ static Suite *onnx_suite(void)
     tcase_add_test(load, test_weights_share_a_block);
     tcase_add_test(load, test_graph_in_two_pieces);
     tcase_add_test(load, test_dilated_max_pool);
+    tcase_add_test(load, test_global_pool_kernels);
     tcase_add_test(load, test_default_io_names);
     tcase_add_test(load, test_shape_arithmetic_folds);
     tcase_add_test(load, test_garbage_and_wrong_types);

@@ -642,29 +642,18 @@ static int reduce_axes(onnx_call *c, bool from_input, int *axes, int *n, bool *n
     return 0;
 }
 
-/* f over axes (every one when n is -1), the highest first so that the
- * others keep their place when keepdims is 0. */
+/* f over axes (every one when n is -1) as one reduction: several axes go as
+ * a KILN_AXES set, which a trace reduces in one kernel (a GlobalAveragePool
+ * one kernel over H and W, as kiln_adaptive_avg_pool2d), where a reduction
+ * an axis would be a kernel each and a product's epilogue left unfused. */
 static kiln_tensor *reduce_over(kiln_tensor *x, reduce_fn f, const int *axes, int n, bool keep)
 {
-    if (n < 0) {
-        int nd = kiln_ndim(x);
-        kiln_tensor *y = x;
-        for (int d = nd - 1; d >= 0 && y; d--)
-            y = f(y, d, keep);
-        return nd ? y : f(x, 0, keep);
-    }
-    int sorted[KILN_MAX_DIMS];
-    memcpy(sorted, axes, (size_t)n * sizeof *axes);
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && sorted[j - 1] < sorted[j]; j--) {
-            int t = sorted[j];
-            sorted[j] = sorted[j - 1];
-            sorted[j - 1] = t;
-        }
-    kiln_tensor *y = x;
-    for (int i = 0; i < n && y; i++)
-        y = f(y, sorted[i], keep);
-    return y;
+    if (n < 0)
+        return f(x, KILN_ALL, keep);
+    int set = KILN_AXES_FLAG;
+    for (int i = 0; i < n; i++)
+        set |= 1 << axes[i];
+    return f(x, n == 1 ? axes[0] : set, keep);
 }
 
 /* What a reduction does before (to each element) and after (to the result). */
@@ -740,9 +729,10 @@ static int global_pool(onnx_call *c, reduce_fn f)
     int nd = kiln_ndim(y);
     if (nd < 3)
         return onnx_fail(c, CORE_SHAPE, "input has %d dimensions; a global pool needs N, C and a spatial axis", nd);
-    for (int d = nd - 1; d >= 2 && y; d--)
-        y = f(y, d, true);
-    return done(c, y);
+    int spatial[KILN_MAX_DIMS];
+    for (int d = 2; d < nd; d++)
+        spatial[d - 2] = d;
+    return done(c, reduce_over(y, f, spatial, nd - 2, true));
 }
 static int run_global_average_pool(onnx_call *c) { return global_pool(c, kiln_mean); }
 static int run_global_max_pool(onnx_call *c) { return global_pool(c, kiln_max); }
