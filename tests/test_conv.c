@@ -280,6 +280,44 @@ START_TEST(test_conv2d_captured_filters)
 }
 END_TEST
 
+/* relu(w @ x) with w captured (user) and halved in place by the same call,
+ * then rows of the product picked by ids (in[1]): a bad id fails the call
+ * after the kernel wrote w (the zero terms order the steps so). */
+static int product_then_pick(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *w = user, *y = kiln_relu(kiln_matmul(w, in[0]));
+    kiln_tensor *next = kiln_add(kiln_mul_scalar(w, 0.5), kiln_mul_scalar(kiln_sum(y, KILN_ALL, false), 0.0));
+    if (kiln_assign(w, next) < 0)
+        return -1;
+    out[0] = kiln_index_select(kiln_add(y, kiln_mul_scalar(kiln_sum(next, KILN_ALL, false), 0.0)), 0, in[1]);
+    return out[0] ? 0 : -1;
+}
+
+/* A call that fails after writing a captured operand in place leaves it
+ * changed: the next call reads its values as they are, not the packed copy
+ * the product kept of them. */
+START_TEST(test_captured_product_after_a_failed_call)
+{
+    kiln_scope_begin();
+    kiln_tensor *w = kiln_randn(2, (int64_t[]){64, 48}, 1), *x = kiln_randn(2, (int64_t[]){48, 40}, 2);
+    kiln_tensor *good = kiln_from_data(KILN_I64, 1, (int64_t[]){2}, (int64_t[]){0, 5});
+    kiln_tensor *bad = kiln_from_data(KILN_I64, 1, (int64_t[]){2}, (int64_t[]){0, 500});
+    kiln_fn *f = kiln_jit("product_then_pick", product_then_pick, 2, 1, w, NULL);
+    kiln_tensor *with_good[2] = {x, good}, *with_bad[2] = {x, bad}, *got = NULL;
+    ck_assert_int_eq(kiln_call(f, with_good, &got), 0);
+    ck_assert_int_lt(kiln_call(f, with_bad, &got), 0);
+    kiln_clear_error();
+    kiln_tensor *want = kiln_index_select(kiln_relu(kiln_matmul(w, x)), 0, good);
+    ck_assert_msg(kiln_call(f, with_good, &got) == 0, "%s", kiln_last_error());
+    double diff = kiln_item(kiln_max(kiln_abs(kiln_sub(got, want)), KILN_ALL, false));
+    double size = kiln_item(kiln_max(kiln_abs(want), KILN_ALL, false));
+    ck_assert_msg(diff <= 1e-5 * size, "after a failed call: traced and eager differ by %g (values up to %g)", diff,
+                  size);
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 /* A reduction over rows of a product is no epilogue of it: its rows stay
  * the kernel's (a 1x1 convolution's means over each image row). */
 static kiln_tensor *apply_row_means(kiln_tensor *const *in, const void *ctx)
@@ -577,6 +615,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);
     tcase_add_test(tc, test_conv2d_captured_filters);
+    tcase_add_test(tc, test_captured_product_after_a_failed_call);
     tcase_add_test(tc, test_conv2d_row_means);
     tcase_add_test(tc, test_conv2d_errors);
     tcase_add_test(tc, test_pool_random);

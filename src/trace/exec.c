@@ -675,6 +675,19 @@ static void profile_step(const executable *x, uint32_t i, ir_ref r, double start
     fprintf(stderr, "kiln profile: step %u %s [%s] %s %.1f us\n", i, ir_ops[n->op].name, shape, how, us);
 }
 
+/* After a failed call: a kernel may have written a capture in place
+ * (output_for) before a later step failed, so every capture the graph
+ * writes back counts as changed, as kiln_assign would count it, and
+ * nothing keeps what it held (kx_constant). */
+static void writebacks_changed(const executable *x)
+{
+    for (int i = 0; i < x->graph->n_writebacks; i++) {
+        kiln_tensor *c = x->captures[x->graph->writebacks[i].capture];
+        if (c->storage)
+            atomic_fetch_add_explicit(&c->storage->version, 1, memory_order_relaxed);
+    }
+}
+
 int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols, kiln_tensor **out)
 {
     const ir_graph *g = x->graph;
@@ -707,6 +720,8 @@ int exec_run(const executable *x, kiln_tensor *const *in, const int64_t *symbols
     if (status == 0 && (status = write_back(x, values)) < 0)
         for (int i = 0; i < g->n_outputs; i++)
             out[i] = (kiln_release(out[i]), NULL);
+    if (status != 0)
+        writebacks_changed(x);
     for (uint32_t i = 0; i < p->n_visit; i++)
         if (!borrowed(g, p->visit[i]))
             kiln_release(values[p->visit[i]]);
