@@ -37,15 +37,7 @@
  * the row before's second (carries_first): the loads of the next row from
  * memory then overlap that loop's arithmetic (softmax's exponentials)
  * instead of taking a pass of their own, which left the core idle while it
- * waited on memory and the memory idle while it computed.
- *
- * Such a kernel with two reductions whose second pass stages a row and
- * writes nothing else stores each row a row late (stores_behind): the loop
- * of row r's second reduction also runs row r - 1's store pass, from the
- * other of two scratch rows, and the block's last row is stored after its
- * loop. Its reads of memory (row r + 1) and writes (row r - 1) then overlap
- * as a copy's do, where a store pass of its own wrote while nothing was
- * read (softmax 4096x4096 on 2 threads: 0.77 of the time). */
+ * waited on memory and the memory idle while it computed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,9 +68,6 @@ typedef struct {
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
     LLVMValueRef *scratch;   /* per view: the row it stages (kx_staged_view), or NULL */
-    LLVMValueRef *stage;     /* per view: its scratch rows, two where rows are stored behind */
-    LLVMValueRef *prev_base, *prev_rows, *prev_scratch, *prev_memo; /* row r - 1's, stored behind */
-    bool behind;             /* each row is stored in the loop of the next (stores_behind) */
     bool reciprocal;         /* divisions by a row's value multiply by its reciprocal */
     char missing[128];       /* an op this backend lacks, met while building */
     const kx_view *product;  /* an epilogue's view of its product, read from tile[tile_index] */
@@ -561,42 +550,10 @@ static LLVMValueRef next_row_value(gen *g)
     return v;
 }
 
-/* How a reduction's loop stores the row before (stores_behind): not at
- * all, dividing by its row values, or multiplying by their reciprocals. */
-typedef enum { BEHIND_NONE, BEHIND_DIVIDE, BEHIND_RECIPROCAL } behind_mode;
-
-static void swap(LLVMValueRef **a, LLVMValueRef **b)
-{
-    LLVMValueRef *t = *a;
-    *a = *b;
-    *b = t;
-}
-
-/* Makes the row before the current one, and back: its view bases, values,
- * scratch rows and memo. */
-static void swap_behind(gen *g)
-{
-    swap(&g->view_base, &g->prev_base);
-    swap(&g->rows, &g->prev_rows);
-    swap(&g->scratch, &g->prev_scratch);
-    swap(&g->memo, &g->prev_memo);
-}
-
-/* The row before's store pass at element i. */
-static void store_behind(gen *g, behind_mode mode)
-{
-    swap_behind(g);
-    clear_memo(g);
-    g->reciprocal = mode == BEHIND_RECIPROCAL;
-    emit_stores(g, KX_STORE_PASS);
-    g->reciprocal = false;
-    swap_behind(g);
-}
-
 /* Reduction n's loop over the row, with the stores of its pass; its value.
  * With carry, the same loop folds reduction 0 over the next row too (its
- * value in *carry); with a mode, it stores the row before. */
-static LLVMValueRef reduce_row(gen *g, int n, LLVMValueRef *carry, behind_mode behind)
+ * value in *carry). */
+static LLVMValueRef reduce_row(gen *g, int n, LLVMValueRef *carry)
 {
     const kx_reduction *r = &g->k->reductions[n], *r0 = &g->k->reductions[0];
     LLVMValueRef init = identity(g, r), init0 = identity(g, r0);
@@ -615,8 +572,6 @@ static LLVMValueRef reduce_row(gen *g, int n, LLVMValueRef *carry, behind_mode b
         emit_stores(g, kx_reduction_pass(n));
         if (carry)
             acc0_final = combine(g, r0, acc0, next_row_value(g));
-        if (behind != BEHIND_NONE)
-            store_behind(g, behind);
         LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
         LLVMAddIncoming(acc, &acc_final, &latch, 1);
         if (carry)
@@ -691,46 +646,17 @@ static void store_row(gen *g)
 
 /* -- Rows ------------------------------------------------------------------ */
 
-/* Elements from one scratch row of a view to the other, where rows are
- * stored behind: whole cache lines, and one more, so that the loads of one
- * row and the stores of the other are not 4 KiB apart (where a load waits
- * on a store to another address). */
-static int64_t scratch_stride(gen *g, const kx_view *v)
-{
-    int64_t line = 64 / ir_dtype_size(v->dtype);
-    return (g->k->cols + line - 1) / line * line + line;
-}
-
 /* The scratch rows of the views the kernel stages, in the body's entry
- * (static allocas, so that LLVM keeps them in the frame): one a view, or
- * two where rows are stored behind. */
+ * (static allocas, so that LLVM keeps them in the frame). */
 static void stage_rows(gen *g)
 {
     for (int v = 0; v < g->k->n_views; v++) {
-        g->scratch[v] = g->stage[v] = NULL;
+        g->scratch[v] = NULL;
         if (!kx_staged_view(g->k, v))
             continue;
-        const kx_view *view = &g->k->views[v];
-        int64_t n = g->behind ? 2 * scratch_stride(g, view) : g->k->cols;
-        LLVMTypeRef row = LLVMArrayType2(type_of(g->ctx, view->dtype), (uint64_t)n);
-        g->scratch[v] = g->stage[v] = LLVMBuildAlloca(g->b, row, "staged");
-        LLVMSetAlignment(g->stage[v], 64);
-    }
-}
-
-/* Where rows are stored behind, row's scratch rows, and the row before's:
- * the first of each view's two for even rows, the second for odd. */
-static void point_scratch(gen *g, LLVMValueRef row)
-{
-    for (int v = 0; v < g->k->n_views; v++) {
-        if (!g->stage[v])
-            continue;
-        LLVMTypeRef t = type_of(g->ctx, g->k->views[v].dtype);
-        LLVMValueRef stride = i64c(g, scratch_stride(g, &g->k->views[v]));
-        LLVMValueRef at = LLVMBuildMul(g->b, LLVMBuildAnd(g->b, row, i64c(g, 1), ""), stride, "");
-        LLVMValueRef other = LLVMBuildSub(g->b, stride, at, "");
-        g->scratch[v] = LLVMBuildGEP2(g->b, t, g->stage[v], &at, 1, "");
-        g->prev_scratch[v] = LLVMBuildGEP2(g->b, t, g->stage[v], &other, 1, "");
+        LLVMTypeRef row = LLVMArrayType2(type_of(g->ctx, g->k->views[v].dtype), (uint64_t)g->k->cols);
+        g->scratch[v] = LLVMBuildAlloca(g->b, row, "staged");
+        LLVMSetAlignment(g->scratch[v], 64);
     }
 }
 
@@ -792,71 +718,10 @@ static bool carries_first(const kx_kernel *k)
     return reads_inputs_only(k, k->reductions[0].expr);
 }
 
-/* Whether each row is stored in the loop of the next row's second
- * reduction (the file's head): reduction 0 is carried, there are two, and
- * the second's pass stages a row and writes nothing else, so a row's store
- * pass reads nothing the next row's loop writes. Not where nothing is
- * staged: layer norm's store pass, reading its row again, went 1.2 times
- * slower stored behind. */
-static bool stores_behind(const kx_kernel *k)
-{
-    if (!carries_first(k) || k->n_reductions != 2)
-        return false;
-    bool staged = false;
-    for (int s = 0; s < k->n_stores; s++) {
-        if (k->stores[s].pass == KX_STORE_PASS)
-            continue;
-        if (!kx_staged_view(k, k->stores[s].view))
-            return false;
-        staged = true;
-    }
-    return staged;
-}
-
-/* Reduction 1's loop of a row stored behind: with the row before's stores
- * unless row is the block's first, begin; its value, reduction 0's of the
- * next row in *next. */
-static LLVMValueRef reduce_behind(gen *g, LLVMValueRef row, LLVMValueRef begin, LLVMValueRef *next)
-{
-    LLVMBasicBlockRef first = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "first_row");
-    LLVMBasicBlockRef later = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "later_row");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "reduced");
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, row, begin, ""), later, first);
-    LLVMPositionBuilderAtEnd(g->b, later);
-    swap_behind(g);
-    LLVMValueRef normal = reciprocals_normal(g);
-    swap_behind(g);
-    LLVMBasicBlockRef divide = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "divide_behind");
-    LLVMBasicBlockRef modes[3] = {first, divide, divide}; /* in behind_mode's order */
-    if (normal) {
-        modes[2] = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "reciprocal_behind");
-        LLVMBuildCondBr(g->b, normal, modes[2], divide);
-    } else {
-        LLVMBuildBr(g->b, divide);
-    }
-    int n = normal ? 3 : 2;
-    LLVMValueRef values[3], nexts[3];
-    for (int m = 0; m < n; m++) {
-        LLVMPositionBuilderAtEnd(g->b, modes[m]);
-        values[m] = reduce_row(g, 1, &nexts[m], (behind_mode)m);
-        modes[m] = LLVMGetInsertBlock(g->b);
-        LLVMBuildBr(g->b, join);
-    }
-    LLVMPositionBuilderAtEnd(g->b, join);
-    LLVMValueRef value = LLVMBuildPhi(g->b, LLVMTypeOf(values[0]), "");
-    LLVMAddIncoming(value, values, modes, (unsigned)n);
-    *next = LLVMBuildPhi(g->b, LLVMTypeOf(nexts[0]), "");
-    LLVMAddIncoming(*next, nexts, modes, (unsigned)n);
-    return value;
-}
-
 /* Row's passes; with carried (reduction 0's value for this row, folded
  * the row before), reduction 1's loop folds reduction 0 over the next row
- * (this row again where it is the last, last) into *next. Where rows are
- * stored behind, that loop stores the row before, not this one, unless row
- * is the first of the block, begin. */
-static void emit_row(gen *g, LLVMValueRef row, LLVMValueRef begin, LLVMValueRef last, LLVMValueRef carried,
-                     LLVMValueRef *next)
+ * (this row again where it is the last, last) into *next. */
+static void emit_row(gen *g, LLVMValueRef row, LLVMValueRef last, LLVMValueRef carried, LLVMValueRef *next)
 {
     const kx_kernel *k = g->k;
     view_bases(g, row);
@@ -866,19 +731,12 @@ static void emit_row(gen *g, LLVMValueRef row, LLVMValueRef begin, LLVMValueRef 
         view_bases_of(g, LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, after, last, ""), after, row, ""),
                       g->next_base);
         g->rows[0] = carried;
-        if (g->behind) {
-            view_bases_of(g, LLVMBuildSub(g->b, row, i64c(g, 1), ""), g->prev_base);
-            point_scratch(g, row);
-            g->rows[1] = reduce_behind(g, row, begin, next);
-        } else {
-            g->rows[1] = reduce_row(g, 1, next, BEHIND_NONE);
-        }
+        g->rows[1] = reduce_row(g, 1, next);
         r = 2;
     }
     for (; r < k->n_reductions; r++)
-        g->rows[r] = reduce_row(g, r, NULL, BEHIND_NONE);
-    if (!g->behind)
-        store_row(g);
+        g->rows[r] = reduce_row(g, r, NULL);
+    store_row(g);
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
         LLVMValueRef at = LLVMBuildGEP2(g->b, type_of(g->ctx, rs->dtype), g->buffers[rs->buffer], &row, 1, "");
@@ -893,19 +751,6 @@ static void add_attribute(gen *g, LLVMValueRef fn, unsigned index, const char *n
 {
     unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
     LLVMAddAttributeAtIndex(fn, index, LLVMCreateEnumAttribute(g->ctx, kind, value));
-}
-
-/* The row before's values in the row loop's header, pre its preheader
- * (none before the block's first row, whose loop stores no row before). */
-static void behind_values(gen *g, LLVMBasicBlockRef pre)
-{
-    for (int r = 0; r < g->k->n_reductions; r++) {
-        const kx_reduction *red = &g->k->reductions[r];
-        LLVMTypeRef t = type_of(g->ctx, red->op == OP_MEAN ? red->result : red->dtype);
-        LLVMValueRef none = LLVMGetUndef(t);
-        g->prev_rows[r] = LLVMBuildPhi(g->b, t, "row_before");
-        LLVMAddIncoming(g->prev_rows[r], &none, &pre, 1);
-    }
 }
 
 /* body(begin, end, buffers..., symbols): the rows [begin, end). The
@@ -944,7 +789,7 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     LLVMValueRef carried = NULL, carried_first = NULL, carried_next = NULL;
     if (carries_first(k)) { /* the first row's reduction 0 before the loop */
         view_bases(g, begin);
-        carried_first = reduce_row(g, 0, NULL, BEHIND_NONE);
+        carried_first = reduce_row(g, 0, NULL);
     }
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
     LLVMBuildBr(g->b, rows);
@@ -955,23 +800,13 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
         carried = LLVMBuildPhi(g->b, LLVMTypeOf(carried_first), "carried");
         LLVMAddIncoming(carried, &carried_first, &pre, 1);
     }
-    if (g->behind)
-        behind_values(g, pre);
-    emit_row(g, row, begin, end, carried, &carried_next);
+    emit_row(g, row, end, carried, &carried_next);
     LLVMValueRef next = LLVMBuildAdd(g->b, row, i64c(g, 1), "");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
     LLVMAddIncoming(row, &next, &latch, 1);
     if (carried)
         LLVMAddIncoming(carried, &carried_next, &latch, 1);
-    for (int r = 0; g->behind && r < k->n_reductions; r++)
-        LLVMAddIncoming(g->prev_rows[r], &g->rows[r], &latch, 1);
-    LLVMBasicBlockRef last = g->behind ? LLVMAppendBasicBlockInContext(g->ctx, g->fn, "last_row") : done;
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, end, ""), rows, last);
-    if (g->behind) { /* the block's last row, whose values are the loop's last */
-        LLVMPositionBuilderAtEnd(g->b, last);
-        store_row(g);
-        LLVMBuildBr(g->b, done);
-    }
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, done);
     if (streaming) /* non-temporal stores are weakly ordered: publish them */
         LLVMBuildFence(g->b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
@@ -1041,13 +876,7 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
     g->next_memo = calloc((size_t)k->n_exprs + 1, sizeof *g->next_memo);
     g->sizes = calloc((size_t)k->sizes.n + 1, sizeof *g->sizes);
     g->scratch = calloc((size_t)k->n_views + 1, sizeof *g->scratch);
-    g->stage = calloc((size_t)k->n_views + 1, sizeof *g->stage);
-    g->prev_base = calloc((size_t)k->n_views + 1, sizeof *g->prev_base);
-    g->prev_rows = calloc((size_t)k->n_reductions + 1, sizeof *g->prev_rows);
-    g->prev_scratch = calloc((size_t)k->n_views + 1, sizeof *g->prev_scratch);
-    g->prev_memo = calloc((size_t)k->n_exprs + 1, sizeof *g->prev_memo);
-    bool ok = g->view_base && g->next_base && g->rows && g->memo && g->next_memo && g->sizes && g->scratch &&
-              g->stage && g->prev_base && g->prev_rows && g->prev_scratch && g->prev_memo;
+    bool ok = g->view_base && g->next_base && g->rows && g->memo && g->next_memo && g->sizes && g->scratch;
     if (!ok)
         snprintf(err, err_size, "out of memory generating a kernel");
     return ok;
@@ -1065,11 +894,6 @@ static int gen_close(gen *g, char *err, size_t err_size)
     free(g->next_memo);
     free(g->sizes);
     free(g->scratch);
-    free(g->stage);
-    free(g->prev_base);
-    free(g->prev_rows);
-    free(g->prev_scratch);
-    free(g->prev_memo);
     LLVMDisposeBuilder(g->b);
     return g->missing[0] ? -1 : 0;
 }
@@ -1085,7 +909,6 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, b
     char body_name[128], streaming_name[160];
     snprintf(body_name, sizeof body_name, "%s.body", name);
     snprintf(streaming_name, sizeof streaming_name, "%s.streaming", body_name);
-    g.behind = stores_behind(k);
     LLVMValueRef body = emit_body(&g, body_name, false);
     if (stream_stores) { /* only unaligned outputs take it, which kiln never allocates: not worth optimising */
         add_attribute(&g, body, LLVMAttributeFunctionIndex, "noinline", 0);
