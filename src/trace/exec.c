@@ -29,6 +29,7 @@ struct executable {
     const kx_backend *backend;     /* NULL: interpreted */
     kernels_entry **loaded;        /* per step: its kernel, NULL for eager steps */
     _Atomic(void *) *kept;         /* per step: what its launch keeps of a constant operand (kx_constant) */
+    _Atomic uint64_t *seen;        /* per step: a digest of that operand's key at its last call (seen_before) */
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
     bool draws;                    /* whether it has random nodes, which draw afresh each call */
@@ -96,13 +97,16 @@ static int get_kernels(executable *x, const exec_options *o, const kx_target *ta
     if (status == 0 && load) { /* spread over the steps */
         x->loaded = calloc((size_t)n + 1, sizeof *x->loaded);
         x->kept = calloc((size_t)n + 1, sizeof *x->kept);
+        x->seen = calloc((size_t)n + 1, sizeof *x->seen);
         for (int i = 0, k = 0; x->loaded && i < n; i++)
             x->loaded[i] = p->steps[i].kernel ? loaded[k++] : NULL;
-        if (!x->loaded || !x->kept) {
+        if (!x->loaded || !x->kept || !x->seen) {
             free(x->loaded);
             free((void *)x->kept);
+            free((void *)x->seen);
             x->loaded = NULL;
             x->kept = NULL;
+            x->seen = NULL;
             for (int k = 0; k < n_kernels; k++)
                 kernels_release(loaded[k]);
             snprintf(why, size, "out of memory compiling the graph");
@@ -208,6 +212,7 @@ void exec_free(executable *x)
         x->backend->forget(atomic_load(&x->kept[i]));
     free(x->loaded);
     free((void *)x->kept);
+    free((void *)x->seen);
     ir_plan_free(&x->plan);
     interp_consts_free(x->graph, x->consts);
     release_all(x->graph, x->captures, x->n_captures);
@@ -452,6 +457,17 @@ static bool product_operands(const executable *x, const plan_step *s, kiln_tenso
     return !s->kernel->attention || attention_operand(x, s, values, symbols, buffers, layout + 1);
 }
 
+/* Whether step i's constant operand had this key at the step's last call
+ * too: a product keeps an operand packed only once it has seen it
+ * unchanged, so that a function called once, or one whose operand changes
+ * every call (a training step's weights), holds no packed copy of it. The
+ * digest may collide; the backend's slot checks the whole key. */
+static bool seen_before(const executable *x, int i, const uint64_t key[2])
+{
+    uint64_t digest = key[0] ^ key[1] * UINT64_C(0x9E3779B97F4A7C15);
+    return atomic_exchange(&x->seen[i], digest) == digest;
+}
+
 /* Runs kernel step i over its inputs into its output tensor. */
 static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources *src, kiln_tensor **values)
 {
@@ -469,7 +485,7 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
                                                          &staged[s->kernel->product], constant.key));
     if (ok) {
         char why[512];
-        bool keyed = constant.key[0] != 0;
+        bool keyed = constant.key[0] != 0 && seen_before(x, i, constant.key);
         buffers[s->n_inputs] = eager_data(out);
         int status = x->backend->launch(kernels_code(x->loaded[i]), buffers, s->product != IR_NONE ? layout : NULL,
                                         src->symbols, keyed ? &constant : NULL, 0,
