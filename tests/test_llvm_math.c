@@ -336,10 +336,11 @@ START_TEST(f32_tanh_bounded_and_odd)
             in[n++] = -test_f32_from_bits(v);
         }
         k.fn(in, out, n);
-        for (int i = 0; i < n; i += 2) {
-            ck_assert_msg(out[i] <= 1.0f && out[i + 1] >= -1.0f, "tanh(+-%a) = %a, %a", in[i], out[i], out[i + 1]);
-            ck_assert_msg(out[i + 1] == -out[i], "tanh(-%a) = %a, not -%a", in[i], out[i + 1], out[i]);
-        }
+        int bad = 0; /* Check's assertions are a system call each: one a block */
+        while (bad < n && out[bad] <= 1.0f && out[bad + 1] >= -1.0f && out[bad + 1] == -out[bad])
+            bad += 2;
+        if (bad < n)
+            ck_abort_msg("tanh(+-%a) = %a, %a: out of [-1, 1] or not odd", in[bad], out[bad], out[bad + 1]);
     }
     free(in);
     free(out);
