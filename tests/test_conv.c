@@ -242,15 +242,23 @@ static int conv_captured(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
+/* got (traced) within 1e-5 of the largest value of want (eager). */
+static void assert_traced_near(kiln_tensor *got, kiln_tensor *want, const char *when)
+{
+    double diff = kiln_item(kiln_max(kiln_abs(kiln_sub(got, want)), KILN_ALL, false));
+    double size = kiln_item(kiln_max(kiln_abs(want), KILN_ALL, false));
+    ck_assert_msg(diff <= 1e-5 * size, "%s: traced and eager differ by %g (values up to %g)", when, diff, size);
+}
+
 /* f's call on x against relu_conv eager. */
 static void check_captured(kiln_fn *f, kiln_tensor *x, kiln_tensor *w, const char *when)
 {
     kiln_tensor *got = NULL, *want = relu_conv(x, w);
     ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s: %s", when, kiln_last_error());
-    double diff = kiln_item(kiln_max(kiln_abs(kiln_sub(got, want)), KILN_ALL, false));
-    double size = kiln_item(kiln_max(kiln_abs(want), KILN_ALL, false));
-    ck_assert_msg(diff <= 1e-5 * size, "%lldx%lld filters, %s: traced and eager differ by %g (values up to %g)",
-                  (long long)kiln_shape(w)[2], (long long)kiln_shape(w)[3], when, diff, size);
+    char what[96];
+    snprintf(what, sizeof what, "%lldx%lld filters, %s", (long long)kiln_shape(w)[2], (long long)kiln_shape(w)[3],
+             when);
+    assert_traced_near(got, want, what);
 }
 
 /* A compiled convolution keeps its captured filters packed from call to
@@ -309,10 +317,7 @@ START_TEST(test_captured_product_after_a_failed_call)
     kiln_clear_error();
     kiln_tensor *want = kiln_index_select(kiln_relu(kiln_matmul(w, x)), 0, good);
     ck_assert_msg(kiln_call(f, with_good, &got) == 0, "%s", kiln_last_error());
-    double diff = kiln_item(kiln_max(kiln_abs(kiln_sub(got, want)), KILN_ALL, false));
-    double size = kiln_item(kiln_max(kiln_abs(want), KILN_ALL, false));
-    ck_assert_msg(diff <= 1e-5 * size, "after a failed call: traced and eager differ by %g (values up to %g)", diff,
-                  size);
+    assert_traced_near(got, want, "after a failed call");
     kiln_fn_free(f);
     kiln_scope_end();
 }
