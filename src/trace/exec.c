@@ -20,6 +20,13 @@
 #include "kernels/kernels.h"
 #include "trace/trace.h"
 
+/* A step's constant operand (kx_constant): the backend's slot, and a
+ * digest of the operand's key at the step's last call (seen_before). */
+typedef struct {
+    _Atomic(void *) slot;
+    _Atomic uint64_t seen;
+} kept_operand;
+
 struct executable {
     ir_graph *graph;
     kiln_tensor **captures;
@@ -28,8 +35,7 @@ struct executable {
     ir_plan plan;
     const kx_backend *backend;     /* NULL: interpreted */
     kernels_entry **loaded;        /* per step: its kernel, NULL for eager steps */
-    _Atomic(void *) *kept;         /* per step: what its launch keeps of a constant operand (kx_constant) */
-    _Atomic uint64_t *seen;        /* per step: a digest of that operand's key at its last call (seen_before) */
+    kept_operand *kept;            /* per step: what its launch keeps of a constant operand */
     exec_counts counts;
     kiln_device device;            /* where values live and kernels run */
     bool draws;                    /* whether it has random nodes, which draw afresh each call */
@@ -97,16 +103,13 @@ static int get_kernels(executable *x, const exec_options *o, const kx_target *ta
     if (status == 0 && load) { /* spread over the steps */
         x->loaded = calloc((size_t)n + 1, sizeof *x->loaded);
         x->kept = calloc((size_t)n + 1, sizeof *x->kept);
-        x->seen = calloc((size_t)n + 1, sizeof *x->seen);
         for (int i = 0, k = 0; x->loaded && i < n; i++)
             x->loaded[i] = p->steps[i].kernel ? loaded[k++] : NULL;
-        if (!x->loaded || !x->kept || !x->seen) {
+        if (!x->loaded || !x->kept) {
             free(x->loaded);
-            free((void *)x->kept);
-            free((void *)x->seen);
+            free(x->kept);
             x->loaded = NULL;
             x->kept = NULL;
-            x->seen = NULL;
             for (int k = 0; k < n_kernels; k++)
                 kernels_release(loaded[k]);
             snprintf(why, size, "out of memory compiling the graph");
@@ -209,10 +212,9 @@ void exec_free(executable *x)
     for (int i = 0; x->loaded && i < x->plan.n_steps; i++)
         kernels_release(x->loaded[i]);
     for (int i = 0; x->kept && x->backend->forget && i < x->plan.n_steps; i++)
-        x->backend->forget(atomic_load(&x->kept[i]));
+        x->backend->forget(atomic_load(&x->kept[i].slot));
     free(x->loaded);
-    free((void *)x->kept);
-    free((void *)x->seen);
+    free(x->kept);
     ir_plan_free(&x->plan);
     interp_consts_free(x->graph, x->consts);
     release_all(x->graph, x->captures, x->n_captures);
@@ -465,7 +467,7 @@ static bool product_operands(const executable *x, const plan_step *s, kiln_tenso
 static bool seen_before(const executable *x, int i, const uint64_t key[2])
 {
     uint64_t digest = key[0] ^ key[1] * UINT64_C(0x9E3779B97F4A7C15);
-    return atomic_exchange(&x->seen[i], digest) == digest;
+    return atomic_exchange(&x->kept[i].seen, digest) == digest;
 }
 
 /* Runs kernel step i over its inputs into its output tensor. */
@@ -479,7 +481,7 @@ static kiln_tensor *run_kernel(const executable *x, int i, const interp_sources 
         staged[b] = NULL;
     kiln_tensor *out = output_for(x, n, s->reuses, values, src->symbols);
     kg_matmul_args layout[2]; /* attention's two products */
-    kx_constant constant = {.slot = &x->kept[i]};
+    kx_constant constant = {.slot = &x->kept[i].slot};
     bool ok = out && stage_inputs(x, s, src, values, buffers, staged) &&
               (s->product == IR_NONE || product_operands(x, s, values, src->symbols, buffers, layout,
                                                          &staged[s->kernel->product], constant.key));
