@@ -115,9 +115,12 @@ kiln_tensor *kiln_gelu(kiln_tensor *a)
         return NULL;
     composite_begin();
     a = composite_float(a);
-    kiln_tensor *cube = kiln_mul(kiln_mul(a, a), a);
-    kiln_tensor *inner = kiln_mul_scalar(kiln_add(a, kiln_mul_scalar(cube, 0.044715)),
-                                         sqrt(2 / M_PI));
+    /* The tanh's argument c (x + k x^3) as x (c + ck x^2): three products
+     * where that form has four, which is what bounds a compiled GELU on a
+     * core with AVX-512 (the tanh's rational takes ten more); one rounding
+     * fewer, too. Eager and compiled code compute the same form. */
+    double c = sqrt(2 / M_PI);
+    kiln_tensor *inner = kiln_mul(a, kiln_add_scalar(kiln_mul_scalar(kiln_mul(a, a), c * 0.044715), c));
     kiln_tensor *gate = kiln_add_scalar(kiln_tanh(inner), 1);
     return composite_end("kiln_gelu", kiln_mul(kiln_mul_scalar(a, 0.5), gate));
 }
