@@ -111,14 +111,25 @@ static LLVMValueRef e_min(const emitter *e, LLVMValueRef x, double c)
     return e_intrinsic(e, "llvm.minnum", args, 2);
 }
 
-/* x clamped to [lo, hi], NaN kept (its compares are false): each select
- * is one vminps or vmaxps on x86, as llvm.minnum with a constant is. */
+/* min(x, c) for a constant c, NaN kept (its compare is false): one vminps
+ * on x86, as llvm.minnum with a constant is. */
+static LLVMValueRef e_below(const emitter *e, LLVMValueRef x, double c)
+{
+    LLVMValueRef k = e_const(e, c);
+    return e_select(e, e_fcmp(e, LLVMRealOGT, x, k), k, x);
+}
+
+/* max(x, c) likewise: one vmaxps. */
+static LLVMValueRef e_above(const emitter *e, LLVMValueRef x, double c)
+{
+    LLVMValueRef k = e_const(e, c);
+    return e_select(e, e_fcmp(e, LLVMRealOLT, x, k), k, x);
+}
+
+/* x clamped to [lo, hi], NaN kept. */
 static LLVMValueRef e_clamp(const emitter *e, LLVMValueRef x, double lo, double hi)
 {
-    LLVMValueRef c = e_const(e, hi);
-    x = e_select(e, e_fcmp(e, LLVMRealOGT, x, c), c, x);
-    c = e_const(e, lo);
-    return e_select(e, e_fcmp(e, LLVMRealOLT, x, c), c, x);
+    return e_above(e, e_below(e, x, hi), lo);
 }
 
 /* |mag| with the sign of sign. */
@@ -354,8 +365,8 @@ static LLVMValueRef atan_f32(const emitter *e, LLVMValueRef x)
  * more: the coefficients are all positive, so Horner's rule does not cancel,
  * but P, Q and the quotient each round, and that is what math.h's bound
  * measures. P and Q are even, so tanh is odd and tanh(-0) = -0. Past 9.02
- * tanh rounds to 1: x is clamped there, the quotient (which may pass 1 by
- * an ulp or two) to [-1, 1], and a NaN passes both clamps' comparisons. */
+ * tanh rounds to 1: x^2 is clamped there, the quotient (which may pass 1 by
+ * an ulp or two) to 1, and a NaN passes both clamps' comparisons. */
 #define TANH_CLAMP 9.02
 static const double tanh_p[] = {
     1.0, 0.133826777, 0.00349744619, 2.06356272e-05, 1.33840112e-08,
@@ -364,12 +375,23 @@ static const double tanh_q[] = {
     1.0, 0.467159986, 0.0258843191, 0.000328849768, 7.79014158e-07,
 };
 
+/* Computed as |x| P(z) / Q(z) with z clamped, and the sign of x put back:
+ * two clamps of one side each where clamping x and the quotient to both
+ * sides takes four, and a clamp costs a product's time on a core whose
+ * vminps shares the multipliers' ports (AVX-512 on Zen 4: GELU's time is
+ * those ports'). Within the clamp it is the quotient above bit for bit;
+ * past it, |x| P(z) / Q(z) grows from the quotient at the clamp, which
+ * rounds to 1 or just below, so the clamp at 1 gives what clamping x gave
+ * or 1. */
 static LLVMValueRef tanh_f32(const emitter *e, LLVMValueRef x)
 {
-    x = e_clamp(e, x, -TANH_CLAMP, TANH_CLAMP);
-    LLVMValueRef z = e_mul(e, x, x);
-    LLVMValueRef num = e_mul(e, x, e_horner(e, z, tanh_p, COUNT(tanh_p)));
-    return e_clamp(e, e_div(e, num, e_horner(e, z, tanh_q, COUNT(tanh_q))), -1.0, 1.0);
+    LLVMValueRef a = e_fabs(e, x);
+    /* the float square of the float clamp: x^2 at x = the clamp, so that
+     * |x| below the clamp leaves z as it is */
+    double clamp = (float)TANH_CLAMP;
+    LLVMValueRef z = e_below(e, e_mul(e, a, a), clamp * clamp);
+    LLVMValueRef num = e_mul(e, a, e_horner(e, z, tanh_p, COUNT(tanh_p)));
+    return e_copysign(e, e_below(e, e_div(e, num, e_horner(e, z, tanh_q, COUNT(tanh_q))), 1.0), x);
 }
 
 /* -- sigmoid ------------------------------------------------------------ */
