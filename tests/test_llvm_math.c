@@ -575,7 +575,8 @@ START_TEST(f32_vectorizes)
 END_TEST
 
 /* On an AVX-512 host the widened exp scales by vscalefps and needs no NaN
- * select (math_lower_target); f32_exp measures what it computes. */
+ * select nor a conversion of k (math_lower_target); f32_exp measures what
+ * it computes. */
 START_TEST(f32_exp_scales_by_vscalefps)
 {
     if (!__builtin_cpu_supports("avx512f")) {
@@ -590,11 +591,13 @@ START_TEST(f32_exp_scales_by_vscalefps)
     char *ir = LLVMPrintModuleToString(m);
     bool scalef = strstr(ir, "@llvm.x86.avx512.mask.scalef.ps.512(") != NULL;
     bool nan_select = strstr(ir, "fcmp uno <16 x float>") != NULL;
+    bool converts = strstr(ir, "sitofp <16 x i32>") != NULL;
     LLVMDisposeMessage(ir);
     LLVMDisposeModule(m);
     LLVMContextDispose(ctx);
     ck_assert_msg(scalef, "the widened exp does not scale by vscalefps");
     ck_assert_msg(!nan_select, "the widened exp still selects NaN");
+    ck_assert_msg(!converts, "the widened exp converts k to float where it has it as a float");
 }
 END_TEST
 

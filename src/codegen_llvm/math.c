@@ -754,10 +754,27 @@ static void drop_nan_select(LLVMValueRef scaled)
     }
 }
 
+/* k as floats (t). Where k is exp_core's bits(shifted) - EXP_SHIFTER_BITS,
+ * that is shifted - EXP_SHIFTER exactly (shifted is within 2^22 of
+ * EXP_SHIFTER, where floats are integers a unit apart): exp_core's own kf,
+ * which code generation merges with this, so that the integer subtraction
+ * and the conversion of k go; else a conversion. */
+static LLVMValueRef float_of_k(LLVMBuilderRef b, LLVMValueRef k, LLVMTypeRef t)
+{
+    LLVMValueRef shifted = operand_of(operand_of(k, LLVMAdd, 0), LLVMBitCast, 0);
+    if (!shifted || LLVMTypeOf(shifted) != t || !splat_is(LLVMGetOperand(k, 1), -EXP_SHIFTER_BITS))
+        return LLVMBuildSIToFP(b, k, t, "");
+    LLVMValueRef c[16]; /* float_lanes: at most 16 */
+    unsigned n = LLVMGetVectorSize(t);
+    for (unsigned i = 0; i < n; i++)
+        c[i] = LLVMConstReal(LLVMGetElementType(t), -EXP_SHIFTER);
+    return LLVMBuildFAdd(b, shifted, LLVMConstVector(c, n), "");
+}
+
 /* The vector product in of exp_core's scaling, p 2^k, as one vscalefps,
  * which rounds once as the product did and gives inf and 0 past the range
- * as it did: eight integer and multiply operations become a conversion and
- * one scaling. */
+ * as it did: eight integer and multiply operations become one scaling by
+ * float_of_k's k. */
 static void scale_by_scalef(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef in, avx512 has)
 {
     unsigned n = float_lanes(in, has);
@@ -768,7 +785,7 @@ static void scale_by_scalef(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef in, 
     if (!found)
         return;
     LLVMPositionBuilderBefore(b, in);
-    LLVMValueRef args[] = {p, LLVMBuildSIToFP(b, k, LLVMTypeOf(in), ""), p};
+    LLVMValueRef args[] = {p, float_of_k(b, k, LLVMTypeOf(in)), p};
     LLVMValueRef scaled = x86_masked(m, b, "scalef", n, args, 3);
     replace(in, scaled);
     drop_nan_select(scaled);
