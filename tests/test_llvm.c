@@ -716,6 +716,40 @@ START_TEST(test_softmax_computes_exp_once)
 }
 END_TEST
 
+/* exp(max x - x): its exponent is at least 0, past exp's range here. */
+static int exp_from_max_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_exp(kiln_sub(kiln_max(in[0], 1, true), in[0]));
+    return out[0] ? 0 : -1;
+}
+
+/* The exp of x - max x, at most 0 or NaN, is compiled without exp's clamp
+ * at 89 (math_emit_exp_nonpositive); exp(max x - x), which passes 89 and
+ * must give inf there, keeps it. */
+START_TEST(test_exp_unclamped_only_below_row_max)
+{
+    char *softmax = dumped_by("softmax", "kernel-0.llvm-before.ll");
+    ck_assert_msg(!strstr(softmax, "8.900000e+01"), "softmax's exp clamps its exponent at 89");
+    free(softmax);
+    kiln_scope_begin();
+    const float v[2][4] = {{0, -100, 50, -0.5f}, {NAN, 1, 2, 3}};
+    kiln_tensor *x = kiln_from_data(KILN_F32, 2, (int64_t[]){2, 4}, v), *got = NULL;
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, "exp_from_max", exp_from_max_body, 1, 1, NULL);
+    ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+    char *ir = take_dumped(dir, "kernel-0.llvm-before.ll");
+    ck_assert_msg(strstr(ir, "8.900000e+01"), "exp(max x - x) lost its clamp at 89");
+    free(ir);
+    kiln_tensor *want = NULL;
+    ck_assert_int_eq(exp_from_max_body(&x, &want, NULL), 0);
+    assert_close(got, want, 1e-6, 0, "exp(max x - x)");
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- Rows ------------------------------------------------------------------ */
 
 /* Softmax against eager over rows of lengths about the vector widths (16
@@ -1302,6 +1336,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_f32_sums_only_where_they_hold);
     tcase_add_test(wl, test_epilogue_writes_in_place);
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
+    tcase_add_test(wl, test_exp_unclamped_only_below_row_max);
     tcase_add_test(wl, test_softmax_computes_exp_once);
     tcase_add_test(wl, test_long_softmax_special_rows);
     tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));

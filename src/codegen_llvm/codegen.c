@@ -310,6 +310,7 @@ static void compute_sizes(gen *g)
 /* -- Expressions ----------------------------------------------------------- */
 
 static LLVMValueRef expr(gen *g, int e);
+static bool reads_inputs_only(const kx_kernel *k, int e);
 
 /* Element i of the row view v stages. */
 static LLVMValueRef scratch_at(gen *g, const kx_view *v)
@@ -405,6 +406,19 @@ static bool row_division(const kx_kernel *k, const kx_expr *e)
     return e->kind == KX_OP && e->op == OP_DIV && ir_dtype_is_float(e->dtype) && of_row(k, e->args[1], &row) && row;
 }
 
+/* Whether e is x - max(x) over the row, at most 0 or NaN (softmax's
+ * exponent): x reads only inputs, so the max's pass and e's read the same
+ * x. */
+static bool minus_row_max(const kx_kernel *k, int e)
+{
+    const kx_expr *d = &k->exprs[e];
+    if (d->kind != KX_OP || d->op != OP_SUB || !ir_dtype_is_float(d->dtype))
+        return false;
+    const kx_expr *m = &k->exprs[d->args[1]];
+    return m->kind == KX_ROW && k->reductions[m->row].op == OP_MAX && k->reductions[m->row].expr == d->args[0] &&
+           reads_inputs_only(k, d->args[0]);
+}
+
 static LLVMValueRef compute(gen *g, const kx_expr *e)
 {
     switch (e->kind) {
@@ -423,6 +437,8 @@ static LLVMValueRef compute(gen *g, const kx_expr *e)
         return LLVMBuildSelect(g->b, cond, a[1], a[2], "");
     }
     kiln_dtype operand = g->k->exprs[e->args[0]].dtype;
+    if (e->op == OP_EXP && minus_row_max(g->k, e->args[0]))
+        return math_emit_exp_nonpositive(g->module, g->b, a[0]);
     if (g->reciprocal && row_division(g->k, e)) /* LLVM hoists 1 / b out of the loop */
         return LLVMBuildFMul(g->b, a[0], LLVMBuildFDiv(g->b, constant(g, operand, 1), a[1], ""), "");
     LLVMValueRef v = ir_dtype_is_float(operand) ? float_op(g, e->op, operand, a) : int_op(g, e->op, operand, a);

@@ -195,14 +195,10 @@ static LLVMValueRef pow2i(const emitter *e, LLVMValueRef k)
     return e_from_bits(e, LLVMBuildShl(e->b, biased, e_int(e, 23), ""));
 }
 
-/* exp(x + lo) for a correction |lo| << ulp(x)'s worth of x (lo may be NULL);
- * no NaN handling. */
-static LLVMValueRef exp_core(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
+/* exp(x + lo) for x in [EXP_CLAMP_LO, EXP_CLAMP_HI] or NaN and a correction
+ * |lo| << ulp(x)'s worth of x (lo may be NULL); no NaN handling. */
+static LLVMValueRef exp_clamped(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
 {
-    /* NaN stays NaN through the clamp and what follows but the integer
-     * scaling; where math_lower_target makes that a vscalefps, exp's NaN
-     * then needs no select of its own. */
-    x = e_clamp(e, x, EXP_CLAMP_LO, EXP_CLAMP_HI);
     LLVMValueRef shifted = e_muladd(e, x, e_const(e, EXP_LOG2E), e_const(e, EXP_SHIFTER));
     LLVMValueRef kf = e_sub(e, shifted, e_const(e, EXP_SHIFTER));
     LLVMValueRef r = e_muladd(e, kf, e_const(e, -EXP_LN2_HI), x);
@@ -221,6 +217,15 @@ static LLVMValueRef exp_core(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
     LLVMValueRef k2 = LLVMBuildSub(e->b, k, k1, "");
     LLVMValueRef pk1 = LLVMBuildAdd(e->b, e_to_bits(e, p), LLVMBuildShl(e->b, k1, e_int(e, 23), ""), "");
     return e_mul(e, e_from_bits(e, pk1), pow2i(e, k2));
+}
+
+/* exp(x + lo) as exp_clamped, for any x. */
+static LLVMValueRef exp_core(const emitter *e, LLVMValueRef x, LLVMValueRef lo)
+{
+    /* NaN stays NaN through the clamp and what follows but the integer
+     * scaling; where math_lower_target makes that a vscalefps, exp's NaN
+     * then needs no select of its own. */
+    return exp_clamped(e, e_clamp(e, x, EXP_CLAMP_LO, EXP_CLAMP_HI), lo);
 }
 
 static LLVMValueRef exp_f32(const emitter *e, LLVMValueRef x)
@@ -584,6 +589,14 @@ LLVMValueRef math_emit_int(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValu
 }
 
 /* -- Dispatch ----------------------------------------------------------- */
+
+LLVMValueRef math_emit_exp_nonpositive(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef x)
+{
+    emitter e = {m, b, LLVMTypeOf(x), LLVMInt32TypeInContext(LLVMGetModuleContext(m))};
+    if (LLVMGetTypeKind(e.t) != LLVMFloatTypeKind)
+        return math_emit(m, b, OP_EXP, x);
+    return nan_passthrough(&e, x, exp_clamped(&e, e_above(&e, x, EXP_CLAMP_LO), NULL));
+}
 
 LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x)
 {

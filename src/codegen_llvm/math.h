@@ -15,6 +15,9 @@
  * builder's position; declares in m any libm function it calls. Returns the
  * result, or NULL for another op. */
 LLVMValueRef math_emit(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x);
+/* exp(x) as math_emit gives it, for an x known to be at most 0 or NaN
+ * (softmax's x - max x): an f32 exp without its clamp above. */
+LLVMValueRef math_emit_exp_nonpositive(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef x);
 /* The same for binary op (OP_ATAN2, OP_REMAINDER, OP_FLOOR_DIVIDE) of floats
  * or doubles x and y. */
 LLVMValueRef math_emit_binary(LLVMModuleRef m, LLVMBuilderRef b, ir_op op, LLVMValueRef x, LLVMValueRef y);
