@@ -8,7 +8,7 @@
 #include "test_common.h"
 
 #define OC_COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
-enum { OC_MAX_ELEMS = 4096 };
+enum { OC_MAX_ELEMS = 4096, OC_MAX_INPUTS = 16 };
 
 /* -- Shapes and values ------------------------------------------------------- */
 
@@ -250,20 +250,38 @@ static inline kiln_tensor *oc_traced(oc_fn fn, const void *ctx, int n, kiln_tens
     return status == 0 ? out : NULL;
 }
 
-/* The kernels a traced call of fn on in launches (kiln_fn_stats), or -1
+/* The counters of a traced call of fn on in (kiln_fn_stats) into s; false
  * where it is interpreted (a build without a code generator). */
-static inline int oc_kernels(oc_fn fn, const void *ctx, int n, kiln_tensor *const *in)
+static inline bool oc_call_stats(oc_fn fn, const void *ctx, int n, kiln_tensor *const *in, kiln_fn_stats_t *s)
 {
     oc_body_ctx b = {fn, ctx};
     kiln_fn *f = kiln_jit("kernels", oc_body, n, 1, &b, NULL);
     kiln_tensor *out = NULL;
     ck_assert_msg(kiln_call(f, in, &out) == 0, "%s", kiln_last_error());
-    kiln_fn_stats_t stats;
-    kiln_fn_stats(f, &stats);
-    int kernels = strcmp(kiln_fn_backend(f), "interp") ? stats.kernels : -1;
+    kiln_fn_stats(f, s);
+    bool compiled = strcmp(kiln_fn_backend(f), "interp") != 0;
     kiln_fn_free(f);
     kiln_release(out);
-    return kernels;
+    return compiled;
+}
+
+/* The kernels a traced call of fn on in launches (kiln_fn_stats), or -1
+ * where it is interpreted (a build without a code generator). */
+static inline int oc_kernels(oc_fn fn, const void *ctx, int n, kiln_tensor *const *in)
+{
+    kiln_fn_stats_t s;
+    return oc_call_stats(fn, ctx, n, in, &s) ? s.kernels : -1;
+}
+
+/* The steps of a traced call of fn on in that the eager ops run (a product
+ * left out of every kernel, say), or -1 where it is interpreted: its steps
+ * but its kernels, each counted once as compiled, loaded or shared. */
+static inline int oc_eager_steps(oc_fn fn, const void *ctx, int n, kiln_tensor *const *in)
+{
+    kiln_fn_stats_t s;
+    if (!oc_call_stats(fn, ctx, n, in, &s))
+        return -1;
+    return s.kernels - (int)(s.kernels_compiled + s.kernels_from_disk + s.kernels_shared);
 }
 
 static inline bool oc_close(double got, double want, kiln_dtype dt, oc_tol tol)
@@ -303,7 +321,7 @@ static inline void oc_compare(kiln_tensor *got, kiln_dtype dt, int ndim, const i
 /* in[0..n) on oc_device(), into moved (owned by the scope). */
 static inline void oc_move(const char *what, int n, kiln_tensor *const *in, kiln_tensor **moved)
 {
-    ck_assert(n <= 8);
+    ck_assert(n <= OC_MAX_INPUTS);
     for (int i = 0; i < n; i++) {
         moved[i] = oc_device() == KILN_CPU ? in[i] : kiln_to_device(in[i], KILN_CUDA);
         ck_assert_msg(moved[i] != NULL, "%s: moving input %d: %s", what, i, kiln_last_error());
@@ -325,7 +343,7 @@ static inline void oc_check(const char *what, oc_fn fn, const void *ctx, int n, 
                             int ndim, const int64_t *shape, const double *want, oc_tol tol)
 {
     kiln_scope_begin();
-    kiln_tensor *moved[8];
+    kiln_tensor *moved[OC_MAX_INPUTS];
     oc_move(what, n, in, moved);
     oc_compare(fn(moved, ctx), dt, ndim, shape, want, tol, what, "eagerly");
     oc_compare(oc_traced(fn, ctx, n, moved, KILN_BACKEND_INTERP), dt, ndim, shape, want, tol, what, "interpreted");
@@ -340,7 +358,7 @@ static inline void oc_check_error(const char *what, oc_fn fn, const void *ctx, i
                                   const char *needle)
 {
     kiln_scope_begin();
-    kiln_tensor *moved[8];
+    kiln_tensor *moved[OC_MAX_INPUTS];
     oc_move(what, n, in, moved);
     for (int mode = 0; mode < 3; mode++) {
         kiln_clear_error();

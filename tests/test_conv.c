@@ -125,6 +125,33 @@ static void block_ref(const oc_operand *bn, const oc_operand *r, const int64_t o
     }
 }
 
+/* fn of in compiled (strict) within the conv tests' tolerance of fn run
+ * eagerly (unfused), element by element. */
+static void assert_compiled_close(const char *what, oc_fn fn, const void *ctx, int n, kiln_tensor *const *in,
+                                  kiln_dtype dt)
+{
+    kiln_tensor *eager = fn(in, ctx), *compiled = oc_traced(fn, ctx, n, in, KILN_BACKEND_AUTO);
+    ck_assert_msg(compiled != NULL, "%s: %s", what, kiln_last_error());
+    double *e = test_values(eager), *c = test_values(compiled);
+    for (int64_t i = 0; i < kiln_numel(eager); i++)
+        ck_assert_msg(oc_close(c[i], e[i], dt, close_for(dt)), "%s: element %lld compiled %g, unfused %g", what,
+                      (long long)i, c[i], e[i]);
+    free(e);
+    free(c);
+}
+
+/* A compiled call of fn runs no step eagerly on the CPU, whose code
+ * generator computes every convolution as a product (one beside another in
+ * an epilogue too), and on_cuda steps on CUDA, whose computes only f32
+ * products and no convolution with a window (not 1x1, stride 1, unpadded:
+ * a plain product). */
+static void assert_eager_steps(const char *what, oc_fn fn, const void *ctx, int n, kiln_tensor *const *in,
+                               int on_cuda)
+{
+    int want = oc_device() == KILN_CUDA ? on_cuda : 0, eager = oc_eager_steps(fn, ctx, n, in);
+    ck_assert_msg(eager == -1 || eager == want, "%s: %d steps run eagerly, want %d", what, eager, want);
+}
+
 /* One block of x [N, C, H, W] by w [O, C / groups, KH, KW] that fits:
  * against the naive loop in every mode, the compiled call against the
  * eager (unfused) one, and, where the convolution is a product of its own
@@ -155,14 +182,7 @@ static void check_block(kiln_dtype dt, const int64_t xs[4], const int64_t ws[4],
     if (!oc_compiles())
         return;
     kiln_scope_begin();
-    kiln_tensor *eager = apply_block(in, p), *compiled = oc_traced(apply_block, p, 8, in, KILN_BACKEND_AUTO);
-    ck_assert_msg(compiled != NULL, "%s: %s", what, kiln_last_error());
-    double *e = test_values(eager), *c = test_values(compiled);
-    for (int64_t i = 0; i < oc_numel(4, out); i++)
-        ck_assert_msg(oc_close(c[i], e[i], dt, close_for(dt)), "%s: element %lld compiled %g, unfused %g", what,
-                      (long long)i, c[i], e[i]);
-    free(e);
-    free(c);
+    assert_compiled_close(what, apply_block, p, 8, in, dt);
     bool plain = ws[2] * ws[3] == 1 && p->stride[0] == 1 && p->stride[1] == 1 && !p->padding[0] && !p->padding[1];
     bool strided_depthwise = xs[1] == p->groups && p->stride[1] > 1; /* the composite: a padding buffer too */
     int kernels = xs[0] > 0 && !plain && !strided_depthwise ? oc_kernels(apply_block, p, 8, in) : -1;
@@ -207,7 +227,8 @@ static kiln_tensor *apply_pair(kiln_tensor *const *in, const void *ctx)
 }
 
 /* Only one of the two products is computed inside the epilogue; the other
- * is stored, and the kernel reads it as it was planned (its rows). */
+ * is stored by a kernel of its own (not run eagerly), and the epilogue
+ * reads it as it was planned (its rows). */
 START_TEST(test_conv2d_two_products)
 {
     static oc_operand x, w1, b1, w3, b3;
@@ -225,6 +246,60 @@ START_TEST(test_conv2d_two_products)
         want[i] = want[i] + three[i] < 0 ? 0 : want[i] + three[i];
     kiln_tensor *in[5] = {x.t, w1.t, b1.t, w3.t, b3.t};
     oc_check("relu(conv 1x1 + conv 3x3)", apply_pair, NULL, 5, in, KILN_F32, 4, out, want, CLOSE_F32);
+    kiln_tensor *moved[5];
+    oc_move("relu(conv 1x1 + conv 3x3)", 5, in, moved);
+    assert_eager_steps("relu(conv 1x1 + conv 3x3)", apply_pair, NULL, 5, moved, 1);
+}
+END_TEST
+
+/* A ResNet projection block: relu(bn(conv 1x1 (relu(conv 3x3, stride
+ * (relu(conv 1x1 (x)))))) + bn(conv 1x1, stride (x))), the stride ctx's;
+ * in[] x, w1, w3, w1b, wp, then the two batch norms' mean, var, gamma,
+ * beta. */
+static kiln_tensor *apply_projection(kiln_tensor *const *in, const void *ctx)
+{
+    int64_t stride = *(const int64_t *)ctx;
+    const kiln_conv2d_params one = {{1, 1}, {0, 0}, {1, 1}, 1}, three = {{stride, stride}, {1, 1}, {1, 1}, 1};
+    const kiln_conv2d_params project = {{stride, stride}, {0, 0}, {1, 1}, 1};
+    kiln_tensor *y = kiln_relu(kiln_conv2d(in[0], in[1], NULL, &one));
+    y = kiln_relu(kiln_conv2d(y, in[2], NULL, &three));
+    y = kiln_batch_norm(kiln_conv2d(y, in[3], NULL, &one), in[5], in[6], in[7], in[8], 1e-5);
+    kiln_tensor *shortcut = kiln_batch_norm(kiln_conv2d(in[0], in[4], NULL, &project), in[9], in[10], in[11], in[12],
+                                            1e-5);
+    return kiln_relu(kiln_add(y, shortcut));
+}
+
+/* The projection block traced (strides 1 and 2, f32 and f64) gives what it
+ * gives eagerly, each of its four products compiled where the backend
+ * takes them: the shortcut's is added to the branch's inside one kernel,
+ * which computes only one of them, and the other is a kernel of its own. */
+START_TEST(test_conv2d_projection_block)
+{
+    for (int c = 0; c < 4; c++) {
+        int64_t stride = 1 + c % 2;
+        kiln_dtype dt = c < 2 ? KILN_F32 : KILN_F64;
+        const int64_t xs[4] = {2, 8, 7, 6}, w1[4] = {4, 8, 1, 1}, w3[4] = {4, 4, 3, 3}, w1b[4] = {16, 4, 1, 1};
+        const int64_t wp[4] = {16, 8, 1, 1};
+        const int64_t *shapes[5] = {xs, w1, w3, w1b, wp};
+        static oc_operand ops[13];
+        kiln_tensor *in[13], *moved[13];
+        for (int i = 0; i < 13; i++) {
+            bool var = i >= 5 && (i - 5) % 4 == 1;
+            oc_operand_init(&ops[i], dt, OC_CONTIG, i < 5 ? 4 : 1, i < 5 ? shapes[i] : wp, var ? 0.5 : -1,
+                            var ? 2 : 1, (uint64_t)(c * 13 + i));
+            in[i] = ops[i].t;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "projection block, stride %lld, %s", (long long)stride,
+                 dt == KILN_F32 ? "f32" : "f64");
+        kiln_scope_begin();
+        oc_move(what, 13, in, moved);
+        assert_compiled_close(what, apply_projection, &stride, 13, moved, dt);
+        /* on CUDA: every f64 product; of f32 ones the 3x3 and, strided, the shortcut */
+        int on_cuda = dt == KILN_F64 ? 4 : (int)stride;
+        assert_eager_steps(what, apply_projection, &stride, 13, moved, on_cuda);
+        kiln_scope_end();
+    }
 }
 END_TEST
 
@@ -619,6 +694,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv2d_forms);
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);
+    tcase_add_test(tc, test_conv2d_projection_block);
     tcase_add_test(tc, test_conv2d_captured_filters);
     tcase_add_test(tc, test_captured_product_after_a_failed_call);
     tcase_add_test(tc, test_conv2d_row_means);

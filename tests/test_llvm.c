@@ -910,6 +910,41 @@ START_TEST(test_products_fused_match_eager)
 }
 END_TEST
 
+/* gelu(a @ b + f(c) @ d + bias), f exp or nothing (user): two products
+ * into one epilogue. */
+static int two_products(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *c = user ? kiln_exp(in[2]) : in[2];
+    out[0] = kiln_gelu(kiln_add(kiln_add(kiln_matmul(in[0], in[1]), kiln_matmul(c, in[3])), in[4]));
+    return out[0] ? 0 : -1;
+}
+
+/* The epilogue computes one product; the other is a kernel of its own,
+ * compiled (its exp computed while its left operand is packed), not run
+ * eagerly: two kernels, both from the code generator, and what eager gives. */
+START_TEST(test_two_products_compiled)
+{
+    int64_t n = 130;
+    kiln_tensor *in[5] = {kiln_randn(2, (int64_t[]){600, 20}, 1),
+                          kiln_mul_scalar(kiln_randn(2, (int64_t[]){20, 130}, 2), 0.3),
+                          kiln_mul_scalar(kiln_randn(2, (int64_t[]){600, 30}, 3), 0.3),
+                          kiln_mul_scalar(kiln_randn(2, (int64_t[]){30, 130}, 4), 0.3), kiln_randn(1, &n, 5)};
+    void *exp_left = _i ? (void *)1 : NULL;
+    kiln_tensor *want = NULL, *got = NULL;
+    ck_assert_int_eq(two_products(in, &want, exp_left), 0);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("two products", two_products, 5, 1, exp_left, &o);
+    ck_assert_msg(kiln_call(f, in, &got) == 0, "%s", kiln_last_error());
+    kiln_fn_stats_t s;
+    ck_assert_int_eq(kiln_fn_stats(f, &s), 0);
+    ck_assert_msg(s.kernels == 2 && s.kernels_compiled + s.kernels_from_disk + s.kernels_shared == 2,
+                  "%d steps, %lld of them kernels", s.kernels,
+                  (long long)(s.kernels_compiled + s.kernels_from_disk + s.kernels_shared));
+    assert_close(got, want, 2e-5, 2e-5, _i ? "exp(c) @ d beside a @ b" : "c @ d beside a @ b");
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* -- Attention in one kernel -------------------------------------------------- */
 
 typedef struct {
@@ -1322,6 +1357,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_fused_epilogues_do_not_stream);
     tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
+    tcase_add_loop_test(ops, test_two_products_compiled, 0, 2);
     tcase_add_loop_test(ops, test_attention_nan_scores_propagate, 0, 2);
     tcase_add_loop_test(ops, test_attention_fused_matches_eager, 0,
                         (int)(sizeof ATTENTION_CASES / sizeof *ATTENTION_CASES));

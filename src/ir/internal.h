@@ -19,6 +19,11 @@ bool ir_grow(void **items, int *cap, int need, size_t size);
  * split_sums, a sum of f32 exponentials over a short row may stay in f32.
  * 0; -CORE_NOMEM; or -CORE_INTERNAL with why in err. */
 int ir_lower(const ir_graph *g, bool split_sums, ir_plan *plan, char *err, size_t err_size);
+/* lower.c: a kernel copying node r's value from buffer 0 into buffer 1
+ * (a product's kernel of its own, once the planner makes buffer 0 the
+ * product); NULL, *nomem set when out of memory, else when a size of it
+ * does not fit the kernel's table. */
+kx_kernel *ir_lower_copy(const ir_graph *g, ir_ref r, bool *nomem);
 
 /* passes.c: every pass rebuilds the graph. A rewrite answers node n of the
  * old graph, its operands renamed into out, with a node of out, or IR_NONE

@@ -601,6 +601,35 @@ static kx_kernel *build_kernel(builder *b, ir_ref node)
     return k;
 }
 
+/* A copy of node r's value: its buffer (0), read row-major, stored as it is
+ * into a second buffer of r's (1). The planner computes a product into
+ * buffer 0, so the copy is that product's kernel with nothing applied. */
+kx_kernel *ir_lower_copy(const ir_graph *g, ir_ref r, bool *nomem)
+{
+    const ir_node *n = &g->nodes[r];
+    builder b = {.g = g, .root = r, .root_ndim = n->ndim};
+    memcpy(b.root_shape, n->shape, (size_t)n->ndim * sizeof *n->shape);
+    b.k = kx_kernel_new(&g->sizes, n->ndim, n->shape);
+    if (!b.k) {
+        *nomem = true;
+        return NULL;
+    }
+    int64_t strides[KX_MAX_DIMS];
+    imap map = identity_map(n->ndim);
+    contiguous_strides(&b, n->ndim, n->shape, strides);
+    int e = load(&b, r, &map, strides);
+    bool stored = e >= 0 && store_output(&b, n, 1, e, false) && !b.unsized;
+    free(b.buffers);
+    *nomem = !stored && !b.unsized;
+    if (!stored) {
+        kx_kernel_free(b.k);
+        return NULL;
+    }
+    b.k->n_buffers = 2;
+    b.k->buffer_dtypes[0] = b.k->buffer_dtypes[1] = n->dtype;
+    return b.k;
+}
+
 /* -- Which nodes get buffers ----------------------------------------------- */
 
 static bool runs_eagerly(const ir_graph *g, const ir_node *n)

@@ -9,6 +9,9 @@
  *   inside that kernel, tile by tile, and never stored, where the backend
  *   fuses such an epilogue; the product's operands then live until that
  *   kernel runs;
+ * - a product that such a kernel reads beside the one it computes (a
+ *   residual block's two convolutions added) is a kernel of its own, the
+ *   product stored as it is, where the backend compiles one: not eager;
  * - and its left operand, when an elementwise kernel that only the product
  *   reads computes it, is computed while the product packs it, where the
  *   backend takes such a prologue (its inputs then live until the product);
@@ -181,16 +184,15 @@ static bool product_dims(const ir_plan *p, const kx_backend *be, const ir_node *
     return true;
 }
 
-/* Whether kernel step s may compute matmul (or conv2d) node r, its input b,
- * itself. */
-static bool fuses_product(const ir_plan *p, const kx_backend *be, plan_step *s, int b, ir_ref r)
+/* Whether kernel k may compute matmul (or conv2d) node n as its buffer b,
+ * its rows and columns the product's: k as it was when not. */
+static bool takes_product(const ir_plan *p, const kx_backend *be, kx_kernel *k, int b, const ir_node *n)
 {
-    const ir_node *n = &p->graph->nodes[r];
-    kx_kernel *k = s->kernel, before = *k;
+    kx_kernel before = *k;
     int64_t rows, cols;
-    if (p->last_use[r] != s->node || !eager_step(p, r) || readers(p, r) != 1 || !product_dims(p, be, n, k, &rows, &cols))
-        return false;
     char why[256];
+    if (!product_dims(p, be, n, k, &rows, &cols))
+        return false;
     if (kx_join_cols(k, cols) && k->rows == rows) {
         k->product = b;
         if (n->op == OP_CONV2D)
@@ -206,6 +208,14 @@ static bool fuses_product(const ir_plan *p, const kx_backend *be, plan_step *s, 
     k->product = -1;
     k->conv = (kx_conv){0};
     return false;
+}
+
+/* Whether kernel step s may compute matmul (or conv2d) node r, its input b,
+ * itself. */
+static bool fuses_product(const ir_plan *p, const kx_backend *be, plan_step *s, int b, ir_ref r)
+{
+    return p->last_use[r] == s->node && eager_step(p, r) && readers(p, r) == 1 &&
+           takes_product(p, be, s->kernel, b, &p->graph->nodes[r]);
 }
 
 static int plan_products(ir_plan *p, const kx_backend *be)
@@ -225,6 +235,52 @@ static int plan_products(ir_plan *p, const kx_backend *be)
         }
     }
     return 0;
+}
+
+/* -- A product beside another ------------------------------------------------ */
+
+/* Whether eager step s is a product whose one reader is a kernel that
+ * computes another product inside, so cannot compute this one. */
+static bool beside_product(const ir_plan *p, const plan_step *s)
+{
+    ir_ref reader = p->last_use[s->node];
+    ir_op op = p->graph->nodes[s->node].op;
+    if (s->kernel || (op != OP_MATMUL && op != OP_CONV2D) || reader >= p->graph->count || readers(p, s->node) != 1)
+        return false;
+    int at = p->step_of[reader];
+    return at >= 0 && p->steps[at].kernel && p->steps[at].product != IR_NONE;
+}
+
+/* Makes eager product step s a kernel of its own that computes the product
+ * and stores it as it is, where the backend compiles that: compiled, its
+ * left operand then kept packed (or computed by a prologue) as a fused
+ * product's is, not run by the eager ops (a convolution's composite). */
+static int own_product(ir_plan *p, const kx_backend *be, plan_step *s)
+{
+    bool nomem = false;
+    kx_kernel *k = ir_lower_copy(p->graph, s->node, &nomem);
+    if (!k || !takes_product(p, be, k, 0, &p->graph->nodes[s->node])) {
+        kx_kernel_free(k);
+        return nomem ? -CORE_NOMEM : 0;
+    }
+    if (!(s->buffers = malloc(2 * sizeof *s->buffers))) {
+        kx_kernel_free(k);
+        return -CORE_NOMEM;
+    }
+    s->buffers[0] = s->buffers[1] = s->node; /* the product's slot, and its output */
+    s->kernel = k;
+    s->n_inputs = s->n_outputs = 1;
+    s->product = s->node;
+    return set_uses(p, s);
+}
+
+static int plan_own_products(ir_plan *p, const kx_backend *be)
+{
+    int status = 0;
+    for (int i = 0; i < p->n_steps && status == 0; i++)
+        if (beside_product(p, &p->steps[i]))
+            status = own_product(p, be, &p->steps[i]);
+    return status;
 }
 
 /* -- A product's left operand computed while it is packed ----------------- */
@@ -766,6 +822,8 @@ static int decide(ir_plan *p, const plan_options *o)
     int status = be->supports ? plan_attention(p, be) : 0;
     if (status == 0 && be->supports)
         status = plan_products(p, be);
+    if (status == 0 && be->supports)
+        status = plan_own_products(p, be);
     if (status == 0 && be->supports)
         status = plan_prologues(p, be);
     if (status == 0)
