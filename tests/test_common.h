@@ -45,6 +45,18 @@ static inline int test_run_suite(Suite *s)
     return failed;
 }
 
+/* A test case that repeats, over more targets or more inputs, what the
+ * suite's other cases already cover. The README's test command runs it;
+ * CI's slow runs (sanitizers, valgrind, the build without LLVM) leave it
+ * out with CK_EXCLUDE_TAGS=exhaustive. */
+static inline TCase *test_exhaustive_case(const char *name, double timeout)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_tags(tc, "exhaustive");
+    tcase_set_timeout(tc, timeout);
+    return tc;
+}
+
 /* main() for a test program made of one suite. */
 #define KILN_TEST_MAIN(make_suite)                                   \
     int main(void)                                                   \

@@ -293,7 +293,6 @@ static Suite *gpu_suite(void)
     Suite *s = suite_create("cuda_gpu");
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_every_op_eagerly);
     tcase_add_test(tc, test_random_programs_traced);
     tcase_add_test(tc, test_nvrtc_backend_runs_fused_kernels);
     tcase_add_loop_test(tc, test_symbolic_programs_traced, 0, 3);
@@ -303,6 +302,9 @@ static Suite *gpu_suite(void)
     tcase_add_test(tc, test_workload_traced_and_allocator_steady);
     tcase_add_test(tc, test_second_process_loads_cubins_from_disk);
     suite_add_tcase(s, tc);
+    TCase *every_op = test_exhaustive_case("every op", 600);
+    tcase_add_test(every_op, test_every_op_eagerly);
+    suite_add_tcase(s, every_op);
     return s;
 }
 

@@ -251,11 +251,13 @@ static Suite *nvrtc_suite(void)
     TCase *tc = tcase_create("nvrtc");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_workloads_compile_for_sm_90);
-    tcase_add_test(tc, test_workloads_compile_for_sm_80);
     tcase_add_test(tc, test_random_programs_compile_for_sm_90_and_sm_80);
     tcase_add_test(tc, test_dump_writes_the_cuda_source);
     tcase_add_test(tc, test_errors_name_the_problem);
     suite_add_tcase(s, tc);
+    TCase *other_arch = test_exhaustive_case("sm_80", 600);
+    tcase_add_test(other_arch, test_workloads_compile_for_sm_80);
+    suite_add_tcase(s, other_arch);
     return s;
 }
 

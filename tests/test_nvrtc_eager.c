@@ -431,9 +431,11 @@ static Suite *nvrtc_eager_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_sources_follow_the_abi);
     tcase_add_test(tc, test_bad_requests_are_refused);
-    tcase_add_test(tc, test_every_eager_kernel_compiles_for_sm_90);
     tcase_add_test(tc, test_a_kernel_of_each_op_compiles_for_sm_80);
     suite_add_tcase(s, tc);
+    TCase *every_kernel = test_exhaustive_case("every kernel", 600);
+    tcase_add_test(every_kernel, test_every_eager_kernel_compiles_for_sm_90);
+    suite_add_tcase(s, every_kernel);
     return s;
 }
 
