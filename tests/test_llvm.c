@@ -1224,54 +1224,108 @@ START_TEST(test_row_divisions_take_reciprocals_where_exact)
 }
 END_TEST
 
-/* Row maxima and minima whose row holds a signed zero, a NaN (either sign)
- * or infinities at a lane of the vector loop or of its remainder, compiled
- * (on AVX-512 by vrangeps and a NaN sum: math_lower_target): max(-0, +0)
- * is +0 and min -0, as llvm.maximum and llvm.minimum give, and a NaN
- * anywhere makes the row's NaN. */
+/* Rows of 200 floats that hold a signed zero, a NaN (either sign) or
+ * infinities at a lane of the vector loop or of its remainder (column 0,
+ * 15, 17, 63, 130 or 199), or only -inf; their maxima and minima as
+ * llvm.maximum and llvm.minimum give them: max(-0, +0) is +0 and min -0,
+ * and a NaN anywhere makes the row's NaN. A compiled row max or min folds
+ * by a plain max (min) and checks after the row (codegen.c's
+ * checked_extreme): each of these but the infinities' goes by its exact
+ * path, in f32 and in f64. */
+enum { EXTREME_COLS = 200, EXTREME_KINDS = 6, EXTREME_AT = 6, EXTREME_ROWS = EXTREME_KINDS * EXTREME_AT };
+
+static void extreme_rows(float (*data)[EXTREME_COLS], float *want_max, float *want_min)
+{
+    static const int at[EXTREME_AT] = {0, 15, 17, 63, 130, 199};
+    for (int kind = 0; kind < EXTREME_KINDS; kind++)
+        for (int a = 0; a < EXTREME_AT; a++) {
+            int r = kind * EXTREME_AT + a;
+            float *row = data[r];
+            for (int j = 0; j < EXTREME_COLS; j++) /* -0s; +0s; numbers in (-1, 1); -infs */
+                row[j] = kind == 0 ? -0.0f : kind == 1 ? 0.0f : kind == 5 ? -INFINITY : (float)((j * 37 % 101) - 50) / 64;
+            float odd[EXTREME_KINDS] = {0.0f, -0.0f, NAN, -NAN, INFINITY, -INFINITY};
+            row[at[a]] = odd[kind];
+            want_max[r] = kind == 0 || kind == 1 ? 0.0f : kind == 4 ? INFINITY : kind == 5 ? -INFINITY : NAN;
+            want_min[r] = kind == 0 || kind == 1 ? -0.0f : kind == 4 ? -50.0f / 64 : kind == 5 ? -INFINITY : NAN;
+            if (kind == 4)
+                row[(at[a] + 1) % EXTREME_COLS] = -INFINITY, want_min[r] = -INFINITY;
+        }
+}
+
+static bool same_extreme(float got, float want)
+{
+    return isnan(want) ? isnan(got) : got == want && signbit(got) == signbit(want);
+}
+
+static float extreme_data[EXTREME_ROWS][EXTREME_COLS];
+
+static kiln_tensor *extreme_input(float *want_max, float *want_min)
+{
+    extreme_rows(extreme_data, want_max, want_min);
+    return kiln_from_data(KILN_F32, 2, (int64_t[]){EXTREME_ROWS, EXTREME_COLS}, extreme_data);
+}
+
+/* The rows' maxima and minima; with user, reduced in f64 (the rows widened,
+ * the results narrowed, both exactly). */
 static int row_max_min(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
-    (void)user;
-    out[0] = kiln_max(in[0], -1, false);
-    out[1] = kiln_min(in[0], -1, false);
+    kiln_tensor *x = user ? kiln_cast(in[0], KILN_F64) : in[0];
+    out[0] = kiln_cast(kiln_max(x, -1, false), KILN_F32);
+    out[1] = kiln_cast(kiln_min(x, -1, false), KILN_F32);
     return out[0] && out[1] ? 0 : -1;
 }
 
 START_TEST(test_row_max_min_signed_zeros_and_nans)
 {
-    enum { COLS = 200, KINDS = 5, AT = 6, ROWS = KINDS * AT };
-    static const int at[AT] = {0, 15, 17, 63, 130, 199};
-    static float data[ROWS][COLS];
-    float want_max[ROWS], want_min[ROWS];
-    for (int kind = 0; kind < KINDS; kind++)
-        for (int a = 0; a < AT; a++) {
-            int r = kind * AT + a;
-            float *row = data[r];
-            for (int j = 0; j < COLS; j++) /* -0s; +0s; numbers in (-1, 1) */
-                row[j] = kind == 0 ? -0.0f : kind == 1 ? 0.0f : (float)((j * 37 % 101) - 50) / 64;
-            float odd[KINDS] = {0.0f, -0.0f, NAN, -NAN, INFINITY};
-            row[at[a]] = odd[kind];
-            want_max[r] = kind == 0 || kind == 1 ? 0.0f : kind == 4 ? INFINITY : NAN;
-            want_min[r] = kind == 0 || kind == 1 ? -0.0f : kind == 4 ? -50.0f / 64 : NAN;
-            if (kind == 4)
-                row[(at[a] + 1) % COLS] = -INFINITY, want_min[r] = -INFINITY;
-        }
+    float want_max[EXTREME_ROWS], want_min[EXTREME_ROWS], gmax[EXTREME_ROWS], gmin[EXTREME_ROWS];
     kiln_scope_begin();
-    int64_t shape[2] = {ROWS, COLS};
-    kiln_tensor *x = kiln_from_data(KILN_F32, 2, shape, data), *got[2] = {NULL, NULL};
-    kiln_fn *f = kiln_jit("row_max_min", row_max_min, 1, 2, NULL, NULL);
+    kiln_tensor *x = extreme_input(want_max, want_min), *got[2] = {NULL, NULL};
+    kiln_fn *f = kiln_jit("row_max_min", row_max_min, 1, 2, _i ? &want_max : NULL, NULL);
     ck_assert_msg(kiln_call(f, &x, got) == 0, "%s", kiln_last_error());
-    float gmax[ROWS], gmin[ROWS];
     ck_assert_int_eq(kiln_copy_to_host(got[0], gmax, sizeof gmax), 0);
     ck_assert_int_eq(kiln_copy_to_host(got[1], gmin, sizeof gmin), 0);
-    for (int r = 0; r < ROWS; r++) {
-        bool max_ok = isnan(want_max[r]) ? isnan(gmax[r])
-                                         : gmax[r] == want_max[r] && signbit(gmax[r]) == signbit(want_max[r]);
-        bool min_ok = isnan(want_min[r]) ? isnan(gmin[r])
-                                         : gmin[r] == want_min[r] && signbit(gmin[r]) == signbit(want_min[r]);
-        ck_assert_msg(max_ok && min_ok, "row %d (odd value at %d): max %g want %g, min %g want %g", r, at[r % AT],
-                      gmax[r], want_max[r], gmin[r], want_min[r]);
-    }
+    for (int r = 0; r < EXTREME_ROWS; r++)
+        ck_assert_msg(same_extreme(gmax[r], want_max[r]) && same_extreme(gmin[r], want_min[r]),
+                      "row %d: max %g want %g, min %g want %g", r, gmax[r], want_max[r], gmin[r], want_min[r]);
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
+/* x - max x - the sum of y over the row: one kernel, which folds each row's
+ * max in the loop of the row before's sum (carries_first). With y zeros,
+ * a row's max shows in every element, its NaN and its zero's sign, where
+ * softmax's sum of exponentials would hide both. */
+static int minus_max_minus_sum(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_sub(kiln_sub(in[0], kiln_max(in[0], -1, true)), kiln_sum(in[1], -1, true));
+    return out[0] ? 0 : -1;
+}
+
+/* The same rows' maxima where each is folded a row early, checked and
+ * redone there. */
+START_TEST(test_carried_row_max_signed_zeros_and_nans)
+{
+    float want_max[EXTREME_ROWS], want_min[EXTREME_ROWS];
+    static float got[EXTREME_ROWS][EXTREME_COLS];
+    kiln_scope_begin();
+    kiln_tensor *in[2] = {extreme_input(want_max, want_min), NULL}, *out = NULL;
+    in[1] = kiln_zeros(KILN_F32, 2, kiln_shape(in[0]));
+    char dir[] = "/tmp/kiln-llvm-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kiln_fn *f = jit_dumping(dir, "minus_max_minus_sum", minus_max_minus_sum, 2, 1, NULL);
+    ck_assert_msg(kiln_call(f, in, &out) == 0, "%s", kiln_last_error());
+    char *kernel = take_dumped(dir, "kernel-0.txt");
+    ck_assert_msg(strstr(kernel, "r0 = max") && strstr(kernel, "r1 = sum"), "not one row kernel:\n%s", kernel);
+    free(kernel);
+    ck_assert_int_eq(kiln_copy_to_host(out, got, sizeof got), 0);
+    int r = 0, j = 0; /* the first element out, asserted once */
+    while (r < EXTREME_ROWS && same_extreme(got[r][j], extreme_data[r][j] - want_max[r] - 0.0f))
+        if (++j == EXTREME_COLS)
+            r++, j = 0;
+    ck_assert_msg(r == EXTREME_ROWS, "row %d, column %d: %g, max %g", r, j, r < EXTREME_ROWS ? got[r][j] : 0.0f,
+                  r < EXTREME_ROWS ? want_max[r] : 0.0f);
     kiln_fn_free(f);
     kiln_scope_end();
 }
@@ -1356,7 +1410,8 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_staged_stores_stream);
     tcase_add_test(ops, test_streamed_staged_softmax_matches_eager);
     tcase_add_test(ops, test_row_divisions_take_reciprocals_where_exact);
-    tcase_add_test(ops, test_row_max_min_signed_zeros_and_nans);
+    tcase_add_loop_test(ops, test_row_max_min_signed_zeros_and_nans, 0, 2); /* f32, f64 */
+    tcase_add_test(ops, test_carried_row_max_signed_zeros_and_nans);
     tcase_add_test(ops, test_fused_epilogues_do_not_stream);
     tcase_add_loop_test(ops, test_products_fused_match_eager, 0,
                         (int)(sizeof PRODUCT_CASES / sizeof *PRODUCT_CASES));
