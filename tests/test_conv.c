@@ -578,6 +578,40 @@ START_TEST(test_pool_random)
 }
 END_TEST
 
+/* A compiled max pool reads its padding through bounded views of x (no
+ * padded copy, no eager step: one kernel) and equals the eager pool
+ * exactly: -inf, NaN and signed zeros in x, padding at both ends, ceil
+ * mode's overhang, widths off every vector width, non-contiguous x. */
+START_TEST(test_max_pool_padding_bounded)
+{
+    static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64};
+    static const pool_case cases[] = {
+        {{{3, 3}, {2, 2}, {1, 1}, false, false}, true}, {{{3, 3}, {2, 2}, {1, 1}, true, false}, true},
+        {{{2, 3}, {1, 2}, {1, 1}, true, false}, true},  {{{3, 2}, {3, 1}, {1, 1}, false, false}, true},
+    };
+    for (int c = 0; c < OC_COUNT(cases); c++)
+        for (int d = 0; d < OC_COUNT(dtypes); d++) {
+            int64_t xs[4] = {1 + d % 2, 2 + c % 2, 7 + 2 * c, 17 + 6 * d};
+            oc_operand x;
+            oc_operand_init(&x, dtypes[d], (oc_layout)((c + d) % OC_BROADCAST), 4, xs, -3, 3, (uint64_t)(c * 5 + d));
+            if (oc_is_float(dtypes[d])) {
+                x.v[0] = -INFINITY, x.v[x.numel / 2] = NAN, x.v[x.numel - 1] = -0.0, x.v[x.numel - 2] = INFINITY;
+                x.t = oc_tensor(dtypes[d], (oc_layout)((c + d) % OC_BROADCAST), 4, xs, x.v);
+            }
+            char what[200];
+            snprintf(what, sizeof what, "max pool case %d of %s", c, x.desc);
+            kiln_tensor *eager = apply_pool(&x.t, &cases[c]);
+            double *want = test_values(eager);
+            kiln_tensor *compiled = oc_traced(apply_pool, &cases[c], 1, &x.t, KILN_BACKEND_AUTO);
+            oc_compare(compiled, dtypes[d], 4, kiln_shape(eager), want, (oc_tol){0, 0, true}, what, "compiled");
+            free(want);
+            int kernels = oc_kernels(apply_pool, &cases[c], 1, &x.t);
+            ck_assert_msg(kernels == -1 || kernels == 1, "%s: %d kernels, want 1", what, kernels);
+            assert_eager_steps(what, apply_pool, &cases[c], 1, &x.t, 0);
+        }
+}
+END_TEST
+
 /* PyTorch 1.13's values (torch.nn.functional, x = torch.arange(n * n.).reshape(1, 1, n, n)). */
 static void check_values(const char *what, kiln_tensor *y, int64_t side, const double *want)
 {
@@ -697,6 +731,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv2d_errors);
     tcase_add_test(tc, test_pool_random);
     tcase_add_test(tc, test_pool_pytorch);
+    tcase_add_test(tc, test_max_pool_padding_bounded);
     tcase_add_test(tc, test_adaptive_avg_pool);
     tcase_add_test(tc, test_pool_errors);
     suite_add_tcase(s, tc);

@@ -205,6 +205,51 @@ START_TEST(test_pad)
 }
 END_TEST
 
+/* A constant pad read by the kernel that uses it, through views of its
+ * tensor bounded to where it lies (reversed too, and summed along padded
+ * rows); a pad of a pad with its own fill, and a pad of a computed tensor,
+ * take a kernel more. */
+static kiln_tensor *apply_pad_read(kiln_tensor *const *in, const void *ctx)
+{
+    int form = *(const int *)ctx;
+    kiln_tensor *x = form == 5 ? kiln_abs(in[0]) : in[0];
+    kiln_tensor *p = kiln_pad(x, 4, (int64_t[]){2, 1, 1, 3}, KILN_PAD_CONSTANT, -5);
+    switch (form) {
+    case 0: return kiln_add_scalar(kiln_mul_scalar(p, 2), 1);
+    case 1: return kiln_flip(kiln_flip(p, 0), 1);
+    case 2: return kiln_sum(p, -1, false);
+    case 3: return kiln_pad(p, 2, (int64_t[]){1, 2}, KILN_PAD_CONSTANT, -5);
+    case 4: return kiln_pad(p, 2, (int64_t[]){1, 2}, KILN_PAD_CONSTANT, 4);
+    default: return kiln_mul_scalar(p, 3);
+    }
+}
+
+START_TEST(test_pad_read_bounded)
+{
+    static const int kernels[] = {1, 1, 1, 1, 2, 2};
+    static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64};
+    for (int form = 0; form < OC_COUNT(kernels); form++)
+        for (int d = 0; d < OC_COUNT(dtypes); d++) {
+            oc_operand a;
+            oc_operand_init(&a, dtypes[d], (oc_layout)((form + d) % OC_BROADCAST), 2, (int64_t[]){5, 21}, -9, 9,
+                            (uint64_t)(form * 4 + d));
+            char what[160];
+            snprintf(what, sizeof what, "pad read %d of %s", form, a.desc);
+            kiln_tensor *eager = apply_pad_read(&a.t, &form);
+            double *want = test_values(eager);
+            kiln_tensor *compiled = oc_traced(apply_pad_read, &form, 1, &a.t, KILN_BACKEND_AUTO);
+            oc_tol sums = {1e-12, 1e-12, false}; /* in another order */
+            oc_compare(compiled, kiln_dtype_of(eager), kiln_ndim(eager), kiln_shape(eager), want,
+                       form == 2 ? sums : EXACTLY, what, "compiled");
+            free(want);
+            int n = oc_kernels(apply_pad_read, &form, 1, &a.t);
+            int eager_steps = oc_eager_steps(apply_pad_read, &form, 1, &a.t);
+            ck_assert_msg(n == -1 || (n == kernels[form] && eager_steps == 0), "%s: %d kernels (%d eager), want %d",
+                          what, n, eager_steps, kernels[form]);
+        }
+}
+END_TEST
+
 /* -- tril, triu ------------------------------------------------------------------- */
 
 static kiln_tensor *apply_triangle(kiln_tensor *const *in, const void *ctx)
@@ -365,6 +410,7 @@ static Suite *shapes_suite(void)
     tcase_add_test(tc, test_split);
     tcase_add_test(tc, test_flip);
     tcase_add_test(tc, test_pad);
+    tcase_add_test(tc, test_pad_read_bounded);
     tcase_add_test(tc, test_tril_triu);
     tcase_add_test(tc, test_repeat);
     tcase_add_test(tc, test_eye_linspace);

@@ -61,6 +61,8 @@ typedef struct {
     const kx_kernel *k;
     LLVMValueRef *buffers;   /* the body's pointer parameters */
     LLVMValueRef *view_base; /* per view: the row's first element index */
+    LLVMValueRef *row_within; /* per bounded view: whether the row is within its outer bounds (i1) */
+    signed char *column_within; /* per view: within its column bounds in the current loop (1, 0), or -1: test each */
     LLVMValueRef *next_base; /* per view: the next row's, where reduction 0 is carried (carries_first) */
     LLVMValueRef *rows;      /* per reduction: its value for this row */
     LLVMValueRef *memo;      /* per expression, in the current loop */
@@ -321,6 +323,58 @@ static LLVMValueRef scratch_at(gen *g, const kx_view *v)
     return LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->scratch[v - g->k->views], &g->i, 1, "");
 }
 
+/* Whether the kernel's index is within v's bounds (an i1): the row within
+ * its outer ones (row_within), the column within its column ones. */
+static LLVMValueRef within(gen *g, const kx_view *v)
+{
+    LLVMValueRef in = g->row_within[v - g->k->views];
+    for (int b = 0; b < v->n_bounds; b++) {
+        const kx_bound *d = &v->bounds[b];
+        if (d->dim != g->k->n_outer)
+            continue;
+        LLVMValueRef from = LLVMBuildICmp(g->b, LLVMIntSGE, g->i, i64c(g, d->lo), "");
+        LLVMValueRef to = LLVMBuildICmp(g->b, LLVMIntSLT, g->i, i64c(g, d->hi), "");
+        in = LLVMBuildAnd(g->b, in, LLVMBuildAnd(g->b, from, to, ""), "");
+    }
+    return in;
+}
+
+/* Bounded view v's element, or its fill outside its bounds: the load runs
+ * only inside (the vectorizer makes it a masked one). */
+static LLVMValueRef load_within(gen *g, const kx_view *v, LLVMValueRef at)
+{
+    LLVMTypeRef t = type_of(g->ctx, v->dtype);
+    LLVMValueRef in = within(g, v);
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(g->b);
+    LLVMBasicBlockRef read = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "within");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "bounded");
+    LLVMBuildCondBr(g->b, in, read, join);
+    LLVMPositionBuilderAtEnd(g->b, read);
+    LLVMValueRef value = LLVMBuildLoad2(g->b, t, at, "");
+    LLVMBuildBr(g->b, join);
+    LLVMPositionBuilderAtEnd(g->b, join);
+    LLVMValueRef phi = LLVMBuildPhi(g->b, t, "");
+    LLVMValueRef values[2] = {value, constant(g, v->dtype, v->fill)};
+    LLVMBasicBlockRef blocks[2] = {read, from};
+    LLVMAddIncoming(phi, values, blocks, 2);
+    return phi;
+}
+
+/* Bounded view v's element at: the fill where the row or (in a loop split
+ * at its column bounds) the loop's columns are outside its bounds. Its
+ * base is then within them, so the load is safe, and along the row it is
+ * an ordinary one, which the vectorizer widens. */
+static LLVMValueRef load_bounded(gen *g, const kx_view *v, LLVMValueRef at)
+{
+    int view = (int)(v - g->k->views);
+    if (g->column_within[view] < 0)
+        return load_within(g, v, at);
+    if (!g->column_within[view])
+        return constant(g, v->dtype, v->fill);
+    LLVMValueRef value = LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), at, "");
+    return LLVMBuildSelect(g->b, g->row_within[view], value, constant(g, v->dtype, v->fill), "");
+}
+
 static LLVMValueRef load(gen *g, const kx_view *v)
 {
     if (g->scratch[v - g->k->views])
@@ -333,7 +387,7 @@ static LLVMValueRef load(gen *g, const kx_view *v)
         index = LLVMBuildAdd(g->b, index, LLVMBuildMul(g->b, g->i, size_value(g, v->inner_stride), ""), "");
     LLVMTypeRef t = type_of(g->ctx, v->dtype);
     LLVMValueRef at = LLVMBuildGEP2(g->b, t, g->buffers[v->buffer], &index, 1, "");
-    return LLVMBuildLoad2(g->b, t, at, "");
+    return v->n_bounds ? load_bounded(g, v, at) : LLVMBuildLoad2(g->b, t, at, "");
 }
 
 /* Flags the bad words after the symbols' values with gather e's index
@@ -700,13 +754,79 @@ static LLVMValueRef reduce_row(gen *g, int n, LLVMValueRef *carry)
     return finish(g, r, checked_extreme(g, &f, g->view_base));
 }
 
-static void store_loop(gen *g)
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The columns where a loop of the store pass starts: 0, and where a view's
+ * column bound starts or ends inside the row, sorted; their count, or -1
+ * for more than max. */
+static int column_cuts(const kx_kernel *k, int64_t *cuts, int max)
+{
+    int n = 0;
+    cuts[n++] = 0;
+    for (int v = 0; v < k->n_views; v++)
+        for (int b = 0; b < k->views[v].n_bounds; b++) {
+            const kx_bound *d = &k->views[v].bounds[b];
+            int64_t ends[2] = {d->lo, d->hi};
+            for (int e = 0; e < 2 && d->dim == k->n_outer; e++) {
+                if (ends[e] <= 0 || ends[e] >= k->cols)
+                    continue;
+                if (n == max)
+                    return -1;
+                cuts[n++] = ends[e];
+            }
+        }
+    qsort(cuts, (size_t)n, sizeof *cuts, compare_i64);
+    int unique = 1;
+    for (int c = 1; c < n; c++)
+        if (cuts[c] != cuts[unique - 1])
+            cuts[unique++] = cuts[c];
+    return unique;
+}
+
+/* Whether the columns from column from to the next cut are within each
+ * view's column bounds (all or none are) into g->column_within. */
+static void columns_within(gen *g, int64_t from)
+{
+    for (int v = 0; v < g->k->n_views; v++) {
+        const kx_view *w = &g->k->views[v];
+        g->column_within[v] = 1;
+        for (int b = 0; b < w->n_bounds; b++)
+            if (w->bounds[b].dim == g->k->n_outer && (from < w->bounds[b].lo || from >= w->bounds[b].hi))
+                g->column_within[v] = 0;
+    }
+}
+
+/* The store pass over columns [from, to). */
+static void store_columns(gen *g, int64_t from, LLVMValueRef to)
 {
     loop l = loop_begin(g, "store");
-    g->i = l.index;
+    g->i = from ? LLVMBuildAdd(g->b, l.index, i64c(g, from), "") : l.index;
     clear_memo(g);
     emit_stores(g, KX_STORE_PASS);
-    loop_end(g, &l, size_value(g, g->k->cols));
+    loop_end(g, &l, from ? LLVMBuildSub(g->b, to, i64c(g, from), "") : to);
+}
+
+/* The store pass: one loop over the row, or for a bounded kernel one from
+ * each cut at its views' column bounds to the next, where each view's loads
+ * are either ordinary or its fill. */
+static void store_loop(gen *g)
+{
+    enum { MAX_CUTS = 16 };
+    int64_t cuts[MAX_CUTS];
+    int n = kx_bounded(g->k) ? column_cuts(g->k, cuts, MAX_CUTS) : -1;
+    if (n < 0) {
+        store_columns(g, 0, size_value(g, g->k->cols));
+        return;
+    }
+    for (int c = 0; c < n; c++) {
+        columns_within(g, cuts[c]);
+        store_columns(g, cuts[c], c + 1 < n ? i64c(g, cuts[c + 1]) : size_value(g, g->k->cols));
+    }
+    memset(g->column_within, -1, (size_t)g->k->n_views);
 }
 
 /* Whether the reciprocal of each divisor of a division by a row's value is
@@ -777,8 +897,28 @@ static void stage_rows(gen *g)
     }
 }
 
+/* Whether the row's outer index is within v's outer bounds (an i1), each
+ * index clamped into them in at, so that a bounded view's row base is one
+ * inside its tensor. */
+static LLVMValueRef row_within(gen *g, const kx_view *v, LLVMValueRef *at)
+{
+    LLVMValueRef in = LLVMConstInt(LLVMInt1TypeInContext(g->ctx), 1, 0);
+    for (int b = 0; b < v->n_bounds; b++) {
+        const kx_bound *d = &v->bounds[b];
+        if (d->dim == g->k->n_outer)
+            continue;
+        LLVMValueRef lo = i64c(g, d->lo), last = i64c(g, d->hi - 1), i = at[d->dim];
+        LLVMValueRef below = LLVMBuildICmp(g->b, LLVMIntSLT, i, lo, "");
+        LLVMValueRef above = LLVMBuildICmp(g->b, LLVMIntSGT, i, last, "");
+        in = LLVMBuildAnd(g->b, in, LLVMBuildNot(g->b, LLVMBuildOr(g->b, below, above, ""), ""), "");
+        at[d->dim] = LLVMBuildSelect(g->b, below, lo, LLVMBuildSelect(g->b, above, last, i, ""), "");
+    }
+    return in;
+}
+
 /* Each view's first element of row into base: its offset plus the row's
- * outer index times the outer strides. */
+ * outer index times the outer strides (for a bounded view, the index
+ * clamped into its bounds: row_within). */
 static void view_bases_of(gen *g, LLVMValueRef row, LLVMValueRef *base_of)
 {
     const kx_kernel *k = g->k;
@@ -790,12 +930,15 @@ static void view_bases_of(gen *g, LLVMValueRef row, LLVMValueRef *base_of)
             rest = LLVMBuildSDiv(g->b, rest, size_value(g, k->outer[d]), "");
     }
     for (int v = 0; v < k->n_views; v++) {
+        LLVMValueRef at[KX_MAX_DIMS];
+        memcpy(at, index, (size_t)k->n_outer * sizeof *index);
+        if (base_of == g->view_base)
+            g->row_within[v] = row_within(g, &k->views[v], at);
         LLVMValueRef base = size_value(g, k->views[v].offset);
         for (int d = 0; d < k->n_outer; d++)
             if (k->views[v].outer_strides[d])
                 base = LLVMBuildAdd(g->b, base,
-                                    LLVMBuildMul(g->b, index[d], size_value(g, k->views[v].outer_strides[d]), ""),
-                                    "");
+                                    LLVMBuildMul(g->b, at[d], size_value(g, k->views[v].outer_strides[d]), ""), "");
         base_of[v] = base;
     }
 }
@@ -827,7 +970,7 @@ static bool reads_inputs_only(const kx_kernel *k, int e)
  * exponentials) instead of taking a pass of their own. */
 static bool carries_first(const kx_kernel *k)
 {
-    if (k->n_reductions < 2 || k->cols == 0)
+    if (k->n_reductions < 2 || k->cols == 0 || kx_bounded(k)) /* bounds are this row's */
         return false;
     for (int s = 0; s < k->n_stores; s++)
         if (k->stores[s].pass == kx_reduction_pass(0))
@@ -993,7 +1136,12 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
     g->next_memo = calloc((size_t)k->n_exprs + 1, sizeof *g->next_memo);
     g->sizes = calloc((size_t)k->sizes.n + 1, sizeof *g->sizes);
     g->scratch = calloc((size_t)k->n_views + 1, sizeof *g->scratch);
-    bool ok = g->view_base && g->next_base && g->rows && g->memo && g->next_memo && g->sizes && g->scratch;
+    g->row_within = calloc((size_t)k->n_views + 1, sizeof *g->row_within);
+    g->column_within = malloc((size_t)k->n_views + 1);
+    bool ok = g->view_base && g->next_base && g->rows && g->memo && g->next_memo && g->sizes && g->scratch &&
+              g->row_within && g->column_within;
+    if (g->column_within)
+        memset(g->column_within, -1, (size_t)k->n_views + 1);
     if (!ok)
         snprintf(err, err_size, "out of memory generating a kernel");
     return ok;
@@ -1011,6 +1159,8 @@ static int gen_close(gen *g, char *err, size_t err_size)
     free(g->next_memo);
     free(g->sizes);
     free(g->scratch);
+    free(g->row_within);
+    free(g->column_within);
     LLVMDisposeBuilder(g->b);
     return g->missing[0] ? -1 : 0;
 }

@@ -52,6 +52,29 @@ static void element(nvrtc_gen *g, int v)
     }
 }
 
+/* View v's element; for a bounded view, its fill outside its bounds (the
+ * load then not evaluated). */
+static void bounded_load(nvrtc_gen *g, int v)
+{
+    const kx_view *w = &g->k->views[v];
+    if (w->n_bounds)
+        strbuf_put(g->s, "(");
+    for (int b = 0; b < w->n_bounds; b++) {
+        char at[16];
+        const kx_bound *d = &w->bounds[b];
+        snprintf(at, sizeof at, d->dim == g->k->n_outer ? "i" : "o%d", d->dim);
+        strbuf_put(g->s, "%s%s >= %lldLL && %s < %lldLL", b ? " && " : "", at, (long long)d->lo, at, (long long)d->hi);
+    }
+    strbuf_put(g->s, "%sb%d[", w->n_bounds ? " ? " : "", w->buffer);
+    element(g, v);
+    strbuf_put(g->s, "]");
+    if (w->n_bounds) {
+        strbuf_put(g->s, " : ");
+        nvrtc_constant(g->s, w->dtype, w->fill);
+        strbuf_put(g->s, ")");
+    }
+}
+
 /* Gather n's column c<n> (its index, negative from the end) and whether it
  * is in range, ok<n>; the first index out of range goes to the bad words. */
 static void gather_column(nvrtc_gen *g, int n)
@@ -94,9 +117,7 @@ void nvrtc_emit_expr(nvrtc_gen *g, int n, bool *done)
             strbuf_put(g->s, "((const float *)&q%d)[lane]", e->view);
             break;
         }
-        strbuf_put(g->s, "b%d[", g->k->views[e->view].buffer);
-        element(g, e->view);
-        strbuf_put(g->s, "]");
+        bounded_load(g, e->view);
         break;
     case KX_GATHER:
         strbuf_put(g->s, "ok%d ? b%d[v%d + c%d * ", n, g->k->views[e->view].buffer, e->view, n);
@@ -188,7 +209,7 @@ void nvrtc_store_value(nvrtc_gen *g, const kx_store *st, bool *done)
  * a 16-byte boundary or the same for the whole row. */
 static bool quads_fit(const kx_kernel *k)
 {
-    if (kx_symbolic(k) || k->cols % 4 || k->n_stores == 0)
+    if (kx_symbolic(k) || k->cols % 4 || k->n_stores == 0 || kx_bounded(k)) /* (bounded loads are not quads) */
         return false;
     for (int v = 0; v < k->n_views; v++) {
         const kx_view *w = &k->views[v];

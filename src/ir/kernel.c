@@ -145,6 +145,14 @@ bool kx_indexed(const kx_kernel *k)
     return false;
 }
 
+bool kx_bounded(const kx_kernel *k)
+{
+    for (int v = 0; v < k->n_views; v++)
+        if (k->views[v].n_bounds)
+            return true;
+    return false;
+}
+
 void kx_bad_index_text(const int64_t *bad, char *err, size_t err_size)
 {
     snprintf(err, err_size, "kiln_gather: index %lld is out of range for axis %lld of size %lld",
@@ -195,6 +203,8 @@ const char *kx_product_misfit(const kx_kernel *k)
         return "the epilogue stores nothing";
     if (kx_indexed(k))
         return "the epilogue gathers: its launch checks indices";
+    if (kx_bounded(k))
+        return "the epilogue reads a padded tensor's border";
     if (kx_writes(k, k->product))
         return "the epilogue writes the product's buffer";
     int v = kx_product_view(k);
@@ -213,7 +223,8 @@ static bool joinable(const kx_kernel *k)
 {
     int d = k->n_outer - 1;
     /* rows would change meaning */
-    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores || kx_indexed(k))
+    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores || kx_indexed(k) ||
+        kx_bounded(k))
         return false;
     for (int v = 0; v < k->n_views; v++) {
         const kx_view *w = &k->views[v];
@@ -308,7 +319,13 @@ char *kx_to_text(const kx_kernel *k)
             strbuf_put(&t, ",");
         }
         ir_size_put(&t, &k->sizes, v->inner_stride);
-        strbuf_put(&t, "]\n");
+        strbuf_put(&t, "]");
+        for (int b = 0; b < v->n_bounds; b++)
+            strbuf_put(&t, " d%d in [%lld,%lld)", v->bounds[b].dim, (long long)v->bounds[b].lo,
+                       (long long)v->bounds[b].hi);
+        if (v->n_bounds)
+            strbuf_put(&t, " else %.17g", v->fill);
+        strbuf_put(&t, "\n");
     }
     for (int i = 0; i < k->n_exprs; i++) {
         strbuf_put(&t, "e%d = ", i);

@@ -69,12 +69,27 @@ typedef struct {
     int axis;          /* KX_GATHER: which axis of the gathered value it is (for messages) */
 } kx_expr;
 
+/* A bound of a view: the kernel's index along dim (an outer dimension, or
+ * n_outer for the columns) in [lo, hi), concrete. */
+typedef struct {
+    int dim;
+    int64_t lo, hi;
+} kx_bound;
+
+enum { KX_MAX_BOUNDS = 4 };
+
+/* A view with bounds is read only where all of them hold; elsewhere its
+ * loads are fill and touch no memory: a constant pad's border read with the
+ * tensor inside it, never stored (ir/lower.c). Only loads are bounded. */
 typedef struct {
     int buffer;                       /* index into the kernel's buffers */
     kiln_dtype dtype;
     int64_t offset;                   /* sizes (see the top) */
     int64_t outer_strides[KX_MAX_DIMS];
     int64_t inner_stride;
+    int n_bounds;
+    kx_bound bounds[KX_MAX_BOUNDS];
+    double fill;                      /* with bounds: the value outside them, in dtype */
 } kx_view;
 
 typedef struct {
@@ -195,6 +210,9 @@ bool kx_indexed(const kx_kernel *k);
 /* The error for bad words a launch found flagged (bad[KX_BAD_FLAG] != 0),
  * as the eager gather words it, into err. */
 void kx_bad_index_text(const int64_t *bad, char *err, size_t err_size);
+/* Whether a view of k has bounds: its rows and columns keep their meaning
+ * (never joined or split), as a gather's. */
+bool kx_bounded(const kx_kernel *k);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
 /* Whether view v holds a row between passes: stored in a reduction's pass,

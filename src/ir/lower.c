@@ -53,6 +53,13 @@ typedef struct {
     bool nomem;
     bool unsized;          /* a size of the kernel is not a polynomial that fits */
     bool split_sums;       /* the backend sums a row in many partial sums */
+    /* Inside a padding's tensor (build_padding): the bounds its loads take,
+     * their fill, and the tensor, materialized when more than views of a
+     * buffer lie under it. */
+    kx_bound bounds[KX_MAX_BOUNDS];
+    int n_bounds;
+    double fill;
+    ir_ref padded;
 } builder;
 
 /* -- Expressions and buffers ---------------------------------------------- */
@@ -171,6 +178,9 @@ static int load(builder *b, ir_ref node, const imap *m, const int64_t *strides)
     for (int i = 0; i + 1 < b->root_ndim; i++)
         v.outer_strides[i] = kernel_strides[i];
     v.inner_stride = b->root_ndim ? kernel_strides[b->root_ndim - 1] : 0;
+    v.n_bounds = b->n_bounds;
+    memcpy(v.bounds, b->bounds, sizeof v.bounds);
+    v.fill = b->fill;
     int view = kx_add_view(b->k, v);
     if (view < 0) {
         b->nomem = true;
@@ -253,8 +263,145 @@ static bool reshape_map(const ir_node *n, const ir_node *o, const imap *m, imap 
     return true;
 }
 
+/* -- Padding ----------------------------------------------------------------- *
+ * A constant pad is a concat of a tensor between constants (kiln_pad's, the
+ * pools' and convolutions' windows): its kernel reads the tensor's buffer
+ * through views bounded to where the kernel's index falls on the tensor,
+ * and the constant elsewhere, so that the padded copy is never made. */
+
+/* Whether v is a value of dtype dt (a cast would not change it). */
+static bool exact_in(kiln_dtype dt, double v)
+{
+    switch (dt) {
+    case KILN_F32: return v != v || (double)(float)v == v;
+    case KILN_F64: return true;
+    case KILN_I32: return v >= INT32_MIN && v <= INT32_MAX && v == (double)(int32_t)v;
+    case KILN_I64: return v >= -0x1p63 && v < 0x1p63 && v == (double)(int64_t)v;
+    default: return v == 0 || v == 1;
+    }
+}
+
+/* Whether r is a constant broadcast (expanded, reshaped, cast from a
+ * const) of dtype dt; its value into *value. */
+static bool constant_value(const ir_graph *g, ir_ref r, kiln_dtype dt, double *value)
+{
+    const ir_node *n = &g->nodes[r];
+    while (n->op == OP_EXPAND || n->op == OP_RESHAPE || (n->op == OP_CAST && n->ndim == 0))
+        n = &g->nodes[ir_operands(g, n)[0]];
+    *value = n->params.value;
+    return n->op == OP_CONST && g->nodes[r].dtype == dt && exact_in(dt, *value);
+}
+
+static bool same_value(double a, double b)
+{
+    return a == b || (a != a && b != b);
+}
+
+/* Whether concat n is a padding: of concrete sizes below 2^31, one tensor
+ * of its dtype between parts of one constant value (into *fill), the
+ * tensor's index into *data and its first index along the axis into *lo. */
+static bool padding(const ir_graph *g, const ir_node *n, int *data, int64_t *lo, double *fill)
+{
+    const ir_ref *parts = ir_operands(g, n);
+    int found = -1;
+    int64_t at = 0;
+    bool filled = false;
+    for (int d = 0; d < n->ndim; d++)
+        if (n->shape[d] < 0 || n->shape[d] > INT32_MAX)
+            return false;
+    for (uint32_t i = 0; i < n->n_operands; i++) {
+        double v;
+        if (constant_value(g, parts[i], n->dtype, &v)) {
+            if (filled && !same_value(v, *fill))
+                return false;
+            *fill = v, filled = true;
+        } else if (found >= 0 || g->nodes[parts[i]].dtype != n->dtype) {
+            return false;
+        } else {
+            found = (int)i, *lo = at;
+        }
+        at += g->nodes[parts[i]].shape[n->params.axis];
+    }
+    *data = found;
+    return found >= 0 && filled;
+}
+
+static int64_t floor_div(int64_t a, int64_t d)
+{
+    int64_t q = a / d;
+    return q - (a % d != 0 && (a < 0) != (d < 0));
+}
+
+/* The kernel indices k in [0, extent) where bias + coef k lies in [lo, hi)
+ * (coef != 0): [*from, *to), perhaps empty. */
+static void indices_within(int64_t bias, int64_t coef, int64_t lo, int64_t hi, int64_t extent, int64_t *from,
+                           int64_t *to)
+{
+    if (coef > 0) {
+        *from = -floor_div(bias - lo, coef);
+        *to = -floor_div(bias - hi, coef);
+    } else {
+        *from = floor_div(hi - bias, coef) + 1;
+        *to = floor_div(lo - bias, coef) + 1;
+    }
+    *from = *from < 0 ? 0 : *from;
+    *to = *to > extent ? extent : *to;
+}
+
+/* The tensor of padding node (data its operand index, from lo on its
+ * axis) built through m within bound, or the fill where nothing is. */
+static int build_padded(builder *b, ir_ref node, const imap *m, int data, int64_t lo, double fill, kx_bound bound)
+{
+    const ir_node *n = &b->g->nodes[node];
+    ir_ref tensor = ir_operands(b->g, n)[data];
+    if (bound.lo >= bound.hi)
+        return add_expr(b, (kx_expr){.kind = KX_CONST, .dtype = n->dtype, .value = fill});
+    if ((b->n_bounds && !same_value(fill, b->fill)) || b->n_bounds == KX_MAX_BOUNDS) {
+        b->failed = node;
+        return -1;
+    }
+    imap tm = *m;
+    tm.bias[n->params.axis] -= lo;
+    bool whole = bound.dim < 0 || (bound.lo == 0 && bound.hi == b->root_shape[bound.dim]);
+    ir_ref outer = b->padded;
+    b->padded = tensor;
+    b->fill = fill;
+    if (!whole)
+        b->bounds[b->n_bounds++] = bound;
+    int e = build(b, tensor, &tm);
+    b->n_bounds -= !whole;
+    b->padded = outer;
+    return e;
+}
+
+/* Padding node n through m: its tensor where the kernel's index falls on
+ * it, its constant elsewhere. */
+static int build_padding(builder *b, ir_ref node, const ir_node *n, const imap *m)
+{
+    int data = -1;
+    int64_t lo = 0;
+    double fill = 0;
+    padding(b->g, n, &data, &lo, &fill);
+    int a = n->params.axis, src = m->src[a];
+    int64_t bias = m->bias[a], coef = m->coef[a], hi = lo + b->g->nodes[ir_operands(b->g, n)[data]].shape[a];
+    kx_bound bound = {.dim = -1, .lo = 0, .hi = 1};
+    if (src < 0 || coef == 0) {
+        bound.hi = bias >= lo && bias < hi;
+    } else if (b->root_shape[src] < 0 || coef < -INT32_MAX || coef > INT32_MAX || bias < -INT32_MAX ||
+               bias > INT32_MAX) {
+        b->failed = node; /* its own kernel reads it whole */
+        return -1;
+    } else {
+        bound.dim = src;
+        indices_within(bias, coef, lo, hi, b->root_shape[src], &bound.lo, &bound.hi);
+    }
+    return build_padded(b, node, m, data, lo, fill, bound);
+}
+
 static int build_movement(builder *b, ir_ref node, const ir_node *n, const imap *m)
 {
+    if (n->op == OP_CONCAT)
+        return build_padding(b, node, n, m);
     ir_ref operand = ir_operands(b->g, n)[0];
     const ir_node *o = &b->g->nodes[operand];
     imap om = *m;
@@ -291,7 +438,6 @@ static int build_movement(builder *b, ir_ref node, const ir_node *n, const imap 
     default: /* contiguous: the same values */
         break;
     }
-    (void)node;
     return build(b, operand, &om);
 }
 
@@ -391,13 +537,26 @@ static bool same_map(const imap *a, const imap *b)
            !memcmp(a->bias, b->bias, (size_t)a->ndim * sizeof *a->bias);
 }
 
+/* Whether node, under a padding, is more than views of a buffer: the
+ * padding's tensor is then materialized, and read bounded. */
+static bool computed_under_padding(const builder *b, ir_ref node)
+{
+    const ir_node *n = &b->g->nodes[node];
+    return b->n_bounds && !(b->mat[node] && node != b->root) && ir_ops[n->op].kind != KIND_MOVEMENT;
+}
+
 static int build(builder *b, ir_ref node, const imap *m)
 {
-    for (int i = 0; i < b->n_memo; i++)
+    /* a load's bounds are not in the memo's key: under a padding nothing is shared */
+    for (int i = 0; i < b->n_memo && !b->n_bounds; i++)
         if (b->memo[i].node == node && same_map(&b->memo[i].map, m))
             return b->memo[i].expr;
     const ir_node *n = &b->g->nodes[node];
     int e;
+    if (computed_under_padding(b, node)) {
+        b->failed = b->padded;
+        return -1;
+    }
     if (b->mat[node] && node != b->root) {
         int64_t strides[KX_MAX_DIMS];
         contiguous_strides(b, n->ndim, n->shape, strides);
@@ -419,6 +578,8 @@ static int build(builder *b, ir_ref node, const imap *m)
             b->failed = node;
         return -1;
     }
+    if (b->n_bounds)
+        return e;
     if (!ir_grow((void **)&b->memo, &b->memo_cap, b->n_memo + 1, sizeof *b->memo)) {
         b->nomem = true;
         return -1;
@@ -468,7 +629,7 @@ static void split_long_rows(builder *b)
     kx_kernel *k = b->k;
     enum { MIN_ROWS = 64, PIECE = 8192, MIN_PIECE = 1024 };
     if (k->n_reductions || k->n_row_stores || k->rows < 0 || k->cols < 0 || k->rows >= MIN_ROWS ||
-        k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS || kx_indexed(k))
+        k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS || kx_indexed(k) || kx_bounded(k))
         return;
     int64_t piece = PIECE;
     while (piece >= MIN_PIECE && k->cols % piece)
@@ -639,7 +800,12 @@ static bool runs_eagerly(const ir_graph *g, const ir_node *n)
     switch (ir_ops[n->op].kind) {
     case KIND_INDEX: return !row_pick(g, n);
     case KIND_MATMUL: return true;
-    case KIND_MOVEMENT: return n->op == OP_CONCAT;
+    case KIND_MOVEMENT: {
+        int data;
+        int64_t lo;
+        double fill;
+        return n->op == OP_CONCAT && !padding(g, n, &data, &lo, &fill);
+    }
     case KIND_REDUCTION: {
         const ir_node *in = &g->nodes[ir_operands(g, n)[0]];
         return n->op == OP_ARGMAX || n->params.axis == KILN_ALL || n->params.axis != in->ndim - 1;
