@@ -138,12 +138,14 @@ static kiln_tensor *random_of(kiln_dtype dt, int ndim, const int64_t *shape, uin
 
 /* 1, primes, and one past and one short of multiples of the host's tiles
  * (14 or 6 rows by 32, 16 or 8 columns) and k blocks (a multiple of 8);
- * last a classifier's row, few multiply-adds over a large B, which the
- * threads split by columns. */
+ * last tiles at the bounds of the micro-kernel's shorter loops (at most 8
+ * rows, one vector of columns: 16 or 8) and one past them, with k in one
+ * block and in two; last a classifier's row, few multiply-adds over a large
+ * B, which the threads split by columns. */
 static const int64_t SIZES[][3] = {
     {1, 1, 1},   {1, 7, 1},    {7, 1, 13},    {2, 3, 5},    {13, 31, 17},  {14, 32, 8},   {15, 33, 9},
     {29, 65, 97}, {97, 61, 193}, {127, 1, 385}, {1, 251, 61}, {673, 47, 3}, {45, 129, 200}, {100, 100, 1025},
-    {1, 1000, 2048},
+    {22, 48, 33}, {23, 49, 33}, {36, 24, 700}, {37, 25, 700}, {1, 1000, 2048},
 };
 
 START_TEST(test_products_match_references)

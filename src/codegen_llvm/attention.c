@@ -76,7 +76,7 @@ static bool scratch_alloc(const job *j, scratch *s)
 static void block_product(const gemm_code *g, int64_t rows, int64_t cols, int64_t kc, const char *ap, const char *bp,
                           char *acc, int64_t ld, int64_t mode)
 {
-    gemm_tile t = {0};
+    gemm_tile t = {.m_rem = g->mr, .n_rem = g->nr}; /* whole tiles: the kernel multiplies no less */
     for (int64_t jr = 0; jr < cols; jr += g->nr)
         for (int64_t ir = 0; ir < rows; ir += g->mr)
             g->kernel(kc, ap + ir * kc * g->size, bp + jr * kc * g->size, acc + (ir * ld + jr) * g->size, ld, mode, &t);
