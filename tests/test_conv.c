@@ -107,6 +107,28 @@ START_TEST(test_conv2d_random)
 }
 END_TEST
 
+/* Strided windows of many taps, whose B is packed from a copy of each
+ * image with its padding written and the stride's phases apart (the stem's
+ * 7x7/2): odd sizes, padding on one axis or both, a stride on one axis, a
+ * dilation with a stride, groups, batches of 1 and 2, f32 and f64. */
+START_TEST(test_conv2d_strided_windows)
+{
+    static const struct {
+        int64_t x[4], w[4];
+        conv_case c;
+    } cases[] = {
+        {{1, 3, 23, 21}, {8, 3, 7, 7}, {{{2, 2}, {3, 3}, {1, 1}, 1}, true}},
+        {{2, 4, 17, 19}, {6, 2, 5, 5}, {{{2, 2}, {2, 1}, {2, 1}, 2}, false}},
+        {{2, 3, 11, 9}, {5, 3, 3, 3}, {{{2, 1}, {0, 1}, {1, 2}, 1}, true}},
+        {{1, 2, 16, 15}, {3, 2, 4, 5}, {{{1, 2}, {1, 0}, {1, 1}, 1}, true}},
+    };
+    for (int i = 0; i < 8; i++) {
+        conv_case c = cases[i / 2].c;
+        check_conv(i % 2 ? KILN_F64 : KILN_F32, cases[i / 2].x, cases[i / 2].w, &c, (uint64_t)i);
+    }
+}
+END_TEST
+
 /* A ResNet block's tail: conv2d with bias, inference batch norm, relu of
  * the sum with a residual; in[] x, w, bias, mean, var, gamma, beta, r. */
 static kiln_tensor *apply_block(kiln_tensor *const *in, const void *ctx)
@@ -721,6 +743,7 @@ static Suite *conv_suite(void)
     tcase_add_checked_fixture(tc, test_scoped_setup, test_scoped_teardown);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_conv2d_random);
+    tcase_add_test(tc, test_conv2d_strided_windows);
     tcase_add_test(tc, test_conv2d_forms);
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);

@@ -1,6 +1,16 @@
 /* Packing a convolution's B panels straight from its input (implicit GEMM):
  * element (c kh kw, oh ow) of an image's B is x[c, oh sh - ph + kh dh,
- * ow sw - pw + kw dw], zero in the padding, so no column buffer exists. */
+ * ow sw - pw + kw dw], zero in the padding, so no column buffer exists.
+ *
+ * A strided window whose taps read each element of x several times
+ * (prepares: the stem's 7x7/2) is first read into a copy of each image
+ * (conv_prepare): its padding written as zeros and each stride's phases
+ * apart (rows and columns of one remainder modulo the stride together), so
+ * that every tap reads a contiguous run of the copy with no test of its
+ * bounds. Packing from x itself tests each tap at a border and gathers a
+ * strided tap's run an element at a time: 40% of the stem's time (perf,
+ * branch s8-19b). The copy costs one pass over the image; other windows
+ * are packed from x. */
 #include <string.h>
 
 #include "codegen_llvm/gemm.h"
@@ -8,14 +18,137 @@
 
 enum { MAX_NR = 64 };
 
+/* Whether packing reads a copy of x: a strided window whose taps read each
+ * element of x four times or more (kh kw / (sh sw): the stem's 7x7/2,
+ * 12), where packing from x gathers each tap's run an element at a time.
+ * A 3x3/2 reads it 2.25 times, and its copy cost more than it saved: at
+ * batch 16 ResNet-50's stride-2 3x3s took 32.8 -> 43.1 and 30.1 -> 34.4 ms
+ * with one (branch s8-19b); a 3x3/1's runs are copies already, and its
+ * copy gained nothing measurable at 56x56, batch 1. */
+static bool prepares(const kx_conv *c)
+{
+    bool strided = c->stride[0] > 1 || c->stride[1] > 1;
+    return strided && c->kh * c->kw >= 4 * c->stride[0] * c->stride[1];
+}
+
+static int64_t out_height(const kx_conv *c, const kg_matmul_args *args)
+{
+    return args->n / c->out_width;
+}
+
+/* The copy's phase planes: rows and columns enough for every tap's run. */
+static int64_t phase_rows(const kx_conv *c, const kg_matmul_args *args)
+{
+    return out_height(c, args) + (c->kh - 1) * c->dilation[0] / c->stride[0];
+}
+
+static int64_t phase_cols(const kx_conv *c)
+{
+    return c->out_width + (c->kw - 1) * c->dilation[1] / c->stride[1];
+}
+
+/* Elements of one matrix's (image and group's) copy: per channel, the
+ * stride's phases, each phase_rows x phase_cols. */
+static int64_t prepared_elems(const kx_conv *c, const kg_matmul_args *args)
+{
+    return c->channels * c->stride[0] * c->stride[1] * phase_rows(c, args) * phase_cols(c);
+}
+
+/* x's: kx_conv's groups' batch stride is channels channel strides. */
+static int64_t channel_stride(const kx_conv *c, const kg_matmul_args *args)
+{
+    return args->b_batch_strides[1] / c->channels;
+}
+
+/* The source's geometry, x its pointer (the copy's to be). */
+static conv_source source_of(const kx_conv *c, const kg_matmul_args *args, const char *x)
+{
+    if (prepares(c)) {
+        int64_t rows = phase_rows(c, args), cols = phase_cols(c);
+        return (conv_source){.x = x, .prepared = true, .s_c = c->stride[0] * c->stride[1] * rows * cols,
+                             .s_p = rows * cols, .s_h = cols, .s_w = 1, .z = prepared_elems(c, args)};
+    }
+    return (conv_source){.x = x, .s_c = channel_stride(c, args), .s_h = args->b_row, .s_w = args->b_col};
+}
+
+/* -- The copy ------------------------------------------------------------------ */
+
+typedef struct {
+    const kx_conv *c;
+    const kg_matmul_args *args;
+    const char *x;
+    conv_source to;
+    int size;
+} preparing;
+
+/* Phase plane (p, q) of channel ch of one matrix: element (r, t) is x at
+ * row r sh + p - ph and column t sw + q - pw, zero outside x. */
+#define PREPARE_PLANE(T, name)                                                                                          \
+    static void name(const preparing *w, const T *x, int64_t p, int64_t q, T *dst)                                   \
+    {                                                                                                                  \
+        const kx_conv *c = w->c;                                                                                       \
+        int64_t rows = phase_rows(c, w->args), cols = phase_cols(c), s_h = w->args->b_row, s_w = w->args->b_col;     \
+        for (int64_t r = 0; r < rows; r++, dst += cols) {                                                              \
+            int64_t h = r * c->stride[0] + p - c->padding[0];                                                          \
+            if (h < 0 || h >= c->height) {                                                                             \
+                memset(dst, 0, (size_t)cols * sizeof(T));                                                              \
+                continue;                                                                                              \
+            }                                                                                                          \
+            for (int64_t t = 0; t < cols; t++) {                                                                       \
+                int64_t v = t * c->stride[1] + q - c->padding[1];                                                      \
+                dst[t] = v >= 0 && v < c->width ? x[h * s_h + v * s_w] : (T)0;                                         \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+PREPARE_PLANE(float, prepare_plane_f32)
+PREPARE_PLANE(double, prepare_plane_f64)
+
+/* Channels [begin, end) of all matrices, counted over the batch. */
+static void prepare_channels(void *ctx, int64_t begin, int64_t end)
+{
+    const preparing *w = ctx;
+    const kx_conv *c = w->c;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t z = t / c->channels, ch = t % c->channels;
+        const char *from = w->x + (gemm_batch_offset(w->args->b_batch_strides, w->args, z) + ch * channel_stride(c, w->args)) * w->size;
+        for (int64_t p = 0; p < c->stride[0]; p++)
+            for (int64_t q = 0; q < c->stride[1]; q++) {
+                char *dst = (char *)w->to.x + (z * w->to.z + ch * w->to.s_c + (p * c->stride[1] + q) * w->to.s_p) * w->size;
+                if (w->size == 4)
+                    prepare_plane_f32(w, (const float *)from, p, q, (float *)dst);
+                else
+                    prepare_plane_f64(w, (const double *)from, p, q, (double *)dst);
+            }
+    }
+}
+
+int conv_prepare(const kx_conv *c, const kg_matmul_args *args, const char *x, int size, conv_source *source,
+                 char **raw, size_t *bytes)
+{
+    *raw = NULL;
+    *source = source_of(c, args, x);
+    if (!source->prepared)
+        return 0;
+    *bytes = (size_t)(args->batch * source->z * size);
+    source->x = gemm_aligned_block(raw, *bytes);
+    if (!source->x)
+        return -1;
+    preparing w = {c, args, x, *source, size};
+    core_parallel_for(args->batch * c->channels, 1, prepare_channels, &w);
+    return 0;
+}
+
+/* -- Packing ------------------------------------------------------------------- */
+
 /* A panel's columns as runs along one output row each: run r covers
- * columns [start[r], start[r + 1]) of the panel, whose first tap reads x
- * at row ih[r] and columns iw[r], iw[r] + stride, ... (perhaps in the
- * padding). Columns past the product's last are no run: they pack zeros. */
+ * columns [start[r], start[r + 1]) of the panel, from output row oh[r] and
+ * column ow[r]. Columns past the product's last are no run: they pack
+ * zeros. */
 typedef struct {
     int runs, used;
     int start[MAX_NR + 1];
-    int64_t ih[MAX_NR], iw[MAX_NR];
+    int64_t oh[MAX_NR], ow[MAX_NR];
 } panel_runs;
 
 static void runs_of(const kx_conv *c, int64_t col0, int used, panel_runs *p)
@@ -26,29 +159,65 @@ static void runs_of(const kx_conv *c, int64_t col0, int used, panel_runs *p)
         int64_t col = col0 + j, oh = col / c->out_width, ow = col % c->out_width;
         int64_t len = c->out_width - ow < used - j ? c->out_width - ow : used - j;
         p->start[p->runs] = j;
-        p->ih[p->runs] = oh * c->stride[0] - c->padding[0];
-        p->iw[p->runs] = ow * c->stride[1] - c->padding[1];
+        p->oh[p->runs] = oh;
+        p->ow[p->runs] = ow;
         p->runs++;
         j += (int)len;
     }
     p->start[p->runs] = used;
 }
 
-/* Packs one B panel (k rows of nr values) of elements of type T: each run
- * whose taps all fall inside x is a strided copy, others test each tap. */
-#define PACK_PANEL(T, name)                                                                                             \
-    static void name(const kx_conv *c, const panel_runs *p, const T *x, int64_t s_c, int64_t s_h, int64_t s_w,       \
-                     int nr, T *dst)                                                                                   \
+/* Tap (i, j)'s first element in the copy: in its phase plane. */
+static int64_t tap_at(const kx_conv *c, const conv_source *s, int64_t i, int64_t j)
+{
+    int64_t dh = i * c->dilation[0], dw = j * c->dilation[1], sh = c->stride[0], sw = c->stride[1];
+    return (dh % sh * sw + dw % sw) * s->s_p + dh / sh * s->s_h + dw / sw;
+}
+
+/* Packs one B panel (k rows of nr values) of elements of type T from the
+ * copy: each run of each tap a contiguous copy, every tap inside it. A
+ * short run (an output row of a 7x7 or 14x14 image) is copied in place: a
+ * call to memcpy for each cost more than it. */
+#define PACK_FROM_COPY(T, name)                                                                                         \
+    static void name(const kx_conv *c, const conv_source *s, const panel_runs *p, const T *x, int nr, T *dst)        \
     {                                                                                                                  \
-        int64_t sw = c->stride[1];                                                                                     \
+        for (int64_t ch = 0; ch < c->channels; ch++)                                                                   \
+            for (int64_t i = 0; i < c->kh; i++)                                                                        \
+                for (int64_t j = 0; j < c->kw; j++, dst += nr) {                                                       \
+                    const T *tap = x + ch * s->s_c + tap_at(c, s, i, j);                                               \
+                    for (int r = 0; r < p->runs; r++) {                                                                \
+                        int a = p->start[r], len = p->start[r + 1] - a;                                                \
+                        const T *from = tap + p->oh[r] * s->s_h + p->ow[r];                                            \
+                        if (len > 16)                                                                                  \
+                            memcpy(dst + a, from, (size_t)len * sizeof(T));                                            \
+                        else                                                                                           \
+                            for (int l = 0; l < len; l++)                                                              \
+                                dst[a + l] = from[l];                                                                  \
+                    }                                                                                                  \
+                    if (p->used < nr)                                                                                  \
+                        memset(dst + p->used, 0, (size_t)(nr - p->used) * sizeof(T));                                  \
+                }                                                                                                      \
+    }
+
+PACK_FROM_COPY(float, pack_copy_f32)
+PACK_FROM_COPY(double, pack_copy_f64)
+
+/* Packs one B panel (k rows of nr values) of elements of type T from x:
+ * each run whose taps all fall inside x is a strided copy, others test
+ * each tap. */
+#define PACK_FROM_X(T, name)                                                                                            \
+    static void name(const kx_conv *c, const conv_source *s, const panel_runs *p, const T *x, int nr, T *dst)        \
+    {                                                                                                                  \
+        int64_t sw = c->stride[1], s_h = s->s_h, s_w = s->s_w;                                                         \
         for (int64_t ch = 0; ch < c->channels; ch++)                                                                   \
             for (int64_t i = 0; i < c->kh; i++)                                                                        \
                 for (int64_t j = 0; j < c->kw; j++, dst += nr) {                                                       \
                     int64_t dh = i * c->dilation[0], dw = j * c->dilation[1];                                        \
-                    const T *plane = x + ch * s_c;                                                                     \
+                    const T *plane = x + ch * s->s_c;                                                                  \
                     for (int r = 0; r < p->runs; r++) {                                                                \
                         int a = p->start[r], len = p->start[r + 1] - a;                                                \
-                        int64_t h = p->ih[r] + dh, w0 = p->iw[r] + dw, w1 = w0 + (len - 1) * sw;                     \
+                        int64_t h = p->oh[r] * c->stride[0] - c->padding[0] + dh;                                     \
+                        int64_t w0 = p->ow[r] * sw - c->padding[1] + dw, w1 = w0 + (len - 1) * sw;                    \
                         T *out = dst + a;                                                                              \
                         if (h < 0 || h >= c->height) {                                                                 \
                             memset(out, 0, (size_t)len * sizeof(T));                                                   \
@@ -72,21 +241,20 @@ static void runs_of(const kx_conv *c, int64_t col0, int used, panel_runs *p)
                 }                                                                                                      \
     }
 
-PACK_PANEL(float, pack_panel_f32)
-PACK_PANEL(double, pack_panel_f64)
+PACK_FROM_X(float, pack_x_f32)
+PACK_FROM_X(double, pack_x_f64)
 
-void conv_pack_b(const kx_conv *c, const kg_matmul_args *args, const char *x, int64_t col0, int64_t cols, int nr,
-                 int size, char *dst)
+void conv_pack_b(const kx_conv *c, const conv_source *s, const kg_matmul_args *args, int64_t z, int64_t col0,
+                 int64_t cols, int nr, int size, char *dst)
 {
-    /* kx_conv: the groups' batch stride is channels channel strides */
-    int64_t s_c = args->b_batch_strides[1] / c->channels, s_h = args->b_row, s_w = args->b_col;
+    const char *x = s->x + (s->prepared ? z * s->z : gemm_batch_offset(args->b_batch_strides, args, z)) * size;
     panel_runs p;
     KILN_ASSERT(nr <= MAX_NR);
     for (int64_t at = 0; at < cols; at += nr, dst += args->k * nr * size) {
         runs_of(c, col0 + at, cols - at < nr ? (int)(cols - at) : nr, &p);
         if (size == 4)
-            pack_panel_f32(c, &p, (const float *)x, s_c, s_h, s_w, nr, (float *)dst);
+            (s->prepared ? pack_copy_f32 : pack_x_f32)(c, s, &p, (const float *)x, nr, (float *)dst);
         else
-            pack_panel_f64(c, &p, (const double *)x, s_c, s_h, s_w, nr, (double *)dst);
+            (s->prepared ? pack_copy_f64 : pack_x_f64)(c, s, &p, (const double *)x, nr, (double *)dst);
     }
 }

@@ -47,6 +47,7 @@ typedef struct {
     void *const *buffers;
     const int64_t *symbols;
     const kx_conv *conv; /* or NULL: B is a matrix */
+    conv_source source;  /* a convolution's: what its B is packed from */
     char *shared_b;      /* or NULL: each matrix's B packed whole, by all threads before the parts run */
     const struct kept_a *kept; /* or NULL: A packed by each part, block by block */
     blocking bl;
@@ -263,7 +264,7 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
         if (j->shared_b) /* packed already, panel by panel */
             own.bp = j->shared_b + z * shared_b_bytes(j) + jc * a->k * size;
         else if (a->k > 0 && j->conv)
-            conv_pack_b(j->conv, a, j->b + b_z * size, jc, nc, g->nr, (int)size, s->bp);
+            conv_pack_b(j->conv, &j->source, a, z, jc, nc, g->nr, (int)size, s->bp);
         for (int64_t ic = m0; ic < m1; ic += j->bl.mc) {
             int64_t mc = m1 - ic < j->bl.mc ? m1 - ic : j->bl.mc;
             int64_t pc = 0;
@@ -394,8 +395,7 @@ static void pack_shared(void *ctx, int64_t begin, int64_t end)
     int64_t panels = (a->n + j->g->nr - 1) / j->g->nr;
     for (int64_t t = begin; t < end; t++) {
         int64_t z = t / panels, col = t % panels * j->g->nr;
-        int64_t b_z = gemm_batch_offset(a->b_batch_strides, a, z);
-        conv_pack_b(j->conv, a, j->b + b_z * j->g->size, col, a->n - col < j->g->nr ? a->n - col : j->g->nr, j->g->nr,
+        conv_pack_b(j->conv, &j->source, a, z, col, a->n - col < j->g->nr ? a->n - col : j->g->nr, j->g->nr,
                     (int)j->g->size, j->shared_b + z * shared_b_bytes(j) + col * a->k * j->g->size);
     }
 }
@@ -615,9 +615,11 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
         s++;
     if (s > 1)
         split(&j, s);
-    char *shared_raw;
-    size_t shared_bytes = 0;
-    if (pack_b_once(&j, &shared_raw, &shared_bytes) < 0)
+    char *source_raw = NULL, *shared_raw = NULL;
+    size_t source_bytes = 0, shared_bytes = 0;
+    if (c && conv_prepare(c, args, b, (int)g->size, &j.source, &source_raw, &source_bytes) < 0)
+        atomic_store(&j.failed, true);
+    if (!atomic_load(&j.failed) && pack_b_once(&j, &shared_raw, &shared_bytes) < 0)
         atomic_store(&j.failed, true);
     kept_a *kept = !atomic_load(&j.failed) && keeps_a(&j, constant) ? take_kept(&j, constant) : NULL;
     j.kept = kept;
@@ -628,6 +630,8 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
         keep(constant, kept);
     if (shared_raw)
         core_free(shared_raw, shared_bytes + 64);
+    if (source_raw)
+        core_free(source_raw, source_bytes + 64);
     if (atomic_load(&j.failed)) {
         snprintf(err, err_size, "out of memory for a matrix product's packed panels");
         return -1;

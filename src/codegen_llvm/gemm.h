@@ -103,11 +103,27 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
                   size_t err_size);
 /* Frees what gemm_run_conv kept in a kx_constant's slot. */
 void gemm_forget(void *kept);
-/* Packs columns [col0, col0 + cols) of image and group x's B (all of its
- * rows, args->k) into panels of nr columns as pack_b does, elements of size
- * bytes (f32, f64). */
-void conv_pack_b(const kx_conv *c, const kg_matmul_args *args, const char *x, int64_t col0, int64_t cols, int nr,
-                 int size, char *dst);
+/* Where a convolution's B is packed from: x itself (its strides), or a copy
+ * of each matrix's image (z elements apart) with its padding written and a
+ * stride's phases apart (s_p: a phase plane's elements), which every tap
+ * reads without a test (conv.c). */
+typedef struct {
+    const char *x;
+    bool prepared;
+    int64_t s_c, s_p, s_h, s_w, z;
+} conv_source;
+
+/* The source to pack c's B from for input x (borrowed): x, or a copy of its
+ * images made over kiln's thread pool in a new block *raw of *bytes + 64
+ * (core_free ends it; *raw NULL when there is none). 0, or -1 when out of
+ * memory. */
+int conv_prepare(const kx_conv *c, const kg_matmul_args *args, const char *x, int size, conv_source *source,
+                 char **raw, size_t *bytes);
+/* Packs columns [col0, col0 + cols) of matrix z's B (all of its rows,
+ * args->k) from s into panels of nr columns as pack_b does, elements of
+ * size bytes (f32, f64). */
+void conv_pack_b(const kx_conv *c, const conv_source *s, const kg_matmul_args *args, int64_t z, int64_t col0,
+                 int64_t cols, int nr, int size, char *dst);
 
 /* -- Depthwise convolutions (depthwise.c) ------------------------------------- *
  * A convolution whose groups have one input channel each (conv_depthwise)
