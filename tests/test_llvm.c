@@ -1228,10 +1228,8 @@ END_TEST
  * infinities at a lane of the vector loop or of its remainder (column 0,
  * 15, 17, 63, 130 or 199), or only -inf; their maxima and minima as
  * llvm.maximum and llvm.minimum give them: max(-0, +0) is +0 and min -0,
- * and a NaN anywhere makes the row's NaN. A compiled row max or min folds
- * by a plain max (min) and checks after the row (codegen.c's
- * checked_extreme): each of these but the infinities' goes by its exact
- * path, in f32 and in f64. */
+ * and a NaN anywhere makes the row's NaN; in f32 and in f64, at every
+ * place a vectorized fold could lose it. */
 enum { EXTREME_COLS = 200, EXTREME_KINDS = 6, EXTREME_AT = 6, EXTREME_ROWS = EXTREME_KINDS * EXTREME_AT };
 
 static void extreme_rows(float (*data)[EXTREME_COLS], float *want_max, float *want_min)

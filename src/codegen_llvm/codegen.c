@@ -13,10 +13,7 @@
  * by its sum) is a product with its reciprocal, taken once a row, in rows
  * where every such reciprocal is a normal number (a division a vector costs
  * as much as the rest of softmax's store pass; at most an ulp more); nothing
- * else is. A float row max (min) is folded by a plain max, one instruction
- * a vector, beside a sum that finds the row's NaNs; a row with a NaN, or
- * whose max is a zero, is reduced again as llvm.maximum does it
- * (checked_extreme), so that the values are llvm.maximum's.
+ * else is.
  *
  * A kernel compiled to stream its stores (kx_kernel_options.stream_stores)
  * has a second body, for when its outputs are 64-byte aligned (as kiln
@@ -550,41 +547,21 @@ static void clear_memo(gen *g)
     memset(g->memo, 0, (size_t)g->k->n_exprs * sizeof *g->memo);
 }
 
-/* Whether reduction r is a float max or min, which its row loop folds by a
- * plain max (min) and a sum and checks after the loop (checked_extreme):
- * llvm.maximum's NaN and signed-zero handling costs three instructions a
- * vector on AVX-512 (vrangeps, a compare and a masked add; six on AVX2), two
- * of them on the ports softmax's exponentials need, where the plain max is
- * one and the sum runs on the adders. */
-static bool plain_extreme(const kx_reduction *r)
-{
-    return ir_dtype_is_float(r->dtype) && (r->op == OP_MAX || r->op == OP_MIN);
-}
-
-static LLVMValueRef reassociable_add(gen *g, LLVMValueRef acc, LLVMValueRef v)
-{
-    LLVMValueRef sum = LLVMBuildFAdd(g->b, acc, v, "");
-    LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc); /* lets the sum vectorize */
-    return sum;
-}
-
-/* acc combined with v; a float max or min, where plain, by llvm.maxnum
- * (minnum) for numbers only and either zero for two (nnan, nsz: the loop
- * vectorizer widens it to one vmaxps then), poison for a NaN. */
-static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLVMValueRef v, bool plain)
+static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLVMValueRef v)
 {
     bool is_float = ir_dtype_is_float(r->dtype);
     LLVMTypeRef t = type_of(g->ctx, r->dtype);
     LLVMValueRef args[2] = {acc, v};
-    if (r->op == OP_SUM || r->op == OP_MEAN)
-        return is_float ? reassociable_add(g, acc, v) : LLVMBuildAdd(g->b, acc, v, "");
-    if (!is_float)
-        return intrinsic(g, r->op == OP_MAX ? "llvm.smax" : "llvm.smin", t, args, 2);
-    if (!plain) /* llvm.maximum propagates NaN, as eager's max does */
+    if (r->op == OP_SUM || r->op == OP_MEAN) {
+        if (!is_float)
+            return LLVMBuildAdd(g->b, acc, v, "");
+        LLVMValueRef sum = LLVMBuildFAdd(g->b, acc, v, "");
+        LLVMSetFastMathFlags(sum, LLVMFastMathAllowReassoc); /* lets the sum vectorize */
+        return sum;
+    }
+    if (is_float) /* llvm.maximum propagates NaN, as eager's max does */
         return intrinsic(g, r->op == OP_MAX ? "llvm.maximum" : "llvm.minimum", t, args, 2);
-    LLVMValueRef m = intrinsic(g, r->op == OP_MAX ? "llvm.maxnum" : "llvm.minnum", t, args, 2);
-    LLVMSetFastMathFlags(m, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
-    return m;
+    return intrinsic(g, r->op == OP_MAX ? "llvm.smax" : "llvm.smin", t, args, 2);
 }
 
 static LLVMValueRef identity(gen *g, const kx_reduction *r)
@@ -643,115 +620,37 @@ static LLVMValueRef next_row_value(gen *g)
     return v;
 }
 
-/* A reduction's running values in its row loop: the accumulator and, for a
- * plain extreme, the row's sum, NaN where the row has a NaN (or where
- * infinities or overflows of both signs meet). */
-typedef struct {
-    const kx_reduction *r;
-    LLVMValueRef acc, sum;
-} fold;
-
-/* r's phis in the loop just begun after block pre. */
-static fold fold_begin(gen *g, const kx_reduction *r, LLVMBasicBlockRef pre)
-{
-    LLVMTypeRef t = type_of(g->ctx, r->dtype);
-    LLVMValueRef init = identity(g, r), zero = constant(g, r->dtype, 0);
-    fold f = {r, LLVMBuildPhi(g->b, t, "acc"), NULL};
-    LLVMAddIncoming(f.acc, &init, &pre, 1);
-    if (plain_extreme(r)) {
-        f.sum = LLVMBuildPhi(g->b, t, "sum");
-        LLVMAddIncoming(f.sum, &zero, &pre, 1);
-    }
-    return f;
-}
-
-/* f's phis with v folded in: the values the loop's latch passes back. */
-static fold fold_step(gen *g, const fold *f, LLVMValueRef v)
-{
-    fold next = {f->r, combine(g, f->r, f->acc, v, true), f->sum ? reassociable_add(g, f->sum, v) : NULL};
-    return next;
-}
-
-static void fold_close(const fold *phis, fold next, LLVMBasicBlockRef latch)
-{
-    LLVMAddIncoming(phis->acc, &next.acc, &latch, 1);
-    if (phis->sum)
-        LLVMAddIncoming(phis->sum, &next.sum, &latch, 1);
-}
-
-/* Reduction r over the row whose views start at base, by llvm.maximum
- * (minimum): a loop of its own. */
-static LLVMValueRef exact_extreme(gen *g, const kx_reduction *r, LLVMValueRef *base)
-{
-    LLVMValueRef *saved = g->view_base, init = identity(g, r);
-    g->view_base = base;
-    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-    loop l = loop_begin(g, "exact");
-    LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
-    LLVMAddIncoming(acc, &init, &pre, 1);
-    g->i = l.index;
-    clear_memo(g);
-    LLVMValueRef next = combine(g, r, acc, expr(g, r->expr), false);
-    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
-    LLVMAddIncoming(acc, &next, &latch, 1);
-    loop_end(g, &l, size_value(g, g->k->cols));
-    g->view_base = saved;
-    return next;
-}
-
-/* f's value after its loop. A plain max (min) is llvm.maximum's
- * (minimum's) where the row has no NaN and the value is not a zero, whose
- * sign it does not order; else (rare) the row is reduced again, exactly. */
-static LLVMValueRef checked_extreme(gen *g, const fold *f, LLVMValueRef *base)
-{
-    if (!f->sum)
-        return f->acc;
-    LLVMValueRef nan = LLVMBuildFCmp(g->b, LLVMRealUNO, f->sum, f->sum, "");
-    LLVMValueRef zero = LLVMBuildFCmp(g->b, LLVMRealOEQ, f->acc, constant(g, f->r->dtype, 0), "");
-    /* a select, not an or: with a NaN in the row f->acc is poison */
-    LLVMValueRef again = LLVMBuildSelect(g->b, nan, LLVMConstAllOnes(LLVMTypeOf(nan)), zero, "");
-    LLVMBasicBlockRef plain = LLVMGetInsertBlock(g->b);
-    LLVMBasicBlockRef exact = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "exact.row");
-    LLVMBasicBlockRef joined = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "checked");
-    LLVMBuildCondBr(g->b, again, exact, joined);
-    LLVMPositionBuilderAtEnd(g->b, exact);
-    LLVMValueRef redone = exact_extreme(g, f->r, base);
-    LLVMBasicBlockRef exact_end = LLVMGetInsertBlock(g->b);
-    LLVMBuildBr(g->b, joined);
-    LLVMPositionBuilderAtEnd(g->b, joined);
-    LLVMValueRef value = LLVMBuildPhi(g->b, LLVMTypeOf(f->acc), "extreme");
-    LLVMValueRef values[2] = {f->acc, redone};
-    LLVMBasicBlockRef from[2] = {plain, exact_end};
-    LLVMAddIncoming(value, values, from, 2);
-    return value;
-}
-
 /* Reduction n's loop over the row, with the stores of its pass; its value.
  * With carry, the same loop folds reduction 0 over the next row too (its
  * value in *carry). */
 static LLVMValueRef reduce_row(gen *g, int n, LLVMValueRef *carry)
 {
     const kx_reduction *r = &g->k->reductions[n], *r0 = &g->k->reductions[0];
-    fold f = {r, identity(g, r), NULL}, f0 = {r0, identity(g, r0), NULL};
+    LLVMValueRef init = identity(g, r), init0 = identity(g, r0);
+    LLVMValueRef acc_final = init, acc0_final = init0;
     if (g->k->cols != 0) { /* a symbolic count is 2 or more */
         LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
         loop l = loop_begin(g, "reduce");
-        fold phis = fold_begin(g, r, pre), phis0 = carry ? fold_begin(g, r0, pre) : f0;
+        LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
+        LLVMAddIncoming(acc, &init, &pre, 1);
+        LLVMValueRef acc0 = carry ? LLVMBuildPhi(g->b, type_of(g->ctx, r0->dtype), "next") : NULL;
+        if (carry)
+            LLVMAddIncoming(acc0, &init0, &pre, 1);
         g->i = l.index;
         clear_memo(g);
-        f = fold_step(g, &phis, expr(g, r->expr));
+        acc_final = combine(g, r, acc, expr(g, r->expr));
         emit_stores(g, kx_reduction_pass(n));
         if (carry)
-            f0 = fold_step(g, &phis0, next_row_value(g));
+            acc0_final = combine(g, r0, acc0, next_row_value(g));
         LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
-        fold_close(&phis, f, latch);
+        LLVMAddIncoming(acc, &acc_final, &latch, 1);
         if (carry)
-            fold_close(&phis0, f0, latch);
+            LLVMAddIncoming(acc0, &acc0_final, &latch, 1);
         loop_end(g, &l, size_value(g, g->k->cols));
     }
     if (carry)
-        *carry = finish(g, r0, checked_extreme(g, &f0, g->next_base));
-    return finish(g, r, checked_extreme(g, &f, g->view_base));
+        *carry = finish(g, r0, acc0_final);
+    return finish(g, r, acc_final);
 }
 
 static int compare_i64(const void *a, const void *b)

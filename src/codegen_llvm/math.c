@@ -816,8 +816,7 @@ static int minmax_of(LLVMValueRef in)
 /* llvm.maximum (minimum) of float vectors as vrangeps, which orders -0
  * below +0 as they do but gives the other operand for a quiet NaN, and
  * where either operand is NaN their sum: three instructions for the six
- * LLVM 19 makes (a row's maximum where codegen.c's checked_extreme reduces
- * it again). */
+ * LLVM 19 makes (softmax's row maximum). */
 static void minmax_by_range(LLVMModuleRef m, LLVMBuilderRef b, LLVMValueRef in, int which, avx512 has)
 {
     unsigned n = has.dq ? float_lanes(in, has) : 0;
