@@ -232,6 +232,11 @@ START_TEST(test_conv2d_fused)
      * padding on every side */
     kiln_conv2d_params same = {{1, 1}, {1, 1}, {1, 1}, 1};
     check_block(KILN_F32, (int64_t[]){1, 20, 9, 9}, (int64_t[]){16, 20, 3, 3}, &same, 5);
+    /* no input channels (k = 0): the outputs are relu(shift), from x itself
+     * and from the padded copy a stem's window packs from */
+    kiln_conv2d_params stem = {{2, 2}, {3, 3}, {1, 1}, 1};
+    check_block(KILN_F32, (int64_t[]){1, 0, 9, 9}, (int64_t[]){4, 0, 3, 3}, &same, 6);
+    check_block(KILN_F32, (int64_t[]){2, 0, 12, 12}, (int64_t[]){4, 0, 7, 7}, &stem, 7);
 }
 END_TEST
 

@@ -54,10 +54,11 @@ static int64_t prepared_elems(const kx_conv *c, const kg_matmul_args *args)
     return c->channels * c->stride[0] * c->stride[1] * phase_rows(c, args) * phase_cols(c);
 }
 
-/* x's: kx_conv's groups' batch stride is channels channel strides. */
+/* x's: kx_conv's groups' batch stride is channels channel strides (none
+ * is read where there are no channels: the product's k is 0). */
 static int64_t channel_stride(const kx_conv *c, const kg_matmul_args *args)
 {
-    return args->b_batch_strides[1] / c->channels;
+    return c->channels ? args->b_batch_strides[1] / c->channels : 0;
 }
 
 /* The source's geometry, x its pointer (the copy's to be). */

@@ -14,6 +14,8 @@
  *
  * Why it ends: each failed attempt materializes one more node and starts
  * over; there are finitely many nodes. */
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,7 +275,7 @@ static bool reshape_map(const ir_node *n, const ir_node *o, const imap *m, imap 
 static bool exact_in(kiln_dtype dt, double v)
 {
     switch (dt) {
-    case KILN_F32: return v != v || (double)(float)v == v;
+    case KILN_F32: return v != v || isinf(v) || (fabs(v) <= FLT_MAX && (double)(float)v == v);
     case KILN_F64: return true;
     case KILN_I32: return v >= INT32_MIN && v <= INT32_MAX && v == (double)(int32_t)v;
     case KILN_I64: return v >= -0x1p63 && v < 0x1p63 && v == (double)(int64_t)v;
