@@ -153,6 +153,11 @@ bool kx_bounded(const kx_kernel *k)
     return false;
 }
 
+bool kx_rows_fixed(const kx_kernel *k)
+{
+    return kx_indexed(k) || kx_bounded(k);
+}
+
 void kx_bad_index_text(const int64_t *bad, char *err, size_t err_size)
 {
     snprintf(err, err_size, "kiln_gather: index %lld is out of range for axis %lld of size %lld",
@@ -223,8 +228,7 @@ static bool joinable(const kx_kernel *k)
 {
     int d = k->n_outer - 1;
     /* rows would change meaning */
-    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores || kx_indexed(k) ||
-        kx_bounded(k))
+    if (d < 0 || k->cols < 0 || k->outer[d] < 0 || k->n_reductions || k->n_row_stores || kx_rows_fixed(k))
         return false;
     for (int v = 0; v < k->n_views; v++) {
         const kx_view *w = &k->views[v];

@@ -213,6 +213,9 @@ void kx_bad_index_text(const int64_t *bad, char *err, size_t err_size);
 /* Whether a view of k has bounds: its rows and columns keep their meaning
  * (never joined or split), as a gather's. */
 bool kx_bounded(const kx_kernel *k);
+/* Whether k's rows and columns keep their meaning: it gathers or reads a
+ * bounded view (kx_indexed, kx_bounded). */
+bool kx_rows_fixed(const kx_kernel *k);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
 /* Whether view v holds a row between passes: stored in a reduction's pass,

@@ -631,7 +631,7 @@ static void split_long_rows(builder *b)
     kx_kernel *k = b->k;
     enum { MIN_ROWS = 64, PIECE = 8192, MIN_PIECE = 1024 };
     if (k->n_reductions || k->n_row_stores || k->rows < 0 || k->cols < 0 || k->rows >= MIN_ROWS ||
-        k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS || kx_indexed(k) || kx_bounded(k))
+        k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS || kx_rows_fixed(k))
         return;
     int64_t piece = PIECE;
     while (piece >= MIN_PIECE && k->cols % piece)

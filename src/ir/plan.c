@@ -298,8 +298,7 @@ static int prologue_step(const ir_plan *p, const plan_step *s)
     const ir_node *an = &p->graph->nodes[a];
     int sa = p->step_of[a];
     const kx_kernel *k = sa >= 0 ? p->steps[sa].kernel : NULL;
-    if (!k || k->n_reductions || k->n_row_stores || k->n_stores != 1 || k->product >= 0 || kx_indexed(k) ||
-        kx_bounded(k) ||
+    if (!k || k->n_reductions || k->n_row_stores || k->n_stores != 1 || k->product >= 0 || kx_rows_fixed(k) ||
         an->ndim != product->ndim ||
         an->dtype != product->dtype || k->cols != an->shape[an->ndim - 1] || readers(p, a) != 1 ||
         p->last_use[a] != s->node)
@@ -435,7 +434,7 @@ static int scores_input(const ir_plan *p, const plan_step *sk, ir_ref x, ir_ref 
  * or -1: k folds a max and a sum and stores the weights, nothing else. */
 static int softmax_max(const kx_kernel *k)
 {
-    if (k->n_reductions != 2 || k->n_row_stores || k->product >= 0 || k->prologue || kx_indexed(k) || kx_bounded(k))
+    if (k->n_reductions != 2 || k->n_row_stores || k->product >= 0 || k->prologue || kx_rows_fixed(k))
         return -1;
     for (int r = 0; r < 2; r++)
         if (k->reductions[r].op == OP_MAX)
