@@ -714,7 +714,7 @@ END_TEST
 START_TEST(test_softmax_computes_exp_once)
 {
     char *kernel = dumped_by("softmax", "kernel-0.txt");
-    ck_assert_msg(strstr(kernel, " in r1\n"), "softmax's store is not staged in its sum's pass:\n%s", kernel);
+    ck_assert_msg(strstr(kernel, " in r1\n"), "softmax's store is not in its sum's pass:\n%s", kernel);
     free(kernel);
 }
 END_TEST
@@ -757,29 +757,16 @@ END_TEST
 
 /* Softmax against eager over rows of lengths about the vector widths (16
  * floats with AVX-512), 4096, 100000 and 1000003, on contiguous and
- * transposed inputs, and whether its exponentials were staged in a scratch
- * row (kx_staged_view; a row of 1 is recomputed, not kept, and rows past
- * KX_STAGE_BYTES are kept in the output); under valgrind, where a compile
- * takes seconds, 17 and 100000. */
+ * transposed inputs; under valgrind, where a compile takes seconds, 17 and
+ * 100000. */
 static const struct {
     int64_t cols;
     bool transposed;
-    bool staged;
 } ROW_CASES[] = {
-    {1, false, false},     {7, false, true},      {7, true, true},          {15, false, true},
-    {16, false, true},     {17, false, true},     {17, true, true},         {4096, false, true},
-    {4096, true, true},    {16384, false, true},  {16385, false, false},    {16385, true, false},
-    {100000, false, false}, {100000, true, false}, {1000003, false, false}, {1000003, true, false},
+    {1, false},      {7, false},      {7, true},        {15, false},     {16, false},      {17, false},
+    {17, true},      {4096, false},   {4096, true},     {16384, false},  {16385, false},   {16385, true},
+    {100000, false}, {100000, true},  {1000003, false}, {1000003, true},
 };
-
-/* Whether the kernel dumped into dir as LLVM IR staged a row. */
-static bool dumped_staged(const char *dir)
-{
-    char *ir = take_dumped(dir, "kernel-0.llvm-before.ll");
-    bool staged = strstr(ir, "%staged = alloca") != NULL;
-    free(ir);
-    return staged;
-}
 
 START_TEST(test_softmax_rows_match_eager)
 {
@@ -797,56 +784,53 @@ START_TEST(test_softmax_rows_match_eager)
                                           0, 1)
                          : kiln_add(kiln_mul_scalar(kiln_randn(2, shape, 41), 8),
                                     kiln_from_data(KILN_F32, 2, across, offsets));
-    char dir[] = "/tmp/kiln-llvm-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    kiln_fn *f = jit_dumping(dir, "softmax_rows", softmax_body, 1, 1, NULL);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("softmax_rows", softmax_body, 1, 1, NULL, &o);
     kiln_tensor *got = NULL, *want = kiln_softmax(x, -1);
     ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
-    bool staged = dumped_staged(dir);
-    ck_assert_msg(staged == ROW_CASES[_i].staged, "cols %lld: staged %d", (long long)cols, staged);
     assert_close(got, want, 1e-5, 1e-7, "softmax rows");
     kiln_fn_free(f);
     kiln_scope_end();
 }
 END_TEST
 
-/* Softmax rows too long to stage as eager gives them: a NaN, a +inf, all
- * -inf, -inf for half the row before finite values, a max that grows all
- * along the row, and one in its last element (a row reduced in parts, as
- * an online max and sum would, gets some of these wrong). Not under
+/* Softmax rows as eager gives them: a NaN, a +inf, all -inf, -inf for half
+ * the row before finite values, a max that grows all along the row, and one
+ * in its last element (a row reduced in parts, as an online max and sum
+ * would, gets some of these wrong); rows of 4096, whose exponentials its
+ * store pass rewrites from cache, and of 16385, in f32 and f64. Not under
  * valgrind, where its compile takes seconds. */
-START_TEST(test_long_softmax_special_rows)
+START_TEST(test_softmax_special_rows)
 {
-    enum { ROWS = 6, COLS = 16385 };
+    enum { ROWS = 6 };
+    const int64_t cols = _i / 2 ? 16385 : 4096;
     if (UNDER_VALGRIND())
         return;
-    float *v = malloc(sizeof(float) * ROWS * COLS);
+    float *v = malloc(sizeof(float) * ROWS * (size_t)cols);
     ck_assert_ptr_nonnull(v);
     uint64_t state = 7;
-    for (int64_t i = 0; i < ROWS * COLS; i++) {
+    for (int64_t i = 0; i < ROWS * cols; i++) {
         state = state * 6364136223846793005ULL + 1442695040888963407ULL;
         v[i] = (float)((double)(state >> 40) / (double)(1 << 24) * 16 - 8);
     }
-    v[0 * COLS + 5000] = NAN;
-    v[1 * COLS + 9000] = INFINITY;
-    for (int64_t c = 0; c < COLS; c++) {
-        v[2 * COLS + c] = -INFINITY;
-        if (c < 8192)
-            v[3 * COLS + c] = -INFINITY;
-        v[4 * COLS + c] = (float)c * 0.01f;
+    v[0 * cols + cols * 3 / 10] = NAN;
+    v[1 * cols + cols * 11 / 20] = INFINITY;
+    for (int64_t c = 0; c < cols; c++) {
+        v[2 * cols + c] = -INFINITY;
+        if (c < cols / 2)
+            v[3 * cols + c] = -INFINITY;
+        v[4 * cols + c] = (float)c * 0.01f;
     }
-    v[5 * COLS + COLS - 1] = 1000;
+    v[5 * cols + cols - 1] = 1000;
     kiln_scope_begin();
-    int64_t shape[2] = {ROWS, COLS};
-    kiln_tensor *x = kiln_from_data(KILN_F32, 2, shape, v);
+    int64_t shape[2] = {ROWS, cols};
+    kiln_tensor *x = kiln_cast(kiln_from_data(KILN_F32, 2, shape, v), _i % 2 ? KILN_F64 : KILN_F32);
     free(v);
-    char dir[] = "/tmp/kiln-llvm-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    kiln_fn *f = jit_dumping(dir, "softmax_rows", softmax_body, 1, 1, NULL);
+    kiln_jit_options o = llvm();
+    kiln_fn *f = kiln_jit("softmax_rows", softmax_body, 1, 1, NULL, &o);
     kiln_tensor *got = NULL, *want = kiln_softmax(x, -1);
     ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
-    ck_assert_msg(!dumped_staged(dir), "rows of %d staged", COLS);
-    assert_close(got, want, 1e-5, 1e-7, "long softmax rows");
+    assert_close(got, want, 1e-5, 1e-7, "special softmax rows");
     kiln_fn_free(f);
     kiln_scope_end();
 }
@@ -1142,28 +1126,25 @@ static int softmax_rows(kiln_tensor *const *in, kiln_tensor **out, void *user)
     return out[0] ? 0 : -1;
 }
 
-/* Softmax's sum's pass keeps its exponentials in a scratch row of the
- * thread (kx_staged_view), so its store pass writes the output once: at 32
- * MiB it streams. Rows past KX_STAGE_BYTES stay in the output, which the
- * store pass reads back from cache: they do not stream. Compiled only. */
-START_TEST(test_staged_stores_stream)
+/* Softmax's sum's pass keeps its exponentials in its output, which the
+ * store pass rewrites from cache: a 32 MiB softmax does not stream, as
+ * non-temporal stores would evict those rows, whatever their length.
+ * Compiled only. */
+START_TEST(test_softmax_in_place_does_not_stream)
 {
-    kiln_spec spec = {.dtype = KILN_F32, .ndim = 2, .shape = {2048, 4096}, .device = KILN_CPU};
-    char *kernel = precompiled_kernel("softmax_rows", softmax_rows, 1, NULL, &spec);
-    ck_assert_msg(strstr(kernel, " in r1\n") && strstr(kernel, "stream_stores"), "%s", kernel);
-    free(kernel);
-    spec.shape[0] = 128;
-    spec.shape[1] = 65536;
-    kernel = precompiled_kernel("softmax_rows", softmax_rows, 1, NULL, &spec);
-    ck_assert_msg(strstr(kernel, " in r1\n") && !strstr(kernel, "stream_stores"), "%s", kernel);
-    free(kernel);
+    const int64_t shapes[2][2] = {{2048, 4096}, {128, 65536}};
+    for (int s = 0; s < 2; s++) {
+        kiln_spec spec = {.dtype = KILN_F32, .ndim = 2, .shape = {shapes[s][0], shapes[s][1]}, .device = KILN_CPU};
+        char *kernel = precompiled_kernel("softmax_rows", softmax_rows, 1, NULL, &spec);
+        ck_assert_msg(strstr(kernel, " in r1\n") && !strstr(kernel, "stream_stores"), "%s", kernel);
+        free(kernel);
+    }
 }
 END_TEST
 
-/* A staged softmax whose output streams, run: rows of 4096 (aligned, so the
- * non-temporal stores are taken) and of 4100 (rows start unaligned). Too
- * long under valgrind. */
-START_TEST(test_streamed_staged_softmax_matches_eager)
+/* A 32 MiB softmax, run: rows of 4096 and of 4100 (rows start unaligned).
+ * Too long under valgrind. */
+START_TEST(test_large_softmax_matches_eager)
 {
     if (UNDER_VALGRIND())
         return;
@@ -1180,7 +1161,7 @@ START_TEST(test_streamed_staged_softmax_matches_eager)
         kiln_fn *f = kiln_jit("softmax_rows", softmax_rows, 1, 1, NULL, &o);
         kiln_tensor *got = NULL;
         ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
-        assert_close(got, kiln_softmax(x, -1), 1e-5, 1e-7, "streamed softmax");
+        assert_close(got, kiln_softmax(x, -1), 1e-5, 1e-7, "large softmax");
         kiln_fn_free(f);
         kiln_scope_end();
     }
@@ -1405,8 +1386,8 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
     tcase_add_test(ops, test_large_outputs_stream);
-    tcase_add_test(ops, test_staged_stores_stream);
-    tcase_add_test(ops, test_streamed_staged_softmax_matches_eager);
+    tcase_add_test(ops, test_softmax_in_place_does_not_stream);
+    tcase_add_test(ops, test_large_softmax_matches_eager);
     tcase_add_test(ops, test_row_divisions_take_reciprocals_where_exact);
     tcase_add_loop_test(ops, test_row_max_min_signed_zeros_and_nans, 0, 2); /* f32, f64 */
     tcase_add_test(ops, test_carried_row_max_signed_zeros_and_nans);
@@ -1430,7 +1411,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     tcase_add_test(wl, test_exp_unclamped_only_below_row_max);
     tcase_add_test(wl, test_softmax_computes_exp_once);
-    tcase_add_test(wl, test_long_softmax_special_rows);
+    tcase_add_loop_test(wl, test_softmax_special_rows, 0, 4); /* 4096 and 16385 columns, f32 and f64 */
     tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
     tcase_add_test(wl, test_calls_go_on_during_a_compile);
     tcase_add_test(wl, test_deep_chain_on_a_small_stack);

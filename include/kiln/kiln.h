@@ -701,11 +701,7 @@ KILN_API kiln_tensor *kiln_clip_grad_norm(kiln_tensor *const *params, int n, dou
  * Compiled CPU row kernels divide by a row's value (softmax's sum) by
  * multiplying by its reciprocal, taken once a row, where each such divisor's
  * magnitude is in [2^-126, 2^126] (f64: [2^-1022, 2^1022]): at most an ulp
- * from the quotient; other rows divide. One that holds a row between
- * passes (softmax's exponentials, rows of a fixed length of at most 64 KiB)
- * keeps it in a scratch row on the stack of the thread running it:
- * kiln_call needs up to 64 KiB of stack beyond its own on the calling
- * thread, as kiln's pool threads have. */
+ * from the quotient; other rows divide. */
 
 /* Computes out[0..n_out) from in[0..n_in); returns 0, or nonzero on failure.
  * Outputs are any tensors the body made or received. */

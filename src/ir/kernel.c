@@ -116,27 +116,6 @@ kx_value kx_reduction_identity(ir_op op, kiln_dtype dtype)
     }
 }
 
-bool kx_staged_view(const kx_kernel *k, int v)
-{
-    const kx_view *view = &k->views[v];
-    if (k->cols < 0 || k->cols * (int64_t)ir_dtype_size(view->dtype) > KX_STAGE_BYTES)
-        return false;
-    bool between = false, last = false, read = false;
-    for (int s = 0; s < k->n_stores; s++) {
-        between |= k->stores[s].view == v && k->stores[s].pass != KX_STORE_PASS;
-        last |= k->stores[s].view == v && k->stores[s].pass == KX_STORE_PASS;
-    }
-    for (int e = 0; e < k->n_exprs; e++)
-        read |= k->exprs[e].kind == KX_LOAD && k->exprs[e].view == v;
-    for (int w = 0; w < k->n_views; w++)
-        if (w != v && k->views[w].buffer == view->buffer)
-            return false;
-    for (int s = 0; s < k->n_row_stores; s++)
-        if (k->row_stores[s].buffer == view->buffer)
-            return false;
-    return between && last && read;
-}
-
 bool kx_indexed(const kx_kernel *k)
 {
     for (int e = 0; e < k->n_exprs; e++)

@@ -218,14 +218,6 @@ bool kx_bounded(const kx_kernel *k);
 bool kx_rows_fixed(const kx_kernel *k);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
-/* Whether view v holds a row between passes: stored in a reduction's pass,
- * read back and stored again by the store pass (softmax keeps its
- * exponentials in its output), v the only view of its buffer, and the row
- * of a fixed length of at most KX_STAGE_BYTES. A CPU kernel keeps such a
- * row in a scratch row on its stack, which stays in its caches, so that
- * the output is written once (and may stream). */
-enum { KX_STAGE_BYTES = 64 << 10 };
-bool kx_staged_view(const kx_kernel *k, int v);
 /* The view through which k reads its product buffer, or -1 when there is
  * not exactly one. */
 int kx_product_view(const kx_kernel *k);

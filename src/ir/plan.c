@@ -701,8 +701,7 @@ static void plan_blocks(ir_plan *p, int64_t block_bytes)
 
 /* A store in a reduction's pass is read back from cache by the store pass,
  * and an epilogue in blocks rewrites lines still in cache: non-temporal
- * stores would evict them (softmax 4096x4096: 17 ms against 12), unless
- * the row is staged in a scratch row instead (kx_staged_view). A
+ * stores would evict them (softmax 4096x4096: 17 ms against 12). A
  * product's epilogue stores a tile at a time, never whole lines. */
 static bool streams(const plan_step *s, int64_t stream_bytes)
 {
@@ -714,8 +713,6 @@ static bool streams(const plan_step *s, int64_t stream_bytes)
     int64_t bytes = 0, elements = kx_size(k, k->rows, twos) * kx_size(k, k->cols, twos);
     for (int i = 0; i < k->n_stores; i++) {
         const kx_view *v = &k->views[k->stores[i].view];
-        if (k->stores[i].pass != KX_STORE_PASS && kx_staged_view(k, k->stores[i].view))
-            continue; /* kept in a scratch row (kernel.h), not in the output */
         if (v->inner_stride != 1 || k->stores[i].pass != KX_STORE_PASS)
             return false;
         bytes += elements * (int64_t)ir_dtype_size(v->dtype);
