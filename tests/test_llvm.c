@@ -1119,6 +1119,25 @@ START_TEST(test_large_outputs_stream)
 }
 END_TEST
 
+static int gelu_of(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_gelu(in[0]);
+    return out[0] ? 0 : -1;
+}
+
+/* A kernel costly per element (its transcendentals: gelu's tanh) stores
+ * plainly at 32 MiB, where x * 0.5 + 1 streams (test_large_outputs_stream).
+ * Compiled only. */
+START_TEST(test_costly_outputs_do_not_stream)
+{
+    kiln_spec spec = {.dtype = KILN_F32, .ndim = 1, .shape = {(int64_t)1 << 23}, .device = KILN_CPU};
+    char *kernel = precompiled_kernel("gelu_of", gelu_of, 1, NULL, &spec);
+    ck_assert_msg(strstr(kernel, "tanh") && !strstr(kernel, "stream_stores"), "%s", kernel);
+    free(kernel);
+}
+END_TEST
+
 static int softmax_rows(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -1386,6 +1405,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(ops, test_kernels_with_too_many_inputs_split);
     tcase_add_test(ops, test_empty_slices_with_huge_steps);
     tcase_add_test(ops, test_large_outputs_stream);
+    tcase_add_test(ops, test_costly_outputs_do_not_stream);
     tcase_add_test(ops, test_softmax_in_place_does_not_stream);
     tcase_add_test(ops, test_large_softmax_matches_eager);
     tcase_add_test(ops, test_row_divisions_take_reciprocals_where_exact);
