@@ -107,25 +107,62 @@ START_TEST(test_conv2d_random)
 }
 END_TEST
 
+/* A listed convolution, checked in f32 and in f64. */
+typedef struct {
+    int64_t x[4], w[4];
+    conv_case c;
+} listed_conv;
+
+static void check_listed(const listed_conv *cases, int n)
+{
+    for (int i = 0; i < 2 * n; i++) {
+        conv_case c = cases[i / 2].c;
+        check_conv(i % 2 ? KILN_F64 : KILN_F32, cases[i / 2].x, cases[i / 2].w, &c, (uint64_t)i);
+    }
+}
+
 /* Strided windows of many taps, whose B is packed from a copy of each
  * image with its padding written and the stride's phases apart (the stem's
  * 7x7/2): odd sizes, padding on one axis or both, a stride on one axis, a
  * dilation with a stride, groups, batches of 1 and 2, f32 and f64. */
 START_TEST(test_conv2d_strided_windows)
 {
-    static const struct {
-        int64_t x[4], w[4];
-        conv_case c;
-    } cases[] = {
+    static const listed_conv cases[] = {
         {{1, 3, 23, 21}, {8, 3, 7, 7}, {{{2, 2}, {3, 3}, {1, 1}, 1}, true}},
         {{2, 4, 17, 19}, {6, 2, 5, 5}, {{{2, 2}, {2, 1}, {2, 1}, 2}, false}},
         {{2, 3, 11, 9}, {5, 3, 3, 3}, {{{2, 1}, {0, 1}, {1, 2}, 1}, true}},
         {{1, 2, 16, 15}, {3, 2, 4, 5}, {{{1, 2}, {1, 0}, {1, 1}, 1}, true}},
     };
-    for (int i = 0; i < 8; i++) {
-        conv_case c = cases[i / 2].c;
-        check_conv(i % 2 ? KILN_F64 : KILN_F32, cases[i / 2].x, cases[i / 2].w, &c, (uint64_t)i);
-    }
+    check_listed(cases, (int)(sizeof cases / sizeof cases[0]));
+}
+END_TEST
+
+/* B packed from x by steps that hold for every channel: output widths of
+ * 1, 7, 14, 16, 17, 31, 32 and 33, whose panels (f32's 32 wide, f64's 16)
+ * hold runs of every length class the copy moves differently, padding at
+ * both ends and past the window (whole rows and columns of zeros),
+ * strides, dilations and groups, batches of 1 and 2, f32 and f64, x in
+ * every layout; a 7x7 window over an output two columns wide has more
+ * steps than one plan holds (taps in blocks). */
+START_TEST(test_conv2d_pack_runs)
+{
+    static const listed_conv cases[] = {
+        {{1, 2, 3, 3}, {3, 2, 3, 3}, {{{1, 1}, {1, 0}, {1, 1}, 1}, false}},
+        {{2, 2, 3, 7}, {3, 2, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, true}},
+        {{1, 2, 4, 14}, {3, 2, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, false}},
+        {{2, 2, 3, 16}, {3, 2, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, true}},
+        {{1, 3, 3, 17}, {2, 3, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, false}},
+        {{2, 2, 3, 31}, {3, 2, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, true}},
+        {{1, 2, 3, 32}, {3, 2, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, false}},
+        {{2, 2, 2, 33}, {2, 2, 3, 3}, {{{1, 1}, {2, 2}, {1, 1}, 1}, true}},
+        {{1, 2, 5, 63}, {3, 2, 3, 3}, {{{2, 2}, {1, 1}, {1, 1}, 1}, true}},
+        {{2, 2, 4, 29}, {3, 2, 3, 3}, {{{1, 2}, {1, 1}, {1, 1}, 1}, false}},
+        {{1, 2, 5, 17}, {3, 2, 3, 3}, {{{1, 1}, {2, 2}, {2, 2}, 1}, true}},
+        {{2, 4, 3, 15}, {4, 2, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 2}, false}},
+        {{1, 2, 3, 20}, {3, 2, 1, 1}, {{{2, 2}, {0, 0}, {1, 1}, 1}, true}},
+        {{1, 2, 20, 8}, {3, 2, 7, 7}, {{{1, 1}, {3, 0}, {1, 1}, 1}, true}},
+    };
+    check_listed(cases, (int)(sizeof cases / sizeof cases[0]));
 }
 END_TEST
 
@@ -749,6 +786,7 @@ static Suite *conv_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_conv2d_random);
     tcase_add_test(tc, test_conv2d_strided_windows);
+    tcase_add_test(tc, test_conv2d_pack_runs);
     tcase_add_test(tc, test_conv2d_forms);
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);

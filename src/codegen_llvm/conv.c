@@ -7,9 +7,8 @@
  * (conv_prepare): its padding written as zeros and each stride's phases
  * apart (rows and columns of one remainder modulo the stride together), so
  * that every tap reads a contiguous run of the copy with no test of its
- * bounds. Packing from x itself tests each tap at a border and gathers a
- * strided tap's run an element at a time: 40% of the stem's time (perf,
- * branch s8-19b). The copy costs one pass over the image; other windows
+ * bounds. Packing from x itself gathers a strided tap's run an element
+ * at a time: 40% of the stem's time (perf, branch s8-19b). The copy costs one pass over the image; other windows
  * are packed from x. */
 #include <string.h>
 
@@ -175,75 +174,153 @@ static int64_t tap_at(const kx_conv *c, const conv_source *s, int64_t i, int64_t
     return (dh % sh * sw + dw % sw) * s->s_p + dh / sh * s->s_h + dw / sw;
 }
 
-/* Packs one B panel (k rows of nr values) of elements of type T from the
- * copy: each run of each tap a contiguous copy, every tap inside it. A
- * short run (an output row of a 7x7 or 14x14 image) is copied in place: a
- * call to memcpy for each cost more than it. */
-#define PACK_FROM_COPY(T, name)                                                                                         \
-    static void name(const kx_conv *c, const conv_source *s, const panel_runs *p, const T *x, int nr, T *dst)        \
+/* A panel's packing as steps that are the same for every channel: zeros
+ * zeros, then count elements of the channel's plane from `from` on, one
+ * stride apart. Where each run of each channel and tap derived its bounds
+ * and called memcpy, or tested each element at a border, packing took a
+ * tenth of ResNet-50's traced time (perf); the geometry is now derived
+ * once a panel and each channel only copies. */
+typedef struct {
+    int32_t zeros, count;
+    int64_t from;
+} pack_step;
+
+enum { MAX_STEPS = 512 };
+
+/* The steps of a block of taps; pending: zeros not yet given a step. */
+typedef struct {
+    int steps, pending;
+    pack_step step[MAX_STEPS];
+} pack_plan;
+
+static void plan_copy(pack_plan *p, int64_t from, int64_t count)
+{
+    p->step[p->steps++] = (pack_step){p->pending, (int32_t)count, from};
+    p->pending = 0;
+}
+
+/* Run r of tap (i, j) from x: the columns whose taps fall inside x are a
+ * copy, zeros on either side of it (the padding), all zeros where the
+ * tap's row is outside x. */
+static void plan_run_from_x(const kx_conv *c, const conv_source *s, const panel_runs *p, int r, int64_t i, int64_t j,
+                            pack_plan *plan)
+{
+    int64_t len = p->start[r + 1] - p->start[r], sw = c->stride[1];
+    int64_t h = p->oh[r] * c->stride[0] - c->padding[0] + i * c->dilation[0];
+    int64_t w0 = p->ow[r] * sw - c->padding[1] + j * c->dilation[1];
+    int64_t lo = w0 < 0 ? (sw - 1 - w0) / sw : 0, hi = w0 < c->width ? (c->width - 1 - w0) / sw + 1 : 0;
+    if (hi > len)
+        hi = len;
+    if (h < 0 || h >= c->height || lo >= hi) {
+        plan->pending += (int)len;
+        return;
+    }
+    plan->pending += (int)lo;
+    plan_copy(plan, h * s->s_h + (w0 + lo * sw) * s->s_w, hi - lo);
+    plan->pending += (int)(len - hi);
+}
+
+/* Taps from t0 on, as many as the plan holds, with nr - used zeros after
+ * each (the columns past the product's last); returns the tap after the
+ * last. The copy's runs are whole: every tap lies inside it. */
+static int64_t plan_taps(const kx_conv *c, const conv_source *s, const panel_runs *p, int nr, int64_t t0,
+                         pack_plan *plan)
+{
+    int64_t t = t0;
+    plan->steps = plan->pending = 0;
+    for (; t < c->kh * c->kw && plan->steps + p->runs < MAX_STEPS; t++) {
+        int64_t i = t / c->kw, j = t % c->kw;
+        for (int r = 0; r < p->runs; r++)
+            if (s->prepared)
+                plan_copy(plan, tap_at(c, s, i, j) + p->oh[r] * s->s_h + p->ow[r], p->start[r + 1] - p->start[r]);
+            else
+                plan_run_from_x(c, s, p, r, i, j, plan);
+        plan->pending += nr - p->used;
+    }
+    if (plan->pending)
+        plan_copy(plan, 0, 0);
+    return t;
+}
+
+/* n bytes (a multiple of 4) as two overlapping moves of a fixed size,
+ * which the compiler makes vector moves: a run is at most nr (32 f32)
+ * long, often 7 or 14, where a call to memcpy or memset costs more than
+ * the run. */
+static inline void copy_bytes(char *d, const char *s, size_t n)
+{
+    if (n > 128) {
+        memcpy(d, s, n);
+    } else if (n >= 64) {
+        memcpy(d, s, 64);
+        memcpy(d + n - 64, s + n - 64, 64);
+    } else if (n >= 32) {
+        memcpy(d, s, 32);
+        memcpy(d + n - 32, s + n - 32, 32);
+    } else if (n >= 16) {
+        memcpy(d, s, 16);
+        memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+    }
+}
+
+static inline void zero_bytes(char *d, size_t n)
+{
+    static const char zeros[128];
+    if (n > sizeof zeros)
+        memset(d, 0, n);
+    else
+        copy_bytes(d, zeros, n);
+}
+
+/* One channel's part of a plan, elements of type T from its plane, stride
+ * apart (a constant 2 the compiler vectorizes: stride-2 windows). */
+#define PACK_STEPS(T, name)                                                                                            \
+    static void name(const pack_plan *plan, const T *plane, int64_t stride, T *dst)                                  \
     {                                                                                                                  \
-        for (int64_t ch = 0; ch < c->channels; ch++)                                                                   \
-            for (int64_t i = 0; i < c->kh; i++)                                                                        \
-                for (int64_t j = 0; j < c->kw; j++, dst += nr) {                                                       \
-                    const T *tap = x + ch * s->s_c + tap_at(c, s, i, j);                                               \
-                    for (int r = 0; r < p->runs; r++) {                                                                \
-                        int a = p->start[r], len = p->start[r + 1] - a;                                                \
-                        const T *from = tap + p->oh[r] * s->s_h + p->ow[r];                                            \
-                        if (len > 16)                                                                                  \
-                            memcpy(dst + a, from, (size_t)len * sizeof(T));                                            \
-                        else                                                                                           \
-                            for (int l = 0; l < len; l++)                                                              \
-                                dst[a + l] = from[l];                                                                  \
-                    }                                                                                                  \
-                    if (p->used < nr)                                                                                  \
-                        memset(dst + p->used, 0, (size_t)(nr - p->used) * sizeof(T));                                  \
-                }                                                                                                      \
+        for (int k = 0; k < plan->steps; k++) {                                                                        \
+            const pack_step *st = &plan->step[k];                                                                      \
+            const T *from = plane + st->from;                                                                          \
+            if (st->zeros) {                                                                                           \
+                zero_bytes((char *)dst, (size_t)st->zeros * sizeof(T));                                                \
+                dst += st->zeros;                                                                                      \
+            }                                                                                                          \
+            if (stride == 1)                                                                                           \
+                copy_bytes((char *)dst, (const char *)from, (size_t)st->count * sizeof(T));                            \
+            else if (stride == 2)                                                                                      \
+                for (int l = 0; l < st->count; l++)                                                                    \
+                    dst[l] = from[2 * l];                                                                              \
+            else                                                                                                       \
+                for (int l = 0; l < st->count; l++)                                                                    \
+                    dst[l] = from[l * stride];                                                                         \
+            dst += st->count;                                                                                          \
+        }                                                                                                              \
     }
 
-PACK_FROM_COPY(float, pack_copy_f32)
-PACK_FROM_COPY(double, pack_copy_f64)
+PACK_STEPS(float, pack_steps_f32)
+PACK_STEPS(double, pack_steps_f64)
 
-/* Packs one B panel (k rows of nr values) of elements of type T from x:
- * each run whose taps all fall inside x is a strided copy, others test
- * each tap. */
-#define PACK_FROM_X(T, name)                                                                                            \
-    static void name(const kx_conv *c, const conv_source *s, const panel_runs *p, const T *x, int nr, T *dst)        \
-    {                                                                                                                  \
-        int64_t sw = c->stride[1], s_h = s->s_h, s_w = s->s_w;                                                         \
-        for (int64_t ch = 0; ch < c->channels; ch++)                                                                   \
-            for (int64_t i = 0; i < c->kh; i++)                                                                        \
-                for (int64_t j = 0; j < c->kw; j++, dst += nr) {                                                       \
-                    int64_t dh = i * c->dilation[0], dw = j * c->dilation[1];                                        \
-                    const T *plane = x + ch * s->s_c;                                                                  \
-                    for (int r = 0; r < p->runs; r++) {                                                                \
-                        int a = p->start[r], len = p->start[r + 1] - a;                                                \
-                        int64_t h = p->oh[r] * c->stride[0] - c->padding[0] + dh;                                     \
-                        int64_t w0 = p->ow[r] * sw - c->padding[1] + dw, w1 = w0 + (len - 1) * sw;                    \
-                        T *out = dst + a;                                                                              \
-                        if (h < 0 || h >= c->height) {                                                                 \
-                            memset(out, 0, (size_t)len * sizeof(T));                                                   \
-                            continue;                                                                                  \
-                        }                                                                                              \
-                        const T *row = plane + h * s_h;                                                                \
-                        if (w0 >= 0 && w1 < c->width && sw * s_w == 1) {                                               \
-                            memcpy(out, row + w0, (size_t)len * sizeof(T));                                            \
-                        } else if (w0 >= 0 && w1 < c->width) {                                                         \
-                            for (int l = 0; l < len; l++)                                                              \
-                                out[l] = row[(w0 + l * sw) * s_w];                                                     \
-                        } else {                                                                                       \
-                            for (int l = 0; l < len; l++) {                                                            \
-                                int64_t w = w0 + l * sw;                                                               \
-                                out[l] = w >= 0 && w < c->width ? row[w * s_w] : (T)0;                                 \
-                            }                                                                                          \
-                        }                                                                                              \
-                    }                                                                                                  \
-                    if (p->used < nr)                                                                                  \
-                        memset(dst + p->used, 0, (size_t)(nr - p->used) * sizeof(T));                                  \
-                }                                                                                                      \
+/* Packs one B panel (k rows of nr values) from s, x at the matrix's first
+ * element, a block of taps of every channel at a time. */
+static void pack_panel(const kx_conv *c, const conv_source *s, const panel_runs *p, const char *x, int nr, int size,
+                       char *dst)
+{
+    pack_plan plan;
+    int64_t taps = c->kh * c->kw, stride = s->prepared ? 1 : c->stride[1] * s->s_w;
+    for (int64_t t0 = 0, t1; t0 < taps; t0 = t1) {
+        t1 = plan_taps(c, s, p, nr, t0, &plan);
+        for (int64_t ch = 0; ch < c->channels; ch++) {
+            char *to = dst + (ch * taps + t0) * nr * size;
+            if (size == 4)
+                pack_steps_f32(&plan, (const float *)x + ch * s->s_c, stride, (float *)to);
+            else
+                pack_steps_f64(&plan, (const double *)x + ch * s->s_c, stride, (double *)to);
+        }
     }
-
-PACK_FROM_X(float, pack_x_f32)
-PACK_FROM_X(double, pack_x_f64)
+}
 
 void conv_pack_b(const kx_conv *c, const conv_source *s, const kg_matmul_args *args, int64_t z, int64_t col0,
                  int64_t cols, int nr, int size, char *dst)
@@ -253,9 +330,6 @@ void conv_pack_b(const kx_conv *c, const conv_source *s, const kg_matmul_args *a
     KILN_ASSERT(nr <= MAX_NR);
     for (int64_t at = 0; at < cols; at += nr, dst += args->k * nr * size) {
         runs_of(c, col0 + at, cols - at < nr ? (int)(cols - at) : nr, &p);
-        if (size == 4)
-            (s->prepared ? pack_copy_f32 : pack_x_f32)(c, s, &p, (const float *)x, nr, (float *)dst);
-        else
-            (s->prepared ? pack_copy_f64 : pack_x_f64)(c, s, &p, (const double *)x, nr, (double *)dst);
+        pack_panel(c, s, &p, x, nr, size, dst);
     }
 }
