@@ -166,6 +166,26 @@ START_TEST(test_conv2d_pack_runs)
 }
 END_TEST
 
+/* B packed a block of k at a time: blocks of 16 rows here, which begin
+ * inside a channel's taps; one block of rows (each micro-panel packed
+ * just before its tiles) and two (the first block's tiles pack the panels
+ * the second reads), from x, strided, and from the stem's copy. */
+START_TEST(test_conv2d_pack_blocks_of_k)
+{
+    static const listed_conv cases[] = {
+        {{1, 5, 9, 9}, {8, 5, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, false}},
+        {{2, 5, 9, 11}, {20, 5, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, true}},
+        {{1, 4, 13, 12}, {6, 4, 3, 3}, {{{2, 2}, {1, 1}, {1, 1}, 1}, true}},
+        {{2, 3, 17, 17}, {8, 3, 7, 7}, {{{2, 2}, {3, 3}, {1, 1}, 1}, false}},
+    };
+    setenv("KILN_GEMM_KC", "16", 1);
+    setenv("KILN_GEMM_MC", "14", 1);
+    check_listed(cases, (int)(sizeof cases / sizeof cases[0]));
+    unsetenv("KILN_GEMM_KC");
+    unsetenv("KILN_GEMM_MC");
+}
+END_TEST
+
 /* A ResNet block's tail: conv2d with bias, inference batch norm, relu of
  * the sum with a residual; in[] x, w, bias, mean, var, gamma, beta, r. */
 static kiln_tensor *apply_block(kiln_tensor *const *in, const void *ctx)
@@ -787,6 +807,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv2d_random);
     tcase_add_test(tc, test_conv2d_strided_windows);
     tcase_add_test(tc, test_conv2d_pack_runs);
+    tcase_add_test(tc, test_conv2d_pack_blocks_of_k);
     tcase_add_test(tc, test_conv2d_forms);
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);

@@ -187,9 +187,11 @@ typedef struct {
 
 enum { MAX_STEPS = 512 };
 
-/* The steps of a block of taps; pending: zeros not yet given a step. */
+/* The steps of a block of taps, tap t0 + i's from first[i] on; pending:
+ * zeros not yet given a step. */
 typedef struct {
     int steps, pending;
+    int first[MAX_STEPS + 1];
     pack_step step[MAX_STEPS];
 } pack_plan;
 
@@ -222,7 +224,8 @@ static void plan_run_from_x(const kx_conv *c, const conv_source *s, const panel_
 
 /* Taps from t0 on, as many as the plan holds, with nr - used zeros after
  * each (the columns past the product's last); returns the tap after the
- * last. The copy's runs are whole: every tap lies inside it. */
+ * last. Each tap's steps are its own, so that a block of k packs part of
+ * a channel's taps. The copy's runs are whole: every tap lies inside it. */
 static int64_t plan_taps(const kx_conv *c, const conv_source *s, const panel_runs *p, int nr, int64_t t0,
                          pack_plan *plan)
 {
@@ -230,15 +233,17 @@ static int64_t plan_taps(const kx_conv *c, const conv_source *s, const panel_run
     plan->steps = plan->pending = 0;
     for (; t < c->kh * c->kw && plan->steps + p->runs < MAX_STEPS; t++) {
         int64_t i = t / c->kw, j = t % c->kw;
+        plan->first[t - t0] = plan->steps;
         for (int r = 0; r < p->runs; r++)
             if (s->prepared)
                 plan_copy(plan, tap_at(c, s, i, j) + p->oh[r] * s->s_h + p->ow[r], p->start[r + 1] - p->start[r]);
             else
                 plan_run_from_x(c, s, p, r, i, j, plan);
         plan->pending += nr - p->used;
+        if (plan->pending)
+            plan_copy(plan, 0, 0);
     }
-    if (plan->pending)
-        plan_copy(plan, 0, 0);
+    plan->first[t - t0] = plan->steps;
     return t;
 }
 
@@ -276,12 +281,13 @@ static inline void zero_bytes(char *d, size_t n)
         copy_bytes(d, zeros, n);
 }
 
-/* One channel's part of a plan, elements of type T from its plane, stride
- * apart (a constant 2 the compiler vectorizes: stride-2 windows). */
+/* Steps [k0, k1) of a plan for one channel, elements of type T from its
+ * plane, stride apart (a constant 2 the compiler vectorizes: stride-2
+ * windows). */
 #define PACK_STEPS(T, name)                                                                                            \
-    static void name(const pack_plan *plan, const T *plane, int64_t stride, T *dst)                                  \
+    static void name(const pack_plan *plan, int k0, int k1, const T *plane, int64_t stride, T *dst)                 \
     {                                                                                                                  \
-        for (int k = 0; k < plan->steps; k++) {                                                                        \
+        for (int k = k0; k < k1; k++) {                                                                                \
             const pack_step *st = &plan->step[k];                                                                      \
             const T *from = plane + st->from;                                                                          \
             if (st->zeros) {                                                                                           \
@@ -303,33 +309,37 @@ static inline void zero_bytes(char *d, size_t n)
 PACK_STEPS(float, pack_steps_f32)
 PACK_STEPS(double, pack_steps_f64)
 
-/* Packs one B panel (k rows of nr values) from s, x at the matrix's first
- * element, a block of taps of every channel at a time. */
-static void pack_panel(const kx_conv *c, const conv_source *s, const panel_runs *p, const char *x, int nr, int size,
-                       char *dst)
+/* Rows [k0, k1) of one B panel (nr values each) from s, x at the matrix's
+ * first element: a block of taps of every channel at a time. */
+static void pack_panel(const kx_conv *c, const conv_source *s, const panel_runs *p, const char *x, int64_t k0,
+                       int64_t k1, int nr, int size, char *dst)
 {
     pack_plan plan;
     int64_t taps = c->kh * c->kw, stride = s->prepared ? 1 : c->stride[1] * s->s_w;
     for (int64_t t0 = 0, t1; t0 < taps; t0 = t1) {
         t1 = plan_taps(c, s, p, nr, t0, &plan);
-        for (int64_t ch = 0; ch < c->channels; ch++) {
-            char *to = dst + (ch * taps + t0) * nr * size;
+        for (int64_t ch = k0 / taps; ch * taps < k1; ch++) {
+            int64_t from = ch * taps + t0 > k0 ? ch * taps + t0 : k0, to = ch * taps + t1 < k1 ? ch * taps + t1 : k1;
+            if (from >= to)
+                continue;
+            int a = plan.first[from - ch * taps - t0], b = plan.first[to - ch * taps - t0];
+            char *out = dst + (from - k0) * nr * size;
             if (size == 4)
-                pack_steps_f32(&plan, (const float *)x + ch * s->s_c, stride, (float *)to);
+                pack_steps_f32(&plan, a, b, (const float *)x + ch * s->s_c, stride, (float *)out);
             else
-                pack_steps_f64(&plan, (const double *)x + ch * s->s_c, stride, (double *)to);
+                pack_steps_f64(&plan, a, b, (const double *)x + ch * s->s_c, stride, (double *)out);
         }
     }
 }
 
 void conv_pack_b(const kx_conv *c, const conv_source *s, const kg_matmul_args *args, int64_t z, int64_t col0,
-                 int64_t cols, int nr, int size, char *dst)
+                 int64_t cols, int64_t k0, int64_t kc, int nr, int size, char *dst)
 {
     const char *x = s->x + (s->prepared ? z * s->z : gemm_batch_offset(args->b_batch_strides, args, z)) * size;
     panel_runs p;
     KILN_ASSERT(nr <= MAX_NR);
-    for (int64_t at = 0; at < cols; at += nr, dst += args->k * nr * size) {
+    for (int64_t at = 0; at < cols; at += nr, dst += kc * nr * size) {
         runs_of(c, col0 + at, cols - at < nr ? (int)(cols - at) : nr, &p);
-        pack_panel(c, s, &p, x, nr, size, dst);
+        pack_panel(c, s, &p, x, k0, k0 + kc, nr, size, dst);
     }
 }

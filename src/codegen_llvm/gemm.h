@@ -119,11 +119,11 @@ typedef struct {
  * memory. */
 int conv_prepare(const kx_conv *c, const kg_matmul_args *args, const char *x, int size, conv_source *source,
                  char **raw, size_t *bytes);
-/* Packs columns [col0, col0 + cols) of matrix z's B (all of its rows,
- * args->k) from s into panels of nr columns as pack_b does, elements of
- * size bytes (f32, f64). */
+/* Packs columns [col0, col0 + cols) of matrix z's B, its rows [k0, k0 +
+ * kc), from s into panels of kc x nr as pack_b does, elements of size
+ * bytes (f32, f64). */
 void conv_pack_b(const kx_conv *c, const conv_source *s, const kg_matmul_args *args, int64_t z, int64_t col0,
-                 int64_t cols, int nr, int size, char *dst);
+                 int64_t cols, int64_t k0, int64_t kc, int nr, int size, char *dst);
 
 /* -- Depthwise convolutions (depthwise.c) ------------------------------------- *
  * A convolution whose groups have one input channel each (conv_depthwise)
