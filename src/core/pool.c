@@ -3,14 +3,30 @@
  * One job at a time: the caller publishes (fn, ctx, chunks), wakes the workers
  * and works on chunks itself; chunks are claimed from an atomic counter. A
  * caller that finds the pool busy (another user thread is running a job) runs
- * its loop alone rather than waiting. */
+ * its loop alone rather than waiting.
+ *
+ * A traced call runs its kernels as dozens of jobs a few microseconds apart.
+ * Waking a sleeping thread costs a futex call each way, and on a virtual
+ * machine an idle virtual CPU halts and takes tens of microseconds to come
+ * back, so a worker watches for the next job, and the caller for the last
+ * chunk, for SPIN_US before sleeping on the condition, as OpenMP's runtimes
+ * and OpenBLAS do. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "core/core.h"
 
 enum { MAX_THREADS = 256 };
+
+/* How long a thread watches before it sleeps: longer than the gaps between
+ * a traced call's kernels, short enough that an idle program's threads
+ * soon leave the CPUs to others. */
+#define SPIN_US 200.0
 
 static struct {
     pthread_once_t once;
@@ -19,7 +35,7 @@ static struct {
     pthread_cond_t wake, done;
     int threads;                   /* the caller included */
     pthread_t workers[MAX_THREADS];
-    uint64_t generation;
+    _Atomic uint64_t generation; /* written under lock; read unlocked while spinning */
     bool stop;
     core_range_fn fn;
     void *ctx;
@@ -52,10 +68,46 @@ static void run_chunks(void)
     }
 }
 
+static void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+}
+
+static bool new_job(uint64_t seen)
+{
+    return atomic_load_explicit(&pool.generation, memory_order_acquire) != seen;
+}
+
+static bool job_done(uint64_t unused)
+{
+    (void)unused;
+    return atomic_load(&pool.chunks_left) <= 0;
+}
+
+/* Watches ready(arg) for up to SPIN_US, yielding the CPU every 64 looks
+ * to any thread that waits for it: on a machine
+ * shared with other work, a watching thread must not delay the one it
+ * waits for. */
+static void spin_until(bool (*ready)(uint64_t), uint64_t arg)
+{
+    double until = core_now_ms() + SPIN_US / 1e3;
+    for (unsigned i = 1; !ready(arg); i++) {
+        relax();
+        if (i % 64)
+            continue;
+        if (core_now_ms() > until)
+            return;
+        sched_yield();
+    }
+}
+
 static void *worker_main(void *arg)
 {
     uint64_t seen = 0;
     for (;;) {
+        spin_until(new_job, seen);
         pthread_mutex_lock(&pool.lock);
         while (pool.generation == seen && !pool.stop)
             pthread_cond_wait(&pool.wake, &pool.lock);
@@ -123,6 +175,7 @@ static void run_job(int64_t n, int64_t chunk_size, core_range_fn fn, void *ctx)
     pthread_mutex_unlock(&pool.lock);
 
     run_chunks();
+    spin_until(job_done, 0);
     pthread_mutex_lock(&pool.lock);
     while (atomic_load(&pool.chunks_left) > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
