@@ -756,7 +756,7 @@ END_TEST
 /* -- Rows ------------------------------------------------------------------ */
 
 /* Softmax against eager over rows of lengths about the vector widths (16
- * floats with AVX-512), 4096, 100000 and 1000003, on contiguous and
+ * floats with AVX-512), 1024, 4096, 100000 and 1000003, on contiguous and
  * transposed inputs; under valgrind, where a compile takes seconds, 17 and
  * 100000. */
 static const struct {
@@ -764,8 +764,8 @@ static const struct {
     bool transposed;
 } ROW_CASES[] = {
     {1, false},      {7, false},      {7, true},        {15, false},     {16, false},      {17, false},
-    {17, true},      {4096, false},   {4096, true},     {16384, false},  {16385, false},   {16385, true},
-    {100000, false}, {100000, true},  {1000003, false}, {1000003, true},
+    {17, true},      {1024, false},   {4096, false},    {4096, true},    {16384, false},   {16385, false},
+    {16385, true},   {100000, false}, {100000, true},   {1000003, false}, {1000003, true},
 };
 
 START_TEST(test_softmax_rows_match_eager)
@@ -790,6 +790,49 @@ START_TEST(test_softmax_rows_match_eager)
     ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
     assert_close(got, want, 1e-5, 1e-7, "softmax rows");
     kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
+static int norms_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_layer_norm(in[0], in[1], in[2], 1e-5);
+    out[1] = kiln_rms_norm(in[0], in[1], 1e-6);
+    return out[0] && out[1] ? 0 : -1;
+}
+
+/* Layer and RMS norms against eager over ROW_CASES' rows up to 100000, in
+ * f32 and f64: rows 1e4 or more apart and from zero, of noise about 1 (a
+ * mean taken from another row, as layer norm's is folded a row early, is
+ * off by 1e4; one summed in f32 loses the noise to cancellation). */
+START_TEST(test_norm_rows_match_eager)
+{
+    enum { ROWS = 5 };
+    int64_t cols = ROW_CASES[_i].cols, shape[2] = {ROWS, cols}, flipped[2] = {cols, ROWS};
+    if (cols > 100000 || (UNDER_VALGRIND() && cols != 17 && cols != 100000))
+        return;
+    kiln_scope_begin();
+    const float offsets[ROWS] = {1e4f, -1e4f, 3e4f, -2e4f, 1.5e4f};
+    int64_t across[2] = {ROWS, 1}, along[2] = {1, ROWS};
+    kiln_tensor *x = ROW_CASES[_i].transposed
+                         ? kiln_transpose(kiln_add(kiln_randn(2, flipped, 43),
+                                                   kiln_from_data(KILN_F32, 2, along, offsets)),
+                                          0, 1)
+                         : kiln_add(kiln_randn(2, shape, 43), kiln_from_data(KILN_F32, 2, across, offsets));
+    for (int d = 0; d < 2; d++) {
+        kiln_dtype dt = d ? KILN_F64 : KILN_F32;
+        kiln_tensor *in[3] = {kiln_cast(x, dt), kiln_cast(kiln_randn(1, &cols, 44), dt),
+                              kiln_cast(kiln_randn(1, &cols, 45), dt)};
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit("norm_rows", norms_body, 3, 2, NULL, &o);
+        kiln_tensor *got[2] = {NULL, NULL}, *want[2] = {NULL, NULL};
+        ck_assert_int_eq(norms_body(in, want, NULL), 0);
+        ck_assert_msg(kiln_call(f, in, got) == 0, "%s", kiln_last_error());
+        assert_close(got[0], want[0], 1e-5, 1e-5, "layer norm rows");
+        assert_close(got[1], want[1], 1e-5, 1e-7, "rms norm rows");
+        kiln_fn_free(f);
+    }
     kiln_scope_end();
 }
 END_TEST
@@ -1433,6 +1476,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_softmax_computes_exp_once);
     tcase_add_loop_test(wl, test_softmax_special_rows, 0, 4); /* 4096 and 16385 columns, f32 and f64 */
     tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
+    tcase_add_loop_test(wl, test_norm_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
     tcase_add_test(wl, test_calls_go_on_during_a_compile);
     tcase_add_test(wl, test_deep_chain_on_a_small_stack);
     suite_add_tcase(s, wl);
