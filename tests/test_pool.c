@@ -1,7 +1,8 @@
 /* The thread pool's blocks (src/core/pool.c core_parallel_blocks): every
  * item run once, in blocks of the size asked for, and a thread that stalls
- * on a block leaves the rest to the others. Links the core module
- * statically; runs the pool on two threads. */
+ * on a block leaves the rest to the others; between jobs its threads watch
+ * for KILN_SPIN_US and then sleep. Links the core module statically; runs
+ * the pool on two threads. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -90,6 +91,62 @@ START_TEST(test_a_stalled_thread_leaves_its_blocks)
 }
 END_TEST
 
+static void nothing(void *ctx, int64_t begin, int64_t end)
+{
+    (void)ctx, (void)begin, (void)end;
+}
+
+/* CPU time, in ms, that the process spends over JOBS two-block jobs with
+ * GAP_MS asleep after each: what the pool's threads burn between jobs. */
+enum { JOBS = 50, GAP_MS = 4 };
+
+static double cpu_ms_over_gaps(const char *spin_us)
+{
+    setenv("KILN_SPIN_US", spin_us, 1);
+    use_two_threads();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    for (int i = 0; i < JOBS; i++) {
+        core_parallel_blocks(2, 1, nothing, NULL);
+        nanosleep(&(struct timespec){0, GAP_MS * 1000 * 1000}, NULL);
+    }
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    return (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+}
+
+/* The pool reads the variable when it starts: each test needs a fresh
+ * process, which Check gives it unless CK_FORK=no (the valgrind setup). */
+static bool pool_fresh(void)
+{
+    const char *fork = getenv("CK_FORK");
+    if (fork && !strcmp(fork, "no")) {
+        printf("skipped: the pool's spin needs a fresh process (CK_FORK=no)\n");
+        return false;
+    }
+    return true;
+}
+
+/* A worker that watched through the gaps would use about
+ * JOBS * GAP_MS = 200 ms of CPU; the default 200 us about 10 ms. */
+START_TEST(test_spin_zero_sleeps_at_once)
+{
+    if (!pool_fresh())
+        return;
+    double ms = cpu_ms_over_gaps("0");
+    ck_assert_msg(ms < JOBS * GAP_MS / 4.0, "KILN_SPIN_US=0: %.1f ms of CPU over %d ms asleep", ms, JOBS * GAP_MS);
+}
+END_TEST
+
+START_TEST(test_spin_watches_through_the_gap)
+{
+    if (!pool_fresh())
+        return;
+    double ms = cpu_ms_over_gaps("1000000");
+    ck_assert_msg(ms > JOBS * GAP_MS / 3.0, "KILN_SPIN_US=1000000: %.1f ms of CPU over %d ms asleep", ms,
+                  JOBS * GAP_MS);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
     Suite *s = suite_create("pool");
@@ -98,6 +155,10 @@ static Suite *pool_suite(void)
     tcase_add_test(tc, test_blocks_run_every_item_once);
     tcase_add_test(tc, test_a_stalled_thread_leaves_its_blocks);
     suite_add_tcase(s, tc);
+    TCase *spin = tcase_create("spin");
+    tcase_add_test(spin, test_spin_zero_sleeps_at_once);
+    tcase_add_test(spin, test_spin_watches_through_the_gap);
+    suite_add_tcase(s, spin);
     return s;
 }
 

@@ -9,8 +9,9 @@
  * Waking a sleeping thread costs a futex call each way, and on a virtual
  * machine an idle virtual CPU halts and takes tens of microseconds to come
  * back, so a worker watches for the next job, and the caller for the last
- * chunk, for SPIN_US before sleeping on the condition, as OpenMP's runtimes
- * and OpenBLAS do. */
+ * chunk, for KILN_SPIN_US (default SPIN_US) before sleeping on the
+ * condition, as OpenMP's runtimes and OpenBLAS do; 0 sleeps at once, as
+ * OMP_WAIT_POLICY=passive does, for programs that share their cores. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -26,7 +27,7 @@ enum { MAX_THREADS = 256 };
 /* How long a thread watches before it sleeps: longer than the gaps between
  * a traced call's kernels, short enough that an idle program's threads
  * soon leave the CPUs to others. */
-#define SPIN_US 200.0
+enum { SPIN_US = 200 };
 
 static struct {
     pthread_once_t once;
@@ -34,6 +35,7 @@ static struct {
     pthread_mutex_t lock;          /* guards generation, stop and the wait */
     pthread_cond_t wake, done;
     int threads;                   /* the caller included */
+    double spin_ms;                /* how long a thread watches (KILN_SPIN_US) */
     pthread_t workers[MAX_THREADS];
     _Atomic uint64_t generation; /* written under lock; read unlocked while spinning */
     bool stop;
@@ -86,13 +88,15 @@ static bool job_done(uint64_t unused)
     return atomic_load(&pool.chunks_left) <= 0;
 }
 
-/* Watches ready(arg) for up to SPIN_US, yielding the CPU every 64 looks
+/* Watches ready(arg) for up to spin_ms, yielding the CPU every 64 looks
  * to any thread that waits for it: on a machine
  * shared with other work, a watching thread must not delay the one it
  * waits for. */
 static void spin_until(bool (*ready)(uint64_t), uint64_t arg)
 {
-    double until = core_now_ms() + SPIN_US / 1e3;
+    if (pool.spin_ms <= 0)
+        return;
+    double until = core_now_ms() + pool.spin_ms;
     for (unsigned i = 1; !ready(arg); i++) {
         relax();
         if (i % 64)
@@ -125,6 +129,8 @@ static void pool_start(void)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t want = core_env_int("KILN_THREADS", cores > 0 ? cores : 1);
     pool.threads = want < 1 ? 1 : want > MAX_THREADS ? MAX_THREADS : (int)want;
+    int64_t spin_us = core_env_int("KILN_SPIN_US", SPIN_US);
+    pool.spin_ms = spin_us < 0 ? 0 : spin_us > 1000000 ? 1000 : spin_us / 1e3;
     for (int i = 1; i < pool.threads; i++) {
         if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0) {
             pool.threads = i;
