@@ -204,6 +204,103 @@ static void block_ref(const oc_operand *bn, const oc_operand *r, const int64_t o
     }
 }
 
+/* -- Captured filters: the product kept packed, transposed over few pixels -------- */
+
+/* What a body captures: the filters and the block's bias and batch norm;
+ * block: the ResNet tail (bias, batch norm, residual in[1], relu) as the
+ * product's epilogue, else the convolution alone, stored by the product. */
+typedef struct {
+    kiln_tensor *w, *b, *bn[4];
+    kiln_conv2d_params p;
+    bool block;
+} captured_conv;
+
+static int captured_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const captured_conv *c = user;
+    kiln_tensor *y = kiln_conv2d(in[0], c->w, c->block ? c->b : NULL, &c->p);
+    if (c->block)
+        y = kiln_relu(kiln_add(kiln_batch_norm(y, c->bn[0], c->bn[1], c->bn[2], c->bn[3], 1e-5), in[1]));
+    out[0] = y;
+    return y ? 0 : -1;
+}
+
+/* The listed convolution with captured filters, traced, against the naive
+ * loop: twice (the second call reads the panels the first kept), as a
+ * block and alone, f32 and f64. */
+static void check_captured_conv(const listed_conv *l, kiln_dtype dt, uint64_t seed)
+{
+    static oc_operand x, w, b, bn[4], r;
+    int64_t out[4] = {l->x[0], l->w[0]};
+    for (int a = 0; a < 2; a++)
+        out[2 + a] = (l->x[2 + a] + 2 * l->c.p.padding[a] - (l->w[2 + a] - 1) - 1) / l->c.p.stride[a] + 1;
+    oc_operand_init(&x, dt, OC_CONTIG, 4, l->x, -1, 1, seed);
+    oc_operand_init(&w, dt, OC_CONTIG, 4, l->w, -1, 1, seed + 1);
+    oc_operand_init(&b, dt, OC_CONTIG, 1, l->w, -1, 1, seed + 2);
+    for (int i = 0; i < 4; i++)
+        oc_operand_init(&bn[i], dt, OC_CONTIG, 1, l->w, i == 1 ? 0.5 : -1, i == 1 ? 2 : 1, seed + 3 + (uint64_t)i);
+    oc_operand_init(&r, dt, OC_CONTIG, 4, out, -1, 1, seed + 7);
+    static double conv[OC_MAX_ELEMS], block[OC_MAX_ELEMS];
+    ck_assert(oc_numel(4, out) <= OC_MAX_ELEMS);
+    conv_ref(&x, &w, NULL, &l->c.p, out, conv);
+    conv_ref(&x, &w, b.v, &l->c.p, out, block);
+    block_ref(bn, &r, out, block);
+    for (int as_block = 0; as_block < 2; as_block++) {
+        captured_conv c = {w.t, b.t, {bn[0].t, bn[1].t, bn[2].t, bn[3].t}, l->c.p, as_block};
+        kiln_fn *f = kiln_jit("captured_conv", captured_body, 2, 1, &c, NULL);
+        kiln_tensor *in[2] = {x.t, r.t};
+        char what[384];
+        for (int call = 0; call < 2; call++) {
+            kiln_tensor *got = NULL;
+            snprintf(what, sizeof what, "x %s, w %s, stride %lld, %s, call %d", x.desc, w.desc,
+                     (long long)l->c.p.stride[0], as_block ? "block" : "alone", call);
+            ck_assert_msg(kiln_call(f, in, &got) == 0, "%s: %s", what, kiln_last_error());
+            oc_compare(got, dt, 4, out, as_block ? block : conv, close_for(dt), what, "traced, filters captured");
+            kiln_release(got);
+        }
+        kiln_fn_free(f);
+    }
+}
+
+/* Captured filters over few pixels, by the product as it would choose and
+ * by the transposed one (KILN_GEMM_TURN=1: pixels as the rows, the filters'
+ * panels kept as B, each block of sums turned back before the store or the
+ * epilogue), also in blocks of 16 steps of k, 14 rows and 32 columns:
+ * pixels 1, 7, 13, 14, 15 and 49, output channels 5 to 40, batches 1 to 3,
+ * 1x1 products and windows, strided, grouped (never transposed). */
+START_TEST(test_conv2d_captured_few_pixels)
+{
+    static const listed_conv cases[] = {
+        {{1, 24, 1, 1}, {40, 24, 1, 1}, {{{1, 1}, {0, 0}, {1, 1}, 1}, false}},
+        {{2, 13, 7, 1}, {20, 13, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, false}},
+        {{3, 6, 13, 1}, {33, 6, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, false}},
+        {{1, 8, 4, 14}, {5, 8, 3, 3}, {{{2, 2}, {1, 1}, {1, 1}, 1}, false}},
+        {{2, 16, 3, 5}, {40, 16, 1, 1}, {{{1, 1}, {0, 0}, {1, 1}, 1}, false}},
+        {{1, 12, 7, 7}, {36, 12, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 1}, false}},
+        {{2, 8, 14, 14}, {24, 8, 3, 3}, {{{2, 2}, {1, 1}, {1, 1}, 1}, false}},
+        {{3, 4, 7, 7}, {8, 2, 3, 3}, {{{1, 1}, {1, 1}, {1, 1}, 2}, false}},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    const char *turn[3] = {NULL, "1", "1"};
+    for (int mode = 0; mode < 3; mode++) {
+        if (turn[mode])
+            setenv("KILN_GEMM_TURN", turn[mode], 1);
+        if (mode == 2) {
+            setenv("KILN_GEMM_KC", "16", 1);
+            setenv("KILN_GEMM_MC", "14", 1);
+            setenv("KILN_GEMM_NC", "32", 1);
+        }
+        for (int i = 0; i < 2 * n; i++)
+            if (oc_sampled(i))
+                check_captured_conv(&cases[i / 2], i % 2 ? KILN_F64 : KILN_F32, (uint64_t)(mode * 100 + i));
+    }
+    unsetenv("KILN_GEMM_TURN");
+    unsetenv("KILN_GEMM_KC");
+    unsetenv("KILN_GEMM_MC");
+    unsetenv("KILN_GEMM_NC");
+}
+END_TEST
+
 /* fn of in compiled (strict) within the conv tests' tolerance of fn run
  * eagerly (unfused), element by element. */
 static void assert_compiled_close(const char *what, oc_fn fn, const void *ctx, int n, kiln_tensor *const *in,
@@ -808,6 +905,7 @@ static Suite *conv_suite(void)
     tcase_add_test(tc, test_conv2d_strided_windows);
     tcase_add_test(tc, test_conv2d_pack_runs);
     tcase_add_test(tc, test_conv2d_pack_blocks_of_k);
+    tcase_add_test(tc, test_conv2d_captured_few_pixels);
     tcase_add_test(tc, test_conv2d_forms);
     tcase_add_test(tc, test_conv2d_fused);
     tcase_add_test(tc, test_conv2d_two_products);

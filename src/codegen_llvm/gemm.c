@@ -41,7 +41,9 @@ typedef struct {
 
 typedef struct {
     const gemm_code *g;
-    const kg_matmul_args *args;
+    const kg_matmul_args *args; /* the product the loops run: orig, or its transpose */
+    const kg_matmul_args *orig; /* the product as called */
+    bool transposed;            /* args is Cᵀ = Bᵀ Aᵀ (transposes()) */
     const char *a, *b;
     char *out;
     void *const *buffers;
@@ -95,8 +97,9 @@ static blocking block_sizes(const gemm_code *g, int64_t k)
 
 typedef struct {
     char *ap, *bp, *acc;
-    char *raw[3]; /* as allocated, for core_free */
-    int64_t ld_acc;
+    char *turned; /* a transposed product's block of sums, turned back (ld_turned apart) */
+    char *raw[4]; /* as allocated, for core_free */
+    int64_t ld_acc, ld_turned;
     bool one_panel; /* bp holds one micro-panel of B, packed just before its tiles, which alone use it */
 } scratch;
 
@@ -117,7 +120,7 @@ static void pack_micro_panel(const job *j, int64_t z, int64_t col, int64_t cols,
     const kg_matmul_args *a = j->args;
     int64_t size = j->g->size;
     if (j->conv)
-        conv_pack_b(j->conv, &j->source, a, z, col, cols, pc, kc, j->g->nr, (int)size, bp);
+        conv_pack_b(j->conv, &j->source, j->orig, z, col, cols, pc, kc, j->g->nr, (int)size, bp);
     else
         j->g->pack_b(j->b + (gemm_batch_offset(a->b_batch_strides, a, z) + pc * a->b_row + col * a->b_col) * size,
                      a->b_row, a->b_col, kc, cols, bp);
@@ -143,7 +146,7 @@ static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t
             gemm_tile t = {.m_rem = mc - ir < g->mr ? mc - ir : g->mr, .n_rem = nc - jr < g->nr ? nc - jr : g->nr,
                            .row0 = row, .col0 = jc + jr, .ld_out = a->n, .buffers = j->buffers,
                            .symbols = j->symbols};
-            if (j->out)
+            if (j->out && !j->transposed)
                 t.out = j->out + (row * a->n + jc + jr) * size;
             g->kernel(kc, s->ap + ir * kc * size, bp, s->acc + (ir * s->ld_acc + jr) * size, s->ld_acc, mode, &t);
         }
@@ -165,6 +168,7 @@ static int64_t shared_b_bytes(const job *j)
 typedef struct kept_a {
     uint64_t key[2];
     const char *a;
+    bool as_b; /* packed as a transposed product's B (Aᵀ): panels of nr columns, each all of k */
     int64_t m, k, a_row, a_col, kc, mr, size;
     size_t bytes;
     char *raw, *panels;
@@ -177,9 +181,9 @@ static char *kept_panels(const kept_a *p, int64_t ic, int64_t pc, int64_t kc)
 
 static bool kept_fits(const kept_a *p, const kept_a *want)
 {
-    return p->key[0] == want->key[0] && p->key[1] == want->key[1] && p->a == want->a && p->m == want->m &&
-           p->k == want->k && p->a_row == want->a_row && p->a_col == want->a_col && p->kc == want->kc &&
-           p->mr == want->mr && p->size == want->size;
+    return p->key[0] == want->key[0] && p->key[1] == want->key[1] && p->a == want->a && p->as_b == want->as_b &&
+           p->m == want->m && p->k == want->k && p->a_row == want->a_row && p->a_col == want->a_col &&
+           p->kc == want->kc && p->mr == want->mr && p->size == want->size;
 }
 
 void gemm_forget(void *kept)
@@ -197,11 +201,27 @@ typedef struct {
     int64_t mc, row_blocks;
 } kept_packing;
 
+/* Tasks [begin, end): panels of Aᵀ's columns (A's rows), as tiles() reads
+ * a B packed whole. */
+static void pack_kept_b(const kept_packing *w, int64_t begin, int64_t end)
+{
+    kept_a *p = w->p;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t row = t * p->mr, rows = p->m - row < p->mr ? p->m - row : p->mr;
+        w->g->pack_b(p->a + row * p->a_row * p->size, p->a_col, p->a_row, p->k, rows,
+                     p->panels + row * p->k * p->size);
+    }
+}
+
 /* Tasks [begin, end): block of rows t % row_blocks at step t / row_blocks. */
 static void pack_kept(void *ctx, int64_t begin, int64_t end)
 {
     const kept_packing *w = ctx;
     kept_a *p = w->p;
+    if (p->as_b) {
+        pack_kept_b(w, begin, end);
+        return;
+    }
     for (int64_t t = begin; t < end; t++) {
         int64_t pc = t / w->row_blocks * p->kc, ic = t % w->row_blocks * w->mc;
         int64_t kc = p->k - pc < p->kc ? p->k - pc : p->kc, mc = p->m - ic < w->mc ? p->m - ic : w->mc;
@@ -229,10 +249,11 @@ static bool keeps_a(const job *j, const kx_constant *constant)
 static kept_a *take_kept(const job *j, const kx_constant *constant)
 {
     const gemm_code *g = j->g;
-    const kg_matmul_args *a = j->args;
-    kept_a want = {.key = {constant->key[0], constant->key[1]}, .a = j->a, .m = a->m, .k = a->k, .a_row = a->a_row,
-                   .a_col = a->a_col, .kc = j->bl.kc, .mr = g->mr, .size = g->size,
-                   .bytes = (size_t)(round_up(a->m, g->mr) * a->k * g->size)};
+    const kg_matmul_args *a = j->orig;
+    int mr = j->transposed ? g->nr : g->mr;
+    kept_a want = {.key = {constant->key[0], constant->key[1]}, .a = j->a, .as_b = j->transposed, .m = a->m,
+                   .k = a->k, .a_row = a->a_row, .a_col = a->a_col, .kc = j->transposed ? a->k : j->bl.kc, .mr = mr,
+                   .size = g->size, .bytes = (size_t)(round_up(a->m, mr) * a->k * g->size)};
     kept_a *p = atomic_exchange(constant->slot, NULL);
     if (p && kept_fits(p, &want))
         return p;
@@ -246,6 +267,8 @@ static kept_a *take_kept(const job *j, const kx_constant *constant)
         want.raw = p->raw, want.panels = p->panels;
     *p = want;
     kept_packing w = {g, p, j->bl.mc, (a->m + j->bl.mc - 1) / j->bl.mc};
+    if (p->as_b)
+        w.row_blocks = (a->m + mr - 1) / mr;
     int64_t tasks = w.row_blocks * ((a->k + p->kc - 1) / p->kc);
     core_parallel_for(tasks, 1, pack_kept, &w);
     return p;
@@ -257,6 +280,51 @@ static void keep(const kx_constant *constant, kept_a *p)
     void *empty = NULL;
     if (!atomic_compare_exchange_strong(constant->slot, &empty, p))
         gemm_forget(p);
+}
+
+/* Element (r, c) of rows x cols at from (ld_from apart) to (c, r) of to. */
+static void turn(const char *from, int64_t ld_from, int64_t rows, int64_t cols, char *to, int64_t ld_to, int64_t size)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            if (size == 4)
+                ((float *)to)[c * ld_to + r] = ((const float *)from)[r * ld_from + c];
+            else
+                ((double *)to)[c * ld_to + r] = ((const double *)from)[r * ld_from + c];
+        }
+}
+
+/* A transposed product's complete sums of pixels [ic, ic + mc) by output
+ * channels [jc, jc + nc), turned back, to the micro-kernel over no steps of
+ * k for its store or epilogue, as the product's rows (channels) and
+ * columns (pixels). */
+static void finish_turned(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t mc, int64_t jc, int64_t nc)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *o = j->orig;
+    turn(s->acc, s->ld_acc, mc, nc, s->turned, s->ld_turned, g->size);
+    for (int64_t r = 0; r < nc; r += g->mr) {
+        int64_t row = z * o->m + jc + r;
+        gemm_tile t = {.m_rem = nc - r < g->mr ? nc - r : g->mr, .row0 = row, .col0 = ic, .ld_out = o->n,
+                       .buffers = j->buffers, .symbols = j->symbols};
+        if (j->out)
+            t.out = j->out + (row * o->n + ic) * g->size;
+        gemm_finish_tiles(g, s->turned + r * s->ld_turned * g->size, s->ld_turned, mc, t);
+    }
+}
+
+/* Rows [ic, ic + mc) of a transposed product's A for k from pc (kc steps):
+ * columns of the product's B (a convolution's through its window), packed
+ * in panels of mr. */
+static void pack_turned_a(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t mc, int64_t pc, int64_t kc)
+{
+    const kg_matmul_args *o = j->orig;
+    int64_t size = j->g->size;
+    if (j->conv)
+        conv_pack_b(j->conv, &j->source, o, z, ic, mc, pc, kc, j->g->mr, (int)size, s->ap);
+    else
+        j->g->pack_a(j->b + (gemm_batch_offset(o->b_batch_strides, o, z) + ic * o->b_col + pc * o->b_row) * size,
+                     o->b_col, o->b_row, mc, kc, s->ap);
 }
 
 /* Rows [m0, m1) by columns [n0, n1) of matrix z. B is packed by the first
@@ -274,15 +342,17 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
     s = &own;
     for (int64_t jc = n0; jc < n1; jc += j->bl.nc) {
         int64_t nc = n1 - jc < j->bl.nc ? n1 - jc : j->bl.nc;
-        if (j->shared_b) /* packed already, panel by panel */
-            own.bp = j->shared_b + z * shared_b_bytes(j) + jc * a->k * size;
+        if (j->shared_b) /* packed already, panel by panel; a transposed product's for every matrix */
+            own.bp = j->shared_b + (j->transposed ? 0 : z * shared_b_bytes(j)) + jc * a->k * size;
         for (int64_t ic = m0; ic < m1; ic += j->bl.mc) {
             int64_t mc = m1 - ic < j->bl.mc ? m1 - ic : j->bl.mc;
             int64_t pc = 0;
             do {
                 int64_t kc = a->k - pc < j->bl.kc ? a->k - pc : j->bl.kc;
-                int64_t mode = (pc > 0 ? GEMM_LOAD : 0) | (pc + kc >= a->k ? GEMM_FINAL : 0);
-                if (kc > 0 && j->kept)
+                int64_t mode = (pc > 0 ? GEMM_LOAD : 0) | (pc + kc >= a->k && !j->transposed ? GEMM_FINAL : 0);
+                if (kc > 0 && j->transposed)
+                    pack_turned_a(j, s, z, ic, mc, pc, kc);
+                else if (kc > 0 && j->kept)
                     own.ap = kept_panels(j->kept, ic, pc, kc);
                 else if (kc > 0 && g->prologue)
                     g->prologue(s->ap, z * a->m + ic, mc, pc, kc, j->buffers, j->symbols);
@@ -291,6 +361,8 @@ static void part(const job *j, const scratch *s, int64_t z, int64_t m0, int64_t 
                 tiles(j, s, z, ic, mc, jc, nc, pc, kc, mode, ic == m0 && !j->shared_b && kc > 0);
                 pc += kc;
             } while (pc < a->k);
+            if (j->transposed)
+                finish_turned(j, s, z, ic, mc, jc, nc);
         }
     }
 }
@@ -311,7 +383,7 @@ static bool packs_one_panel(const job *j)
     return !j->shared_b && j->rows_part <= j->bl.mc;
 }
 
-static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
+static bool scratch_alloc(const job *j, scratch *s, size_t sizes[4])
 {
     const gemm_code *g = j->g;
     /* no larger than a part: a small product packs into small blocks */
@@ -327,17 +399,23 @@ static bool scratch_alloc(const job *j, scratch *s, size_t sizes[3])
         sizes[1] = (size_t)((kc > 0 ? kc : 1) * g->nr * g->size);
     else
         sizes[1] = (size_t)(k * nc * g->size);
-    sizes[2] = j->args->k > j->bl.kc ? (size_t)(mc * nc * g->size) : 0;
+    sizes[2] = j->args->k > j->bl.kc || j->transposed ? (size_t)(mc * nc * g->size) : 0;
+    /* the turned sums: whole tiles of channels (rows) by pixels (columns) */
+    s->ld_turned = round_up(mc, g->nr);
+    sizes[3] = j->transposed ? (size_t)(round_up(nc, g->mr) * s->ld_turned * g->size) : 0;
     s->ld_acc = nc;
     s->ap = gemm_aligned_block(&s->raw[0], sizes[0]);
     s->bp = gemm_aligned_block(&s->raw[1], sizes[1]);
     s->acc = sizes[2] ? gemm_aligned_block(&s->raw[2], sizes[2]) : NULL;
-    return s->ap && s->bp && (s->acc || !sizes[2]);
+    s->turned = sizes[3] ? gemm_aligned_block(&s->raw[3], sizes[3]) : NULL;
+    if (s->turned) /* the micro-kernel loads whole tiles: the lanes past a block's pixels are defined */
+        memset(s->turned, 0, sizes[3]);
+    return s->ap && s->bp && (s->acc || !sizes[2]) && (s->turned || !sizes[3]);
 }
 
-static void scratch_free(scratch *s, const size_t sizes[3])
+static void scratch_free(scratch *s, const size_t sizes[4])
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (s->raw[i])
             core_free(s->raw[i], sizes[i] + 64);
 }
@@ -346,7 +424,7 @@ static void run_tasks(void *ctx, int64_t begin, int64_t end)
 {
     job *j = ctx;
     scratch s = {0};
-    size_t sizes[3];
+    size_t sizes[4];
     if (!scratch_alloc(j, &s, sizes)) {
         atomic_store(&j->failed, true);
         scratch_free(&s, sizes);
@@ -601,6 +679,44 @@ static kg_matmul_args fold_batch(const kg_matmul_args *args)
     return f;
 }
 
+/* -- A product over few columns, transposed --------------------------------------- *
+ * The micro-kernel's tile is wide (on AVX-512, f32: 14 rows by 32 columns,
+ * a last tile of one vector of columns or of 8 rows running alone), so a
+ * convolution over a 7x7 image, its 49 pixels as columns, runs tiles of 32
+ * and 17: 77% of the multiply-adds issued are used. Cᵀ = Bᵀ Aᵀ has the
+ * pixels as rows (49 = 3 x 14 + 7: 98%) and the output channels as
+ * columns; its B, the filters Aᵀ, is packed once and kept where A would be
+ * (kx_constant), its A packed from B's columns (a convolution's through the
+ * window), and each block of sums is turned back before the store or the
+ * epilogue, which see the product as called. Each element's sum runs over k
+ * in the same blocks and order as before: the results are the same. */
+
+/* Columns (or rows) a k step of tiles issues along an axis of n, tiles of
+ * tile where a last part of at most cut runs alone. */
+static int64_t issued(int64_t n, int64_t tile, int64_t cut)
+{
+    int64_t rem = n % tile;
+    return n / tile * tile + (rem == 0 ? 0 : rem <= cut ? cut : tile);
+}
+
+/* Whether the transposed product issues an eighth fewer multiply-adds: it
+ * pays for turning each block of sums back. KILN_GEMM_TURN=1 takes it and 0
+ * never does, where A is kept (tests). */
+static bool transposes(const job *j, const kx_constant *constant)
+{
+    const gemm_code *g = j->g;
+    const kg_matmul_args *a = j->args;
+    if (!keeps_a(j, constant))
+        return false;
+    int64_t forced = core_env_int("KILN_GEMM_TURN", -1);
+    if (forced >= 0)
+        return forced > 0;
+    int64_t short_rows = g->mr > GEMM_SHORT_ROWS ? GEMM_SHORT_ROWS : g->mr;
+    double plain = (double)issued(a->m, g->mr, short_rows) * (double)issued(a->n, g->nr, g->lanes);
+    double turned = (double)issued(a->n, g->mr, short_rows) * (double)issued(a->m, g->nr, g->lanes);
+    return 8 * turned < 7 * plain;
+}
+
 int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *b,
                   void *out, void *const *buffers, const int64_t *symbols, const kx_constant *constant, char *err,
                   size_t err_size)
@@ -609,9 +725,17 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
         return 0;
     kg_matmul_args folded = c ? *args : fold_batch(args);
     args = &folded;
-    job j = {.g = g, .args = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols, .conv = c,
-             .bl = block_sizes(g, args->k),
-             .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
+    job j = {.g = g, .args = args, .orig = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols,
+             .conv = c, .bl = block_sizes(g, args->k), .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
+    kg_matmul_args turned = *args;
+    if (transposes(&j, constant)) {
+        turned.m = args->n;
+        turned.n = args->m;
+        j.args = &turned;
+        j.transposed = true;
+        j.rows_part = turned.m;
+        j.cols_part = turned.n;
+    }
     double work = (double)args->batch * (double)args->m * (double)args->n * (double)(args->k > 0 ? args->k : 1);
     bool large_b = (double)args->k * (double)args->n >= GEMM_LARGE_B;
     int64_t threads = work < GEMM_SMALL && !large_b ? 1 : core_threads(), s = 1;
@@ -629,10 +753,15 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
     size_t source_bytes = 0, shared_bytes = 0;
     if (c && conv_prepare(c, args, b, (int)g->size, &j.source, &source_raw, &source_bytes) < 0)
         atomic_store(&j.failed, true);
-    if (!atomic_load(&j.failed) && pack_b_once(&j, &shared_raw, &shared_bytes) < 0)
+    if (!atomic_load(&j.failed) && !j.transposed && pack_b_once(&j, &shared_raw, &shared_bytes) < 0)
         atomic_store(&j.failed, true);
     kept_a *kept = !atomic_load(&j.failed) && keeps_a(&j, constant) ? take_kept(&j, constant) : NULL;
-    j.kept = kept;
+    if (j.transposed && kept)
+        j.shared_b = kept->panels;
+    else if (j.transposed)
+        atomic_store(&j.failed, true);
+    else
+        j.kept = kept;
     int64_t tasks = args->batch * j.tm * j.tn;
     if (!atomic_load(&j.failed))
         core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_tasks, &j);
@@ -669,7 +798,7 @@ llvm_code *gemm_load(const void *object, size_t size, const char *symbol, const 
     const int32_t *geometry = at[3];
     *g = (gemm_code){.pack_a = (gemm_pack_fn)(uintptr_t)at[0], .pack_b = (gemm_pack_fn)(uintptr_t)at[1],
                      .kernel = (gemm_kernel_fn)(uintptr_t)at[2], .mr = geometry[0], .nr = geometry[1],
-                     .size = geometry[3]};
+                     .lanes = geometry[2], .size = geometry[3]};
     for (int i = 0; i < n_extra; i++)
         extra_at[i] = at[4 + i];
     return code;

@@ -66,8 +66,12 @@ typedef struct {
     gemm_pack_fn pack_a, pack_b;
     gemm_kernel_fn kernel;
     gemm_prologue_fn prologue; /* NULL: A is read and packed */
-    int mr, nr, size;          /* size: bytes of an element */
+    int mr, nr, lanes, size;   /* size: bytes of an element */
 } gemm_code;
+
+/* A last tile of at most this many rows runs a k loop over them alone
+ * (gemm_codegen.c's k_spans), where the tile has more. */
+enum { GEMM_SHORT_ROWS = 8 };
 
 /* Loads a product's object code (host; borrowed: copied): its functions
  * under symbol and their tile into g, and the n_extra functions named
@@ -97,7 +101,8 @@ void gemm_finish_tiles(const gemm_code *g, char *acc, int64_t ld, int64_t n, gem
  * kernel.h's kx_conv says), its B packed from x through the window, never
  * stored whole. constant (or NULL): A is a constant, whose panels are kept
  * packed in its slot from call to call (gemm_forget frees them) when A is
- * one matrix for the whole batch and read, not computed by a prologue. */
+ * one matrix for the whole batch and read, not computed by a prologue;
+ * over few columns, as the B of the transposed product (gemm.c). */
 int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *x,
                   void *out, void *const *buffers, const int64_t *symbols, const kx_constant *constant, char *err,
                   size_t err_size);

@@ -562,7 +562,7 @@ static carried k_loops(gg *g, carried x, LLVMValueRef kc, span used)
 
 /* Channel counts are multiples of 8, so past 14-row tiles a product's last
  * row tile has at most 8 rows (64 = 4 * 14 + 8; 128: 2, 256: 4). */
-enum { SHORT_ROWS = 8 };
+enum { SHORT_ROWS = GEMM_SHORT_ROWS };
 
 /* i64 1 where a <= b, else 0. */
 static LLVMValueRef at_most(const gg *g, LLVMValueRef a, int64_t b)
