@@ -8,8 +8,8 @@
  * apart (rows and columns of one remainder modulo the stride together), so
  * that every tap reads a contiguous run of the copy with no test of its
  * bounds. Packing from x itself gathers a strided tap's run an element
- * at a time: 40% of the stem's time (perf, branch s8-19b). The copy costs one pass over the image; other windows
- * are packed from x. */
+ * at a time: 40% of the stem's time (perf, branch s8-19b). The copy costs
+ * one pass over the image; other windows are packed from x. */
 #include <string.h>
 
 #include "codegen_llvm/gemm.h"
