@@ -150,6 +150,16 @@ START_TEST(test_captured_conv_allocation_failures)
 }
 END_TEST
 
+/* The same product transposed (its filters kept as B's panels): a failure
+ * to pack them runs it as called or is reported, and nothing leaks. */
+START_TEST(test_turned_conv_allocation_failures)
+{
+    setenv("KILN_GEMM_TURN", "1", 1);
+    fail_each_allocation(captured_conv, 3);
+    unsetenv("KILN_GEMM_TURN");
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -159,6 +169,7 @@ static Suite *faults_suite(void)
     tcase_add_test(tc, test_training_step_allocation_failures);
     tcase_add_test(tc, test_compiled_row_product_allocation_failures);
     tcase_add_test(tc, test_captured_conv_allocation_failures);
+    tcase_add_test(tc, test_turned_conv_allocation_failures);
     suite_add_tcase(s, tc);
     return s;
 }

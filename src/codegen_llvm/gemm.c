@@ -169,7 +169,8 @@ typedef struct kept_a {
     uint64_t key[2];
     const char *a;
     bool as_b; /* packed as a transposed product's B (Aᵀ): panels of nr columns, each all of k */
-    int64_t m, k, a_row, a_col, kc, mr, size;
+    int64_t m, k, a_row, a_col, kc, size;
+    int64_t mr; /* rows of A a panel holds: the micro-kernel's mr, or its nr where as_b */
     size_t bytes;
     char *raw, *panels;
 } kept_a;
@@ -245,15 +246,16 @@ static bool keeps_a(const job *j, const kx_constant *constant)
 
 /* The slot's packed A if it is this call's, else A packed anew (into the
  * slot's block when it is as large), taken out of the slot for the call;
- * NULL when out of memory (the parts pack A then). */
+ * NULL when out of memory (the parts pack A then; a product that would run
+ * transposed runs as called). */
 static kept_a *take_kept(const job *j, const kx_constant *constant)
 {
     const gemm_code *g = j->g;
     const kg_matmul_args *a = j->orig;
-    int mr = j->transposed ? g->nr : g->mr;
+    int panel = j->transposed ? g->nr : g->mr; /* rows of A a panel holds */
     kept_a want = {.key = {constant->key[0], constant->key[1]}, .a = j->a, .as_b = j->transposed, .m = a->m,
-                   .k = a->k, .a_row = a->a_row, .a_col = a->a_col, .kc = j->transposed ? a->k : j->bl.kc, .mr = mr,
-                   .size = g->size, .bytes = (size_t)(round_up(a->m, mr) * a->k * g->size)};
+                   .k = a->k, .a_row = a->a_row, .a_col = a->a_col, .kc = j->transposed ? a->k : j->bl.kc,
+                   .mr = panel, .size = g->size, .bytes = (size_t)(round_up(a->m, panel) * a->k * g->size)};
     kept_a *p = atomic_exchange(constant->slot, NULL);
     if (p && kept_fits(p, &want))
         return p;
@@ -266,9 +268,8 @@ static kept_a *take_kept(const job *j, const kx_constant *constant)
     if (!want.panels)
         want.raw = p->raw, want.panels = p->panels;
     *p = want;
-    kept_packing w = {g, p, j->bl.mc, (a->m + j->bl.mc - 1) / j->bl.mc};
-    if (p->as_b)
-        w.row_blocks = (a->m + mr - 1) / mr;
+    int64_t rows_per_task = p->as_b ? panel : j->bl.mc;
+    kept_packing w = {g, p, j->bl.mc, (a->m + rows_per_task - 1) / rows_per_task};
     int64_t tasks = w.row_blocks * ((a->k + p->kc - 1) / p->kc);
     core_parallel_for(tasks, 1, pack_kept, &w);
     return p;
@@ -731,6 +732,26 @@ static bool transposes(const job *j, const kx_constant *constant)
     return 8 * turned < 7 * plain || (turned < plain && a->k >= LONG_K);
 }
 
+/* The job turned into Cᵀ = Bᵀ Aᵀ (its args now turned) with the filters
+ * packed as its B, or the job as it was and NULL where they could not be
+ * packed (out of memory): the plain product runs then. */
+static kept_a *take_turned(job *j, kg_matmul_args *turned, const kx_constant *constant)
+{
+    const kg_matmul_args *args = j->args;
+    j->transposed = true;
+    kept_a *kept = take_kept(j, constant);
+    if (!kept) {
+        j->transposed = false;
+        return NULL;
+    }
+    turned->m = args->n;
+    turned->n = args->m;
+    j->args = turned;
+    j->rows_part = turned->m;
+    j->cols_part = turned->n;
+    return kept;
+}
+
 int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *args, const void *a, const void *b,
                   void *out, void *const *buffers, const int64_t *symbols, const kx_constant *constant, char *err,
                   size_t err_size)
@@ -741,15 +762,6 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
     args = &folded;
     job j = {.g = g, .args = args, .orig = args, .a = a, .b = b, .out = out, .buffers = buffers, .symbols = symbols,
              .conv = c, .bl = block_sizes(g, args->k), .tm = 1, .tn = 1, .rows_part = args->m, .cols_part = args->n};
-    kg_matmul_args turned = *args;
-    if (transposes(&j, constant)) {
-        turned.m = args->n;
-        turned.n = args->m;
-        j.args = &turned;
-        j.transposed = true;
-        j.rows_part = turned.m;
-        j.cols_part = turned.n;
-    }
     double work = (double)args->batch * (double)args->m * (double)args->n * (double)(args->k > 0 ? args->k : 1);
     bool large_b = (double)args->k * (double)args->n >= GEMM_LARGE_B;
     int64_t threads = work < GEMM_SMALL && !large_b ? 1 : core_threads(), s = 1;
@@ -759,6 +771,8 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
         snprintf(err, err_size, "out of memory for a matrix product's row");
         return -1;
     }
+    kg_matmul_args turned = *args;
+    kept_a *kept = transposes(&j, constant) ? take_turned(&j, &turned, constant) : NULL;
     while (args->batch * s % threads) /* parts of each matrix, so that every thread has as many */
         s++;
     if (s > 1)
@@ -769,13 +783,10 @@ int gemm_run_conv(const gemm_code *g, const kx_conv *c, const kg_matmul_args *ar
         atomic_store(&j.failed, true);
     if (!atomic_load(&j.failed) && !j.transposed && pack_b_once(&j, &shared_raw, &shared_bytes) < 0)
         atomic_store(&j.failed, true);
-    kept_a *kept = !atomic_load(&j.failed) && keeps_a(&j, constant) ? take_kept(&j, constant) : NULL;
-    if (j.transposed && kept)
+    if (j.transposed)
         j.shared_b = kept->panels;
-    else if (j.transposed)
-        atomic_store(&j.failed, true);
-    else
-        j.kept = kept;
+    else if (!atomic_load(&j.failed) && keeps_a(&j, constant))
+        j.kept = kept = take_kept(&j, constant);
     int64_t tasks = args->batch * j.tm * j.tn;
     if (!atomic_load(&j.failed))
         core_parallel_for(tasks, threads > 1 ? 1 : tasks, run_tasks, &j);

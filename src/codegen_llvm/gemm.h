@@ -70,7 +70,9 @@ typedef struct {
 } gemm_code;
 
 /* A last tile of at most this many rows runs a k loop over them alone
- * (gemm_codegen.c's k_spans), where the tile has more. */
+ * (gemm_codegen.c's k_spans), where the tile has more. Channel counts are
+ * multiples of 8, so past 14-row tiles a product's last row tile has at
+ * most 8 rows (64 = 4 * 14 + 8; 128: 2, 256: 4). */
 enum { GEMM_SHORT_ROWS = 8 };
 
 /* Loads a product's object code (host; borrowed: copied): its functions

@@ -560,10 +560,6 @@ static carried k_loops(gg *g, carried x, LLVMValueRef kc, span used)
     return k_loop(g, x, LLVMBuildSRem(g->b, kc, i64c(g, UNROLL), ""), 1, used, "k_rest");
 }
 
-/* Channel counts are multiples of 8, so past 14-row tiles a product's last
- * row tile has at most 8 rows (64 = 4 * 14 + 8; 128: 2, 256: 4). */
-enum { SHORT_ROWS = GEMM_SHORT_ROWS };
-
 /* i64 1 where a <= b, else 0. */
 static LLVMValueRef at_most(const gg *g, LLVMValueRef a, int64_t b)
 {
@@ -571,7 +567,7 @@ static LLVMValueRef at_most(const gg *g, LLVMValueRef a, int64_t b)
 }
 
 /* The k loops over as much of the tile as holds the product: a tile of at
- * most SHORT_ROWS rows or of one vector of columns (the last of a 14x14
+ * most GEMM_SHORT_ROWS rows or of one vector of columns (the last of a 14x14
  * image's 196 pixels: 4) runs loops over that span alone, where the whole
  * tile's multiply-adds would be 9% of a 64-channel convolution's wasted,
  * 7% of one at 14x14. The accumulators outside the span stay zero: they lie
@@ -580,12 +576,12 @@ static LLVMValueRef at_most(const gg *g, LLVMValueRef a, int64_t b)
 static carried k_spans(gg *g, carried x, LLVMValueRef kc, LLVMValueRef tile)
 {
     const gemm_shape *s = &g->s;
-    bool narrows = s->nv > 1, shortens = s->mr > SHORT_ROWS;
+    bool narrows = s->nv > 1, shortens = s->mr > GEMM_SHORT_ROWS;
     LLVMValueRef which = i64c(g, 0);
     if (narrows)
         which = at_most(g, tile_field(g, tile, 1, g->i64), s->lanes);
     if (shortens) {
-        LLVMValueRef rows = at_most(g, tile_field(g, tile, 0, g->i64), SHORT_ROWS);
+        LLVMValueRef rows = at_most(g, tile_field(g, tile, 0, g->i64), GEMM_SHORT_ROWS);
         which = LLVMBuildOr(g->b, which, LLVMBuildShl(g->b, rows, i64c(g, 1), ""), "");
     }
     LLVMBasicBlockRef whole = block(g, "whole"), done = block(g, "spans_done");
@@ -602,7 +598,7 @@ static carried k_spans(gg *g, carried x, LLVMValueRef kc, LLVMValueRef tile)
         if (i == 1 && shortens)
             LLVMAddCase(choice, i64c(g, 3), body);
         LLVMPositionBuilderAtEnd(g->b, body);
-        out[n] = k_loops(g, x, kc, (span){i & 2 ? SHORT_ROWS : s->mr, i & 1 ? 1 : s->nv});
+        out[n] = k_loops(g, x, kc, (span){i & 2 ? GEMM_SHORT_ROWS : s->mr, i & 1 ? 1 : s->nv});
         from[n++] = LLVMGetInsertBlock(g->b);
         LLVMBuildBr(g->b, done);
     }

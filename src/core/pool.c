@@ -27,7 +27,7 @@ enum { MAX_THREADS = 256 };
 /* How long a thread watches before it sleeps: longer than the gaps between
  * a traced call's kernels, short enough that an idle program's threads
  * soon leave the CPUs to others. */
-enum { SPIN_US = 200 };
+enum { SPIN_US = 200, MAX_SPIN_US = 1000000 };
 
 static struct {
     pthread_once_t once;
@@ -130,7 +130,9 @@ static void pool_start(void)
     int64_t want = core_env_int("KILN_THREADS", cores > 0 ? cores : 1);
     pool.threads = want < 1 ? 1 : want > MAX_THREADS ? MAX_THREADS : (int)want;
     int64_t spin_us = core_env_int("KILN_SPIN_US", SPIN_US);
-    pool.spin_ms = spin_us < 0 ? 0 : spin_us > 1000000 ? 1000 : spin_us / 1e3;
+    if (spin_us > MAX_SPIN_US)
+        spin_us = MAX_SPIN_US;
+    pool.spin_ms = spin_us > 0 ? spin_us / 1e3 : 0;
     for (int i = 1; i < pool.threads; i++) {
         if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0) {
             pool.threads = i;
