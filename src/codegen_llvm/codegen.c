@@ -71,6 +71,7 @@ typedef struct {
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
     bool reciprocal;         /* divisions by a row's value multiply by its reciprocal */
+    bool max_ignores_nan;    /* reduction 0 may drop NaN and the sign of zero (max_ignores_nan) */
     char missing[128];       /* an op this backend lacks, met while building */
     const kx_view *product;  /* an epilogue's view of its product, read from tile[tile_index] */
     LLVMValueRef tile, tile_index;
@@ -539,11 +540,116 @@ static void clear_memo(gen *g)
     memset(g->memo, 0, (size_t)g->k->n_exprs * sizeof *g->memo);
 }
 
+/* Whether expression e is NaN wherever reduction row's value is: it is
+ * that value, or arithmetic on it that keeps NaN. */
+static bool keeps_nan_of_row(const kx_kernel *k, int e, int row)
+{
+    const kx_expr *x = &k->exprs[e];
+    if (x->kind == KX_ROW)
+        return x->row == row;
+    if (x->kind == KX_CAST)
+        return ir_dtype_is_float(x->dtype) && keeps_nan_of_row(k, x->args[0], row);
+    if (x->kind != KX_OP)
+        return false;
+    if (x->op != OP_ADD && x->op != OP_SUB && x->op != OP_MUL && x->op != OP_DIV && x->op != OP_NEG &&
+        x->op != OP_EXP && x->op != OP_LOG)
+        return false;
+    for (int i = 0; i < 3 && x->args[i] >= 0; i++)
+        if (keeps_nan_of_row(k, x->args[i], row))
+            return true;
+    return false;
+}
+
+/* Whether expression e is used only as an argument of exp. */
+static bool only_exponent(const kx_kernel *k, int e)
+{
+    for (int u = 0; u < k->n_exprs; u++) {
+        const kx_expr *x = &k->exprs[u];
+        for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++)
+            if (x->args[i] == e && !(x->kind == KX_OP && x->op == OP_EXP))
+                return false;
+    }
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].expr == e)
+            return false;
+    for (int s = 0; s < k->n_row_stores; s++)
+        if (k->row_stores[s].expr == e)
+            return false;
+    return true;
+}
+
+/* Whether each store of reduction 1's pass is rewritten by a store of the
+ * store pass to the same view, and every value the kernel leaves is NaN
+ * where reduction 1's is. */
+static bool outputs_keep_nan_of_sum(const kx_kernel *k)
+{
+    for (int s = 0; s < k->n_stores; s++) {
+        const kx_store *st = &k->stores[s];
+        if (st->pass == KX_STORE_PASS) {
+            if (!keeps_nan_of_row(k, st->expr, 1))
+                return false;
+            continue;
+        }
+        bool rewritten = false;
+        for (int t = 0; t < k->n_stores; t++)
+            rewritten |= k->stores[t].pass == KX_STORE_PASS && k->stores[t].view == st->view;
+        if (st->pass != kx_reduction_pass(1) || !rewritten)
+            return false;
+    }
+    for (int s = 0; s < k->n_row_stores; s++) {
+        const kx_row_store *rs = &k->row_stores[s];
+        if (rs->expr >= 0 ? !keeps_nan_of_row(k, rs->expr, 1) : rs->row != 1)
+            return false;
+    }
+    return true;
+}
+
+/* Whether reduction 0, a float max, may ignore NaN and the sign of zero,
+ * one max instruction a vector where the max that keeps NaN takes three (a
+ * tenth of softmax's loop): its only use is softmax's exponent, summed by
+ * reduction 1 as exp(x - max(x)), on which everything the kernel leaves
+ * depends through arithmetic that keeps NaN. A NaN in x makes that sum NaN
+ * whatever the max, and with it every output of the row, as a NaN max
+ * would; exp(x - max(x)) is the same for either zero; and the other rows
+ * do not see the difference. */
+static bool max_ignores_nan(const kx_kernel *k)
+{
+    if (k->n_reductions != 2 || k->reductions[0].op != OP_MAX || !ir_dtype_is_float(k->reductions[0].dtype) ||
+        k->reductions[1].op != OP_SUM)
+        return false;
+    const kx_expr *summed = &k->exprs[k->reductions[1].expr];
+    if (summed->kind == KX_CAST) /* summed in f64 */
+        summed = &k->exprs[summed->args[0]];
+    if (summed->kind != KX_OP || summed->op != OP_EXP || !minus_row_max(k, summed->args[0]))
+        return false;
+    for (int e = 0; e < k->n_exprs; e++) {
+        const kx_expr *x = &k->exprs[e];
+        if (minus_row_max(k, e) && !only_exponent(k, e))
+            return false;
+        for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++) {
+            const kx_expr *a = &k->exprs[x->args[i]];
+            if (a->kind == KX_ROW && a->row == 0 && !(minus_row_max(k, e) && i == 1))
+                return false;
+        }
+    }
+    for (int s = 0; s < k->n_row_stores; s++)
+        if (k->row_stores[s].expr < 0 && k->row_stores[s].row == 0)
+            return false;
+    return outputs_keep_nan_of_sum(k);
+}
+
 static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLVMValueRef v)
 {
     bool is_float = ir_dtype_is_float(r->dtype);
     LLVMTypeRef t = type_of(g->ctx, r->dtype);
     LLVMValueRef args[2] = {acc, v};
+    if (g->max_ignores_nan && r == &g->k->reductions[0]) {
+        /* LLVM widens the fold of maxnum only with these flags; where x has
+         * a NaN they leave the max unspecified, which cannot show. */
+        LLVMValueRef max = intrinsic(g, "llvm.maxnum", t, args, 2);
+        LLVMSetFastMathFlags(max, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
+        return max;
+    }
     if (r->op == OP_SUM || r->op == OP_MEAN) {
         if (!is_float)
             return LLVMBuildAdd(g->b, acc, v, "");
@@ -1003,7 +1109,7 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
 {
     LLVMContextRef ctx = LLVMGetModuleContext(module);
     *g = (gen){.ctx = ctx, .module = module, .b = LLVMCreateBuilderInContext(ctx), .k = k,
-               .i64 = LLVMInt64TypeInContext(ctx), .buffers = buffers};
+               .i64 = LLVMInt64TypeInContext(ctx), .buffers = buffers, .max_ignores_nan = max_ignores_nan(k)};
     g->view_base = calloc((size_t)k->n_views + 1, sizeof *g->view_base);
     g->next_base = calloc((size_t)k->n_views + 1, sizeof *g->next_base);
     g->rows = calloc((size_t)k->n_reductions + 1, sizeof *g->rows);
