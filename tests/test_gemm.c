@@ -562,6 +562,13 @@ static const conv_case CONV_CASES[] = {
     {{{2, 2}, {3, 3}, {1, 1}, 1}, 3, 3, 29, 64, 7},
 };
 
+/* Case c's image (in[0]) and filters (in[1]), random from seed. */
+static void conv_inputs(const conv_case *c, kiln_dtype dt, uint64_t seed, kiln_tensor **in)
+{
+    in[0] = random_of(dt, 4, (int64_t[]){c->batch, c->channels, c->side, c->side}, seed);
+    in[1] = random_of(dt, 4, (int64_t[]){c->out_channels, c->channels, c->window, c->window}, seed + 1);
+}
+
 static int conv_relu(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     const conv_case *c = user;
@@ -576,10 +583,69 @@ START_TEST(test_conv_split_over_rows_matches_eager)
     if (left_out_under_valgrind(_i, 6))
         return;
     int64_t out_side = (c->side + 2 * c->p.padding[0] - c->window) / c->p.stride[0] + 1, w = c->window;
-    kiln_tensor *in[2] = {random_of(dt, 4, (int64_t[]){c->batch, c->channels, c->side, c->side}, 51),
-                          random_of(dt, 4, (int64_t[]){c->out_channels, c->channels, w, w}, 52)};
+    kiln_tensor *in[2];
+    conv_inputs(c, dt, 51, in);
     check_one_kernel("conv and relu", conv_relu, 2, in, (void *)c, dt,
                      (int64_t[]){c->batch, c->out_channels, out_side * out_side, c->channels * w * w});
+}
+END_TEST
+
+/* Captured filters (kept packed between calls) over few pixels, with work
+ * enough for 2 or 3 threads to split: as the product chooses, transposed
+ * (KILN_GEMM_TURN=1: pixels as rows, each thread turning back its blocks of
+ * sums) and plain (KILN_GEMM_TURN=0), each called twice (the second call
+ * reads the kept panels). k of 576, 96 and 1152; pixels 49, 196, 25; a
+ * batch of 3 and a last row tile of 300 - 21 x 14 = 6. */
+static const conv_case CAPTURED_CASES[] = {
+    {{{1, 1}, {1, 1}, {1, 1}, 1}, 2, 64, 7, 256, 3},
+    {{{1, 1}, {0, 0}, {1, 1}, 1}, 1, 96, 14, 160, 1},
+    {{{1, 1}, {1, 1}, {1, 1}, 1}, 1, 128, 7, 64, 3},
+    {{{1, 1}, {1, 1}, {1, 1}, 1}, 3, 20, 5, 300, 3},
+};
+
+typedef struct {
+    const conv_case *c;
+    kiln_tensor *filters;
+} captured_conv;
+
+static int captured_conv_relu(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    const captured_conv *cc = user;
+    out[0] = kiln_relu(kiln_conv2d(in[0], cc->filters, NULL, &cc->c->p));
+    return out[0] ? 0 : -1;
+}
+
+START_TEST(test_captured_conv_turned_across_threads_matches_eager)
+{
+    const conv_case *c = &CAPTURED_CASES[_i / 2];
+    kiln_dtype dt = _i % 2 ? KILN_F64 : KILN_F32;
+    if (left_out_under_valgrind(_i, 8))
+        return;
+    kiln_tensor *in[2];
+    conv_inputs(c, dt, 61, in);
+    captured_conv cc = {c, in[1]};
+    kiln_tensor *x = in[0], *want = NULL;
+    ck_assert_int_eq(captured_conv_relu(&x, &want, &cc), 0);
+    double tol = dt == KILN_F32 ? 3e-5 : 1e-12;
+    const char *turn[3] = {NULL, "1", "0"};
+    for (int mode = 0; mode < 3; mode++) {
+        if (turn[mode])
+            setenv("KILN_GEMM_TURN", turn[mode], 1);
+        kiln_jit_options o = kiln_jit_defaults();
+        o.backend = KILN_BACKEND_LLVM;
+        o.strict = true;
+        kiln_fn *f = kiln_jit("captured conv and relu", captured_conv_relu, 1, 1, &cc, &o);
+        for (int call = 0; call < 2; call++) {
+            kiln_tensor *got = NULL;
+            ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+            char what[96];
+            snprintf(what, sizeof what, "case %d, %s, turn %s, call %d", _i / 2, kiln_dtype_name(dt),
+                     turn[mode] ? turn[mode] : "chosen", call);
+            assert_close(got, want, tol, tol * (double)(c->channels * c->window * c->window), what);
+        }
+        kiln_fn_free(f);
+    }
+    unsetenv("KILN_GEMM_TURN");
 }
 END_TEST
 
@@ -595,6 +661,8 @@ static Suite *gemm_suite(void)
     tcase_add_loop_test(tc, test_epilogues_fused_match_eager, 0, 2 * (int)(sizeof EPILOGUES / sizeof *EPILOGUES));
     tcase_add_loop_test(tc, test_prologues_fused_match_eager, 0, 2 * (int)(sizeof PROLOGUES / sizeof *PROLOGUES));
     tcase_add_loop_test(tc, test_conv_split_over_rows_matches_eager, 0, 2 * (int)(sizeof CONV_CASES / sizeof *CONV_CASES));
+    tcase_add_loop_test(tc, test_captured_conv_turned_across_threads_matches_eager, 0,
+                        2 * (int)(sizeof CAPTURED_CASES / sizeof *CAPTURED_CASES));
     suite_add_tcase(s, tc);
     return s;
 }
