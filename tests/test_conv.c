@@ -124,11 +124,14 @@ static void check_listed(const listed_conv *cases, int n)
 /* Strided windows of many taps, whose B is packed from a copy of each
  * image with its padding written and the stride's phases apart (the stem's
  * 7x7/2): odd sizes, padding on one axis or both, a stride on one axis, a
- * dilation with a stride, groups, batches of 1 and 2, f32 and f64. */
+ * dilation with a stride, groups, batches of 1 and 2, f32 and f64; images
+ * narrower than the window, one column wide (a phase of padding only). */
 START_TEST(test_conv2d_strided_windows)
 {
     static const listed_conv cases[] = {
         {{1, 3, 23, 21}, {8, 3, 7, 7}, {{{2, 2}, {3, 3}, {1, 1}, 1}, true}},
+        {{2, 3, 8, 3}, {4, 3, 7, 7}, {{{2, 2}, {3, 3}, {1, 1}, 1}, false}},
+        {{2, 2, 9, 1}, {3, 2, 5, 5}, {{{2, 2}, {2, 2}, {1, 1}, 1}, true}},
         {{2, 4, 17, 19}, {6, 2, 5, 5}, {{{2, 2}, {2, 1}, {2, 1}, 2}, false}},
         {{2, 3, 11, 9}, {5, 3, 3, 3}, {{{2, 1}, {0, 1}, {1, 2}, 1}, true}},
         {{1, 2, 16, 15}, {3, 2, 4, 5}, {{{1, 2}, {1, 0}, {1, 1}, 1}, true}},
