@@ -229,8 +229,8 @@ static int captured_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 }
 
 /* The listed convolution with captured filters, traced, against the naive
- * loop: twice (the second call reads the panels the first kept), as a
- * block and alone, f32 and f64. */
+ * loop: three times (the second call packs the panels it keeps, the third
+ * reads them), as a block and alone, f32 and f64. */
 static void check_captured_conv(const listed_conv *l, kiln_dtype dt, uint64_t seed)
 {
     static oc_operand x, w, b, bn[4], r;
@@ -253,7 +253,7 @@ static void check_captured_conv(const listed_conv *l, kiln_dtype dt, uint64_t se
         kiln_fn *f = kiln_jit("captured_conv", captured_body, 2, 1, &c, NULL);
         kiln_tensor *in[2] = {x.t, r.t};
         char what[384];
-        for (int call = 0; call < 2; call++) {
+        for (int call = 0; call < 3; call++) {
             kiln_tensor *got = NULL;
             snprintf(what, sizeof what, "x %s, w %s, stride %lld, %s, call %d", x.desc, w.desc,
                      (long long)l->c.p.stride[0], as_block ? "block" : "alone", call);

@@ -120,12 +120,32 @@ END_TEST
 /* -- A row max that may drop NaN ------------------------------------------- */
 
 /* What softmax-shaped kernels leave of each row, over rows x cols f32 (x in
- * buffer 0, rows in buffer 1, the row sums in buffer 2): */
+ * buffer 0, rows in buffer 1, a value per row in buffer 2): */
 typedef enum {
     SOFTMAX,          /* exp(x - max) in the sums' pass, rewritten divided by the sum */
-    EXPONENTIALS,     /* exp(x - max) only, and the sums: max's NaN needed */
-    SHIFTED,          /* x - max in the store pass, and the sums: max's NaN needed */
+    SOFTMAX_F64_SUM,  /* the same, summed in f64 */
+    EXPONENTIALS,     /* exp(x - max) only: max's NaN needed */
+    SHIFTED,          /* x - max in the store pass: max's NaN needed */
+    MAX_STORED,       /* softmax, with the max stored as the row's value: max's NaN needed */
+    MAX_USES,
 } max_use;
+
+static int add_expr(kx_kernel *k, kx_expr e)
+{
+    int i = kx_add_expr(k, e);
+    ck_assert_int_ge(i, 0);
+    return i;
+}
+
+static int op_of(kx_kernel *k, ir_op op, kiln_dtype dt, int a, int b)
+{
+    return add_expr(k, (kx_expr){.kind = KX_OP, .dtype = dt, .op = op, .args = {a, b, -1}});
+}
+
+static int cast_of(kx_kernel *k, kiln_dtype dt, int a)
+{
+    return add_expr(k, (kx_expr){.kind = KX_CAST, .dtype = dt, .args = {a, -1, -1}});
+}
 
 /* r0 = max x, r1 = sum exp(x - r0), and the stores of use. */
 static kx_kernel *max_kernel(max_use use, int64_t rows, int64_t cols)
@@ -133,74 +153,91 @@ static kx_kernel *max_kernel(max_use use, int64_t rows, int64_t cols)
     kx_kernel *k = kx_kernel_new(&(ir_sizes){0}, 2, (int64_t[]){rows, cols});
     k->n_buffers = 3;
     k->buffer_dtypes[0] = k->buffer_dtypes[1] = k->buffer_dtypes[2] = KILN_F32;
-    const kx_expr exprs[] = {
-        {.kind = KX_LOAD, .dtype = KILN_F32, .view = 0},
-        {.kind = KX_ROW, .dtype = KILN_F32, .row = 0},
-        {.kind = KX_OP, .dtype = KILN_F32, .op = OP_SUB, .args = {0, 1, -1}},
-        {.kind = KX_OP, .dtype = KILN_F32, .op = OP_EXP, .args = {2, -1, -1}},
-        {.kind = KX_ROW, .dtype = KILN_F32, .row = 1},
-        {.kind = KX_LOAD, .dtype = KILN_F32, .view = 1},
-        {.kind = KX_OP, .dtype = KILN_F32, .op = OP_DIV, .args = {5, 4, -1}},
-    };
-    for (size_t e = 0; e < sizeof exprs / sizeof *exprs; e++)
-        ck_assert_int_ge(kx_add_expr(k, exprs[e]), 0);
+    kiln_dtype sum_dt = use == SOFTMAX_F64_SUM ? KILN_F64 : KILN_F32;
+    int x = add_expr(k, (kx_expr){.kind = KX_LOAD, .dtype = KILN_F32, .view = 0});
+    int max = add_expr(k, (kx_expr){.kind = KX_ROW, .dtype = KILN_F32, .row = 0});
+    int shifted = op_of(k, OP_SUB, KILN_F32, x, max), e = op_of(k, OP_EXP, KILN_F32, shifted, -1);
+    int summed = sum_dt == KILN_F32 ? e : cast_of(k, sum_dt, e);
+    int sum = add_expr(k, (kx_expr){.kind = KX_ROW, .dtype = sum_dt, .row = 1});
+    int kept = add_expr(k, (kx_expr){.kind = KX_LOAD, .dtype = KILN_F32, .view = 1});
+    int scaled = op_of(k, OP_DIV, KILN_F32, kept, sum_dt == KILN_F32 ? sum : cast_of(k, KILN_F32, sum));
     for (int v = 0; v < 2; v++)
         ck_assert_int_ge(kx_add_view(k, (kx_view){.buffer = v, .dtype = KILN_F32, .outer_strides = {cols},
                                                   .inner_stride = 1}), 0);
     k->reductions = calloc(2, sizeof *k->reductions);
-    k->reductions[0] = (kx_reduction){.op = OP_MAX, .expr = 0, .dtype = KILN_F32, .result = KILN_F32,
+    k->reductions[0] = (kx_reduction){.op = OP_MAX, .expr = x, .dtype = KILN_F32, .result = KILN_F32,
                                       .identity = kx_reduction_identity(OP_MAX, KILN_F32)};
-    k->reductions[1] = (kx_reduction){.op = OP_SUM, .expr = 3, .dtype = KILN_F32, .result = KILN_F32,
-                                      .identity = kx_reduction_identity(OP_SUM, KILN_F32)};
+    k->reductions[1] = (kx_reduction){.op = OP_SUM, .expr = summed, .dtype = sum_dt, .result = sum_dt,
+                                      .identity = kx_reduction_identity(OP_SUM, sum_dt)};
     k->n_reductions = k->reductions_cap = 2;
     if (use != SHIFTED)
-        ck_assert_int_ge(kx_add_store(k, (kx_store){.view = 1, .expr = 3, .pass = kx_reduction_pass(1)}), 0);
+        ck_assert_int_ge(kx_add_store(k, (kx_store){.view = 1, .expr = e, .pass = kx_reduction_pass(1)}), 0);
     if (use != EXPONENTIALS)
-        ck_assert_int_ge(kx_add_store(k, (kx_store){.view = 1, .expr = use == SOFTMAX ? 6 : 2}), 0);
+        ck_assert_int_ge(kx_add_store(k, (kx_store){.view = 1, .expr = use == SHIFTED ? shifted : scaled}), 0);
     k->row_stores = calloc(1, sizeof *k->row_stores);
-    k->row_stores[0] = (kx_row_store){.buffer = 2, .row = 1, .from = KILN_F32, .dtype = KILN_F32, .expr = -1};
+    int row = use == MAX_STORED ? 0 : 1;
+    k->row_stores[0] = (kx_row_store){.buffer = 2, .row = row, .from = row ? sum_dt : KILN_F32, .dtype = KILN_F32,
+                                      .expr = -1};
     k->n_row_stores = k->row_stores_cap = 1;
     return k;
 }
 
-/* The row each use leaves, in double, computed here with a max that keeps
- * NaN. */
-static double expected(max_use use, const float *x, int64_t cols, int64_t j)
+/* Element j of the row each use leaves, in double, and the row's value,
+ * computed here with a max that keeps NaN. */
+static double expected(max_use use, const float *x, int64_t cols, int64_t j, double *row_value)
 {
     double max = -INFINITY, sum = 0;
     for (int64_t c = 0; c < cols; c++)
         max = isnan(x[c]) || isnan(max) ? NAN : fmax(max, x[c]);
     for (int64_t c = 0; c < cols; c++)
         sum += exp(x[c] - max);
-    return use == SOFTMAX ? exp(x[j] - max) / sum : use == EXPONENTIALS ? exp(x[j] - max) : x[j] - max;
+    *row_value = use == MAX_STORED ? max : sum;
+    if (use == EXPONENTIALS)
+        return exp(x[j] - max);
+    return use == SHIFTED ? x[j] - max : exp(x[j] - max) / sum;
+}
+
+static bool near(double got, double want, double rel)
+{
+    return isnan(want) ? isnan(got) : got == want || fabs(got - want) <= rel * fabs(want) + 1e-7;
 }
 
 /* A NaN in a row makes all of it NaN, whether the max may drop NaN (softmax:
- * its sum is NaN) or must keep it (the exponentials alone, x - max); the
- * other rows are as before. With the max that drops NaN where it must not,
- * the NaN row's other elements come out finite. */
+ * its sum is NaN) or must keep it (the exponentials alone, x - max, the max
+ * stored); the other rows (+inf, all -inf, a max of -0 beside +0) are as
+ * before. With the max that drops NaN where it must not, the NaN row's
+ * other elements come out finite. */
 START_TEST(test_row_max_drops_nan_only_where_it_cannot_show)
 {
-    enum { ROWS = 4, COLS = 100 };
+    enum { ROWS = 6, COLS = 100 };
     max_use use = (max_use)_i;
-    float x[ROWS * COLS], out[ROWS * COLS], sums[ROWS];
+    float x[ROWS * COLS], out[ROWS * COLS], row_values[ROWS];
     for (int i = 0; i < ROWS * COLS; i++)
         x[i] = (float)(i % 13) * 0.5f - 3;
     x[1 * COLS + 40] = NAN;
     x[2 * COLS + 99] = NAN;
     x[3 * COLS + 5] = INFINITY;
+    for (int j = 0; j < COLS; j++) {
+        x[4 * COLS + j] = -INFINITY;
+        x[5 * COLS + j] = j % 2 ? -0.0f : -(float)j;
+    }
+    x[5 * COLS + 50] = 0.0f;
     kx_kernel *k = max_kernel(use, ROWS, COLS);
     compiled c = compile(k, false);
     bool drops = strstr(c.ir_after, "maxnum") != NULL;
-    ck_assert_msg(drops == (use == SOFTMAX), "use %d: the max %s NaN", use, drops ? "drops" : "keeps");
-    void *buffers[3] = {x, out, sums};
+    ck_assert_msg(drops == (use == SOFTMAX || use == SOFTMAX_F64_SUM), "use %d: the max %s NaN", use,
+                  drops ? "drops" : "keeps");
+    void *buffers[3] = {x, out, row_values};
     c.fn(buffers, 0, ROWS, NULL);
-    for (int r = 0; r < ROWS; r++)
+    for (int r = 0; r < ROWS; r++) {
+        double row_value;
         for (int j = 0; j < COLS; j++) {
-            double want = expected(use, x + r * COLS, COLS, j), got = out[r * COLS + j];
-            ck_assert_msg(isnan(want) ? isnan(got) : got == want || fabs(got - want) <= 1e-5 * fabs(want) + 1e-7,
-                          "use %d, row %d, element %d: %g, not %g", use, r, j, got, want);
+            double want = expected(use, x + r * COLS, COLS, j, &row_value), got = out[r * COLS + j];
+            ck_assert_msg(near(got, want, 1e-5), "use %d, row %d, element %d: %g, not %g", use, r, j, got, want);
         }
+        ck_assert_msg(near(row_values[r], row_value, 1e-5), "use %d, row %d's value: %g, not %g", use, r,
+                      row_values[r], row_value);
+    }
     compiled_free(&c);
     kx_kernel_free(k);
 }
@@ -304,7 +341,7 @@ static Suite *llvm_codegen_suite(void)
     tcase_add_test(tc, test_streaming_kernel_stores_non_temporal);
     tcase_add_test(tc, test_streaming_kernel_runs_on_unaligned_outputs);
     tcase_add_test(tc, test_other_kernels_store_normally);
-    tcase_add_loop_test(tc, test_row_max_drops_nan_only_where_it_cannot_show, 0, 3);
+    tcase_add_loop_test(tc, test_row_max_drops_nan_only_where_it_cannot_show, 0, MAX_USES);
     suite_add_tcase(s, tc);
     TCase *named = tcase_create("named");
     tcase_set_timeout(named, 120);

@@ -432,6 +432,12 @@ static LLVMValueRef gather(gen *g, const kx_expr *e)
     return phi;
 }
 
+/* Operand i of x (an op's or a cast's), or -1 past its last. */
+static int operand(const kx_expr *x, int i)
+{
+    return i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) ? x->args[i] : -1;
+}
+
 /* Whether expression e is the same along a row and made from a row's value
  * (constants alone fold at compile time, where LLVM divides exactly). */
 static bool of_row(const kx_kernel *k, int e, bool *row)
@@ -440,7 +446,7 @@ static bool of_row(const kx_kernel *k, int e, bool *row)
     if (x->kind == KX_LOAD || x->kind == KX_GATHER)
         return false;
     *row |= x->kind == KX_ROW;
-    for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++)
+    for (int i = 0; operand(x, i) >= 0; i++)
         if (!of_row(k, x->args[i], row))
             return false;
     return true;
@@ -565,7 +571,7 @@ static bool only_exponent(const kx_kernel *k, int e)
 {
     for (int u = 0; u < k->n_exprs; u++) {
         const kx_expr *x = &k->exprs[u];
-        for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++)
+        for (int i = 0; operand(x, i) >= 0; i++)
             if (x->args[i] == e && !(x->kind == KX_OP && x->op == OP_EXP))
                 return false;
     }
@@ -598,7 +604,8 @@ static bool outputs_keep_nan_of_sum(const kx_kernel *k)
     }
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
-        if (rs->expr >= 0 ? !keeps_nan_of_row(k, rs->expr, 1) : rs->row != 1)
+        bool keeps = rs->expr >= 0 ? keeps_nan_of_row(k, rs->expr, 1) : rs->row == 1;
+        if (!keeps)
             return false;
     }
     return true;
@@ -626,7 +633,7 @@ static bool max_ignores_nan(const kx_kernel *k)
         const kx_expr *x = &k->exprs[e];
         if (minus_row_max(k, e) && !only_exponent(k, e))
             return false;
-        for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++) {
+        for (int i = 0; operand(x, i) >= 0; i++) {
             const kx_expr *a = &k->exprs[x->args[i]];
             if (a->kind == KX_ROW && a->row == 0 && !(minus_row_max(k, e) && i == 1))
                 return false;
@@ -644,8 +651,9 @@ static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLV
     LLVMTypeRef t = type_of(g->ctx, r->dtype);
     LLVMValueRef args[2] = {acc, v};
     if (g->max_ignores_nan && r == &g->k->reductions[0]) {
-        /* LLVM widens the fold of maxnum only with these flags; where x has
-         * a NaN they leave the max unspecified, which cannot show. */
+        /* LLVM widens the fold of maxnum only with these flags. Where x
+         * has a NaN they make the max poison, and all the row computes from
+         * it; only store_row branches on it, on a frozen test. */
         LLVMValueRef max = intrinsic(g, "llvm.maxnum", t, args, 2);
         LLVMSetFastMathFlags(max, LLVMFastMathNoNaNs | LLVMFastMathNoSignedZeros);
         return max;
@@ -865,7 +873,8 @@ static void store_row(gen *g)
     LLVMBasicBlockRef fast = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "reciprocal");
     LLVMBasicBlockRef slow = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "divide");
     LLVMBasicBlockRef stored = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "stored");
-    LLVMBuildCondBr(g->b, normal, fast, slow);
+    /* frozen: a row whose max dropped its NaN may test poison (combine) */
+    LLVMBuildCondBr(g->b, LLVMBuildFreeze(g->b, normal, ""), fast, slow);
     LLVMPositionBuilderAtEnd(g->b, fast);
     g->reciprocal = true;
     store_loop(g);
@@ -939,7 +948,7 @@ static bool reads_inputs_only(const kx_kernel *k, int e)
         return false;
     if (x->kind == KX_LOAD)
         return !kx_writes(k, k->views[x->view].buffer);
-    for (int i = 0; i < 3 && (x->kind == KX_OP || x->kind == KX_CAST) && x->args[i] >= 0; i++)
+    for (int i = 0; operand(x, i) >= 0; i++)
         if (!reads_inputs_only(k, x->args[i]))
             return false;
     return true;

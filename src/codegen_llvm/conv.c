@@ -264,8 +264,10 @@ static int64_t plan_taps(const kx_conv *c, const conv_source *s, const panel_run
         plan->pending += nr - p->used;
         if (plan->pending)
             plan_copy(plan, 0, 0);
-        if (++j == c->kw)
-            j = 0, i++;
+        if (++j == c->kw) {
+            j = 0;
+            i++;
+        }
     }
     plan->first[t - t0] = plan->steps;
     return t;
