@@ -4,6 +4,7 @@
  * for KILN_SPIN_US and then sleep. Links the core module statically; runs
  * the pool on two threads. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -147,6 +148,80 @@ START_TEST(test_spin_watches_through_the_gap)
 }
 END_TEST
 
+/* Where each block of a job ran: its thread and its CPU. */
+typedef struct {
+    pthread_t caller;
+    int pin_to;           /* >= 0: a worker that runs a block pins itself to that CPU */
+    _Atomic int pinned;   /* workers that did */
+    int cpu[16];
+    bool by_worker[16];
+} placed;
+
+static void busy_us(double us)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1e6 + (t.tv_nsec - t0.tv_nsec) * 1e-3 < us);
+}
+
+static void note_cpu(void *ctx, int64_t begin, int64_t end)
+{
+    placed *p = ctx;
+    for (int64_t b = begin; b < end; b++) {
+        p->by_worker[b] = !pthread_equal(pthread_self(), p->caller);
+        p->cpu[b] = sched_getcpu();
+        if (p->by_worker[b] && p->pin_to >= 0) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(p->pin_to, &one);
+            if (sched_setaffinity(0, sizeof one, &one) == 0)
+                atomic_fetch_add(&p->pinned, 1);
+        }
+        busy_us(300);
+    }
+}
+
+/* The worker and the caller are pinned to one CPU, as Linux leaves a woken
+ * worker on its caller's CPU where it knows of no shared cache: the worker,
+ * woken for the next job, moves to another CPU and runs its blocks there. */
+START_TEST(test_worker_leaves_the_callers_cpu)
+{
+    cpu_set_t all;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    if (CPU_COUNT(&all) < 2 || !pool_fresh()) {
+        printf("skipped: one CPU, or no fresh process\n");
+        return;
+    }
+    use_two_threads();
+    int cpu = sched_getcpu();
+    static placed p;
+    p.caller = pthread_self();
+    p.pin_to = cpu;
+    for (int i = 0; i < 1000 && !atomic_load(&p.pinned); i++)
+        core_parallel_blocks(2, 1, note_cpu, &p);
+    ck_assert_msg(atomic_load(&p.pinned), "the worker never ran a block");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    p.pin_to = -1;
+    int worker_blocks = 0, first_worker_cpu = -1;
+    for (int i = 0; i < 20 && !worker_blocks; i++) {
+        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL); /* the worker sleeps */
+        memset(p.by_worker, 0, sizeof p.by_worker);
+        core_parallel_blocks(16, 1, note_cpu, &p);
+        for (int b = 0; b < 16; b++)
+            if (p.by_worker[b] && worker_blocks++ == 0)
+                first_worker_cpu = p.cpu[b];
+    }
+    ck_assert_int_eq(sched_setaffinity(0, sizeof all, &all), 0);
+    ck_assert_msg(worker_blocks > 0, "the worker ran none of 20 jobs' blocks");
+    ck_assert_msg(first_worker_cpu != cpu, "the worker ran on its caller's CPU %d", cpu);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
     Suite *s = suite_create("pool");
@@ -159,6 +234,9 @@ static Suite *pool_suite(void)
     tcase_add_test(spin, test_spin_zero_sleeps_at_once);
     tcase_add_test(spin, test_spin_watches_through_the_gap);
     suite_add_tcase(s, spin);
+    TCase *cpus = tcase_create("cpus");
+    tcase_add_test(cpus, test_worker_leaves_the_callers_cpu);
+    suite_add_tcase(s, cpus);
     return s;
 }
 

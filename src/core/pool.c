@@ -11,7 +11,16 @@
  * back, so a worker watches for the next job, and the caller for the last
  * chunk, for KILN_SPIN_US (default SPIN_US) before sleeping on the
  * condition, as OpenMP's runtimes and OpenBLAS do; 0 sleeps at once, as
- * OMP_WAIT_POLICY=passive does, for programs that share their cores. */
+ * OMP_WAIT_POLICY=passive does, for programs that share their cores.
+ *
+ * Linux wakes a sleeping thread on its waker's CPU when it knows of no cache
+ * that the two CPUs share, as on this VM, whose vCPUs list no caches: a
+ * woken worker then queues behind its caller while another CPU idles, and
+ * the whole job runs on one CPU (layer norm 8192x1024 at the speed of one
+ * thread, job after job, once the worker's last CPU is the caller's). So a
+ * worker that wakes on the caller's CPU moves itself to the others, and a
+ * caller whose workers have not started after its first chunk yields once,
+ * for a worker queued behind it to run and move. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -39,12 +48,15 @@ static struct {
     pthread_t workers[MAX_THREADS];
     _Atomic uint64_t generation; /* written under lock; read unlocked while spinning */
     bool stop;
+    cpu_set_t cpus;                /* the CPUs the process may use when the pool starts */
+    int caller_cpu;                /* where the job's caller published it */
     core_range_fn fn;
     void *ctx;
     int64_t n, chunk_size;
     _Atomic int64_t chunks; /* atomic: a straggler from the last job reads it */
     _Atomic int64_t next_chunk;
     _Atomic int64_t chunks_left;
+    _Atomic int started; /* workers that have taken up the job */
 } pool = {
     .once = PTHREAD_ONCE_INIT,
     .busy = PTHREAD_MUTEX_INITIALIZER,
@@ -53,11 +65,14 @@ static struct {
     .done = PTHREAD_COND_INITIALIZER,
 };
 
-static void run_chunks(void)
+/* Runs chunks until none is left; the caller, after its first, yields once
+ * where no worker has started and at least two chunks remain. */
+static void run_chunks(bool caller)
 {
-    for (;;) {
+    for (bool first = caller;; first = false) {
         int64_t c = atomic_fetch_add(&pool.next_chunk, 1);
-        if (c >= atomic_load_explicit(&pool.chunks, memory_order_relaxed))
+        int64_t chunks = atomic_load_explicit(&pool.chunks, memory_order_relaxed);
+        if (c >= chunks)
             return;
         int64_t begin = c * pool.chunk_size;
         int64_t end = begin + pool.chunk_size < pool.n ? begin + pool.chunk_size : pool.n;
@@ -67,7 +82,21 @@ static void run_chunks(void)
             pthread_cond_signal(&pool.done);
             pthread_mutex_unlock(&pool.lock);
         }
+        if (first && atomic_load(&pool.started) == 0 && chunks - atomic_load(&pool.next_chunk) >= 2)
+            sched_yield();
     }
+}
+
+/* Moves the calling worker off cpu, its caller's, when the pool may use
+ * another, then lets it use them all again (it stays where it was moved). */
+static void leave_cpu(int cpu)
+{
+    if (cpu < 0 || sched_getcpu() != cpu || !CPU_ISSET(cpu, &pool.cpus) || CPU_COUNT(&pool.cpus) < 2)
+        return;
+    cpu_set_t others = pool.cpus;
+    CPU_CLR(cpu, &others);
+    if (sched_setaffinity(0, sizeof others, &others) == 0)
+        sched_setaffinity(0, sizeof pool.cpus, &pool.cpus);
 }
 
 static void relax(void)
@@ -117,10 +146,13 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&pool.wake, &pool.lock);
         bool stop = pool.stop;
         seen = pool.generation;
+        int caller_cpu = pool.caller_cpu;
         pthread_mutex_unlock(&pool.lock);
         if (stop)
             return arg;
-        run_chunks();
+        atomic_fetch_add(&pool.started, 1);
+        leave_cpu(caller_cpu);
+        run_chunks(false);
     }
 }
 
@@ -133,6 +165,8 @@ static void pool_start(void)
     if (spin_us > MAX_SPIN_US)
         spin_us = MAX_SPIN_US;
     pool.spin_ms = spin_us > 0 ? spin_us / 1e3 : 0;
+    if (sched_getaffinity(0, sizeof pool.cpus, &pool.cpus) != 0)
+        CPU_ZERO(&pool.cpus); /* workers then stay where they wake */
     for (int i = 1; i < pool.threads; i++) {
         if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0) {
             pool.threads = i;
@@ -176,13 +210,15 @@ static void run_job(int64_t n, int64_t chunk_size, core_range_fn fn, void *ctx)
     int64_t chunks = (n + chunk_size - 1) / chunk_size;
     atomic_store_explicit(&pool.chunks, chunks, memory_order_relaxed);
     atomic_store(&pool.chunks_left, chunks);
+    atomic_store(&pool.started, 0);
     atomic_store(&pool.next_chunk, 0); /* last: opens the job to late workers */
     pthread_mutex_lock(&pool.lock);
+    pool.caller_cpu = sched_getcpu();
     pool.generation++;
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 
-    run_chunks();
+    run_chunks(true);
     spin_until(job_done, 0);
     pthread_mutex_lock(&pool.lock);
     while (atomic_load(&pool.chunks_left) > 0)
