@@ -128,7 +128,8 @@ static bool pool_fresh(void)
 }
 
 /* A worker that watched through the gaps would use about
- * JOBS * GAP_MS = 200 ms of CPU; the default 200 us about 10 ms. */
+ * JOBS * GAP_MS = 200 ms of CPU, less where other processes share its
+ * CPU (63 ms under CI's other suites); the default 200 us about 10 ms. */
 START_TEST(test_spin_zero_sleeps_at_once)
 {
     if (!pool_fresh())
@@ -143,7 +144,7 @@ START_TEST(test_spin_watches_through_the_gap)
     if (!pool_fresh())
         return;
     double ms = cpu_ms_over_gaps("1000000");
-    ck_assert_msg(ms > JOBS * GAP_MS / 3.0, "KILN_SPIN_US=1000000: %.1f ms of CPU over %d ms asleep", ms,
+    ck_assert_msg(ms > JOBS * GAP_MS / 8.0, "KILN_SPIN_US=1000000: %.1f ms of CPU over %d ms asleep", ms,
                   JOBS * GAP_MS);
 }
 END_TEST
