@@ -13,10 +13,10 @@
  * condition, as OpenMP's runtimes and OpenBLAS do; 0 sleeps at once, as
  * OMP_WAIT_POLICY=passive does, for programs that share their cores.
  *
- * Linux wakes a sleeping thread on its waker's CPU when it knows of no cache
- * that the two CPUs share, as on this VM, whose vCPUs list no caches: a
- * woken worker then queues behind its caller while another CPU idles, and
- * the whole job runs on one CPU (layer norm 8192x1024 at the speed of one
+ * Linux may wake a sleeping thread on its waker's CPU when it knows of no
+ * cache that the two CPUs share (virtual CPUs that list none, as on many
+ * VMs): a woken worker then queues behind its caller while another CPU
+ * idles, and the whole job runs on one CPU (layer norm 8192x1024 at the speed of one
  * thread, job after job, once the worker's last CPU is the caller's). So a
  * worker that wakes on the caller's CPU moves itself to the others, and a
  * caller whose workers have not started after its first chunk yields once,
@@ -48,7 +48,6 @@ static struct {
     pthread_t workers[MAX_THREADS];
     _Atomic uint64_t generation; /* written under lock; read unlocked while spinning */
     bool stop;
-    cpu_set_t cpus;                /* the CPUs the process may use when the pool starts */
     int caller_cpu;                /* where the job's caller published it */
     core_range_fn fn;
     void *ctx;
@@ -87,16 +86,19 @@ static void run_chunks(bool caller)
     }
 }
 
-/* Moves the calling worker off cpu, its caller's, when the pool may use
- * another, then lets it use them all again (it stays where it was moved). */
+/* Moves the calling worker off cpu, its caller's, to another it may use,
+ * then gives it back the CPUs it had (it stays where it was moved): those
+ * the program or its user last allowed it. */
 static void leave_cpu(int cpu)
 {
-    if (cpu < 0 || sched_getcpu() != cpu || !CPU_ISSET(cpu, &pool.cpus) || CPU_COUNT(&pool.cpus) < 2)
+    cpu_set_t allowed;
+    if (cpu < 0 || sched_getcpu() != cpu || sched_getaffinity(0, sizeof allowed, &allowed) != 0 ||
+        CPU_COUNT(&allowed) < 2)
         return;
-    cpu_set_t others = pool.cpus;
+    cpu_set_t others = allowed;
     CPU_CLR(cpu, &others);
     if (sched_setaffinity(0, sizeof others, &others) == 0)
-        sched_setaffinity(0, sizeof pool.cpus, &pool.cpus);
+        sched_setaffinity(0, sizeof allowed, &allowed);
 }
 
 static void relax(void)
@@ -165,8 +167,6 @@ static void pool_start(void)
     if (spin_us > MAX_SPIN_US)
         spin_us = MAX_SPIN_US;
     pool.spin_ms = spin_us > 0 ? spin_us / 1e3 : 0;
-    if (sched_getaffinity(0, sizeof pool.cpus, &pool.cpus) != 0)
-        CPU_ZERO(&pool.cpus); /* workers then stay where they wake */
     for (int i = 1; i < pool.threads; i++) {
         if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0) {
             pool.threads = i;
