@@ -152,9 +152,9 @@ END_TEST
 /* Where each block of a job ran: its thread and its CPU. */
 typedef struct {
     pthread_t caller;
-    int pin_to;           /* >= 0: a worker that runs a block moves to that CPU, allowed all */
+    int move_to;          /* >= 0: a worker that runs a block moves to that CPU, allowed all */
     cpu_set_t all;
-    _Atomic int pinned;   /* workers that did */
+    _Atomic int moved;    /* workers that did */
     int cpu[16];
     bool by_worker[16];
 } placed;
@@ -168,18 +168,24 @@ static void busy_us(double us)
     while ((t.tv_sec - t0.tv_sec) * 1e6 + (t.tv_nsec - t0.tv_nsec) * 1e-3 < us);
 }
 
+static cpu_set_t only(int cpu)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return one;
+}
+
 static void note_cpu(void *ctx, int64_t begin, int64_t end)
 {
     placed *p = ctx;
     for (int64_t b = begin; b < end; b++) {
         p->by_worker[b] = !pthread_equal(pthread_self(), p->caller);
         p->cpu[b] = sched_getcpu();
-        if (p->by_worker[b] && p->pin_to >= 0) {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(p->pin_to, &one);
+        if (p->by_worker[b] && p->move_to >= 0) {
+            cpu_set_t one = only(p->move_to);
             if (sched_setaffinity(0, sizeof one, &one) == 0 && sched_setaffinity(0, sizeof p->all, &p->all) == 0)
-                atomic_fetch_add(&p->pinned, 1);
+                atomic_fetch_add(&p->moved, 1);
         }
         busy_us(300);
     }
@@ -203,16 +209,14 @@ START_TEST(test_worker_leaves_the_callers_cpu)
     p.all = all;
     for (int round = 0; round < 3; round++) { /* a worker left there may still be moved by chance */
         int cpu = sched_getcpu();
-        p.pin_to = cpu;
-        atomic_store(&p.pinned, 0);
-        for (int i = 0; i < 1000 && !atomic_load(&p.pinned); i++)
+        p.move_to = cpu;
+        atomic_store(&p.moved, 0);
+        for (int i = 0; i < 1000 && !atomic_load(&p.moved); i++)
             core_parallel_blocks(2, 1, note_cpu, &p);
-        ck_assert_msg(atomic_load(&p.pinned), "the worker never ran a block");
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
+        ck_assert_msg(atomic_load(&p.moved), "the worker never ran a block");
+        cpu_set_t one = only(cpu);
         ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
-        p.pin_to = -1;
+        p.move_to = -1;
         int worker_blocks = 0, first_worker_cpu = -1;
         for (int i = 0; i < 20 && !worker_blocks; i++) {
             nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL); /* the worker sleeps */

@@ -560,7 +560,7 @@ static bool keeps_nan_of_row(const kx_kernel *k, int e, int row)
     if (x->op != OP_ADD && x->op != OP_SUB && x->op != OP_MUL && x->op != OP_DIV && x->op != OP_NEG &&
         x->op != OP_EXP && x->op != OP_LOG)
         return false;
-    for (int i = 0; i < 3 && x->args[i] >= 0; i++)
+    for (int i = 0; operand(x, i) >= 0; i++)
         if (keeps_nan_of_row(k, x->args[i], row))
             return true;
     return false;
@@ -639,10 +639,7 @@ static bool max_ignores_nan(const kx_kernel *k)
                 return false;
         }
     }
-    for (int s = 0; s < k->n_row_stores; s++)
-        if (k->row_stores[s].expr < 0 && k->row_stores[s].row == 0)
-            return false;
-    return outputs_keep_nan_of_sum(k);
+    return outputs_keep_nan_of_sum(k); /* which also refuses the max stored as a row's value */
 }
 
 static LLVMValueRef combine(gen *g, const kx_reduction *r, LLVMValueRef acc, LLVMValueRef v)

@@ -16,11 +16,11 @@
  * Linux may wake a sleeping thread on its waker's CPU when it knows of no
  * cache that the two CPUs share (virtual CPUs that list none, as on many
  * VMs): a woken worker then queues behind its caller while another CPU
- * idles, and the whole job runs on one CPU (layer norm 8192x1024 at the speed of one
- * thread, job after job, once the worker's last CPU is the caller's). So a
- * worker that wakes on the caller's CPU moves itself to the others, and a
- * caller whose workers have not started after its first chunk yields once,
- * for a worker queued behind it to run and move. */
+ * idles, and the whole job runs on one CPU (layer norm 8192x1024 at the
+ * speed of one thread, job after job, once the worker's last CPU is the
+ * caller's). So a worker that wakes on the caller's CPU moves itself to the
+ * others, and a caller whose workers have not started after its first
+ * chunk yields once, for a worker queued behind it to run and move. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
