@@ -753,6 +753,60 @@ START_TEST(test_exp_unclamped_only_below_row_max)
 }
 END_TEST
 
+/* relu(a @ b + bias), plus r where user is non-NULL: a residual, as a
+ * ResNet block's last convolution adds. */
+static int product_epilogue_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *y = kiln_add(kiln_matmul(in[0], in[1]), in[2]);
+    out[0] = kiln_relu(user ? kiln_add(y, in[3]) : y);
+    return out[0] ? 0 : -1;
+}
+
+/* How many prefetches for reading (rw 0) or writing (rw 1) the function
+ * named by suffix in the LLVM IR ir issues. */
+static int prefetches_in(const char *ir, const char *suffix, int rw)
+{
+    char define[128], call[64];
+    snprintf(define, sizeof define, "%s(", suffix);
+    snprintf(call, sizeof call, "i32 %d, i32 3, i32 1)", rw);
+    const char *at = strstr(ir, define);
+    ck_assert_msg(at != NULL, "no function %s", suffix);
+    const char *end = strstr(at, "\n}\n");
+    int n = 0;
+    for (const char *p = strstr(at, call); p && p < end; p = strstr(p + 1, call))
+        n++;
+    return n;
+}
+
+/* The micro-kernel asks for the lines its epilogue will read and write
+ * before its k loop (a residual read from memory would stall each tile):
+ * the residual's and the output's, not a bias that every row shares. */
+START_TEST(test_product_epilogue_prefetches_what_it_moves)
+{
+    kiln_scope_begin();
+    kiln_tensor *in[4] = {kiln_randn(2, (int64_t[]){40, 24}, 1), kiln_randn(2, (int64_t[]){24, 72}, 2),
+                          kiln_randn(1, (int64_t[]){72}, 3), kiln_randn(2, (int64_t[]){40, 72}, 4)};
+    for (int residual = 0; residual < 2; residual++) {
+        char dir[] = "/tmp/kiln-llvm-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        void *user = residual ? in : NULL;
+        kiln_fn *f = jit_dumping(dir, "product_epilogue", product_epilogue_body, residual ? 4 : 3, 1, user);
+        kiln_tensor *got = NULL, *want = NULL;
+        ck_assert_msg(kiln_call(f, in, &got) == 0, "%s", kiln_last_error());
+        char *ir = take_dumped(dir, "kernel-0.llvm-after.ll");
+        ck_assert_msg(strstr(ir, ".epilogue_prefetch(ptr %tile"), "the micro-kernel does not prefetch for its epilogue");
+        int reads = prefetches_in(ir, ".epilogue_prefetch", 0), writes = prefetches_in(ir, ".epilogue_prefetch", 1);
+        ck_assert_msg(residual ? reads > 0 : reads == 0, "residual %d: %d prefetches for reading", residual, reads);
+        ck_assert_msg(writes > 0, "residual %d: no prefetch of the output", residual);
+        free(ir);
+        ck_assert_int_eq(product_epilogue_body(in, &want, user), 0);
+        assert_close(got, want, 1e-5, 1e-5, "relu(a @ b + bias [+ r])");
+        kiln_fn_free(f);
+    }
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- Rows ------------------------------------------------------------------ */
 
 /* Softmax against eager over rows of lengths about the vector widths (16
@@ -1473,6 +1527,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_epilogue_writes_in_place);
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     tcase_add_test(wl, test_exp_unclamped_only_below_row_max);
+    tcase_add_test(wl, test_product_epilogue_prefetches_what_it_moves);
     tcase_add_test(wl, test_softmax_computes_exp_once);
     tcase_add_loop_test(wl, test_softmax_special_rows, 0, 4); /* 4096 and 16385 columns, f32 and f64 */
     tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));

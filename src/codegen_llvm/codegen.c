@@ -1270,6 +1270,59 @@ static LLVMValueRef emit_epilogue_body(gen *g, const char *name, int ld)
     return g->fn;
 }
 
+/* Whether the epilogue moves view v through memory along its rows: v is
+ * contiguous along them, differs from row to row (a bias the same in every
+ * row stays in cache), is not the product's tile, and is stored or loaded. */
+static bool moves_through_memory(const gen *g, int v)
+{
+    const kx_kernel *k = g->k;
+    const kx_view *view = &k->views[v];
+    bool across_rows = false;
+    for (int d = 0; d < k->n_outer; d++)
+        across_rows |= view->outer_strides[d] != 0;
+    if (view == g->product || view->inner_stride != 1 || !across_rows)
+        return false;
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].view == v)
+            return true;
+    for (int e = 0; e < k->n_exprs; e++)
+        if (k->exprs[e].kind == KX_LOAD && k->exprs[e].view == v)
+            return true;
+    return false;
+}
+
+/* body(tile, m_rem, n_rem, row0, col0, buffers..., symbols), tile unused:
+ * prefetches the lines of each row of the tile that the epilogue will load
+ * or store, so that the micro-kernel's k loop hides their misses (a
+ * residual read from memory otherwise stalls each tile). Points nr / ld
+ * apart at most one line, and the last column, cover every line. */
+static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int ld)
+{
+    tile_function(g, name);
+    LLVMValueRef m_rem = LLVMGetParam(g->fn, 1), n_rem = LLVMGetParam(g->fn, 2);
+    LLVMValueRef row0 = LLVMGetParam(g->fn, 3), col0 = LLVMGetParam(g->fn, 4);
+    LLVMValueRef last = LLVMBuildSub(g->b, n_rem, i64c(g, 1), "");
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), i32 = LLVMInt32TypeInContext(g->ctx);
+    loop rows = loop_begin(g, "rows");
+    view_bases(g, LLVMBuildAdd(g->b, row0, rows.index, ""));
+    for (int v = 0; v < g->k->n_views; v++) {
+        if (!moves_through_memory(g, v))
+            continue;
+        bool stored = kx_writes(g->k, g->k->views[v].buffer);
+        int per_line = 64 / (int)ir_dtype_size(g->k->views[v].dtype);
+        for (int c = 0; c < ld + per_line; c += per_line) {
+            LLVMValueRef inside = LLVMBuildICmp(g->b, LLVMIntSLT, i64c(g, c), n_rem, "");
+            g->i = LLVMBuildAdd(g->b, col0, LLVMBuildSelect(g->b, inside, i64c(g, c), last, ""), "");
+            LLVMValueRef args[4] = {address(g, &g->k->views[v]), LLVMConstInt(i32, stored, 0),
+                                    LLVMConstInt(i32, 3, 0), LLVMConstInt(i32, 1, 0)};
+            intrinsic(g, "llvm.prefetch", ptr, args, 4);
+        }
+    }
+    loop_end(g, &rows, m_rem);
+    LLVMBuildRetVoid(g->b);
+    return g->fn;
+}
+
 /* A field of the gemm_tile at tile (codegen_llvm/gemm.h): 8 bytes each. */
 static LLVMValueRef tile_field(gen *g, LLVMValueRef tile, int field, LLVMTypeRef type)
 {
@@ -1305,6 +1358,11 @@ LLVMValueRef codegen_epilogue(LLVMModuleRef module, const kx_kernel *k, const ch
     snprintf(body_name, sizeof body_name, "%s.epilogue.body", symbol);
     snprintf(name, sizeof name, "%s.epilogue", symbol);
     LLVMValueRef fn = emit_epilogue_entry(&g, emit_epilogue_body(&g, body_name, ld), name);
+    if (!k->attention) {
+        snprintf(body_name, sizeof body_name, "%s%s.body", symbol, GEMM_EPILOGUE_PREFETCH);
+        snprintf(name, sizeof name, "%s%s", symbol, GEMM_EPILOGUE_PREFETCH);
+        emit_epilogue_entry(&g, emit_prefetch_body(&g, body_name, ld), name);
+    }
     return gen_close(&g, err, err_size) == 0 ? fn : NULL;
 }
 

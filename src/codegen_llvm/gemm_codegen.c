@@ -11,7 +11,8 @@
  * product (masked at its edges), or in a fused kernel's epilogue: the tile
  * goes to the stack and the epilogue, generated from the kernel IR by
  * codegen.c, runs over its elements in cache. The kernel prefetches the
- * tile it will read or write before its k loop. A product's last tiles,
+ * tile it will read or write before its k loop (with an epilogue, the lines
+ * of its inputs and outputs that the epilogue's prefetch names). A product's last tiles,
  * of few rows or few columns, run k loops over their part alone (k_spans).
  *
  * Packing copies vectors where the panel's lines lie across memory (a
@@ -655,8 +656,10 @@ static void prefetch_tile(gg *g, LLVMValueRef p, LLVMValueRef ld)
 }
 
 /* The tile's partial sums when mode reads or writes them, else the
- * product's tile when the kernel stores it. */
-static void prefetch(gg *g, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode, LLVMValueRef tile, bool epilogue)
+ * product's tile when the kernel stores it; and for the final sums, what
+ * the epilogue will read and write when its module prefetches that (ahead). */
+static void prefetch(gg *g, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode, LLVMValueRef tile, bool epilogue,
+                     LLVMValueRef ahead, LLVMValueRef slot)
 {
     LLVMBasicBlockRef sums = block(g, "prefetch_sums"), other = block(g, "prefetch_out"), go = block(g, "go");
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, mode, i64c(g, GEMM_FINAL), ""), sums, other);
@@ -668,9 +671,19 @@ static void prefetch(gg *g, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode
         prefetch_tile(g, tile_field(g, tile, 4, g->ptr), tile_field(g, tile, 5, g->i64));
     LLVMBuildBr(g->b, go);
     LLVMPositionBuilderAtEnd(g->b, go);
+    if (!ahead)
+        return;
+    LLVMBasicBlockRef final = block(g, "prefetch_epilogue"), on = block(g, "k_loop");
+    LLVMValueRef finals = LLVMBuildAnd(g->b, mode, i64c(g, GEMM_FINAL), "");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, finals, i64c(g, 0), ""), final, on);
+    LLVMPositionBuilderAtEnd(g->b, final);
+    LLVMValueRef args[2] = {slot, tile};
+    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(ahead), ahead, args, 2, "");
+    LLVMBuildBr(g->b, on);
+    LLVMPositionBuilderAtEnd(g->b, on);
 }
 
-static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue)
+static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue, LLVMValueRef ahead)
 {
     LLVMTypeRef params[7] = {g->i64, g->ptr, g->ptr, g->ptr, g->i64, g->i64, g->ptr};
     add_function(g, symbol, GEMM_KERNEL, params, 7, true);
@@ -686,7 +699,7 @@ static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue)
         slot = LLVMBuildArrayAlloca(g->b, g->t, i64c(g, (int64_t)g->s.mr * g->s.nr), "tile");
         LLVMSetAlignment(slot, 64);
     }
-    prefetch(g, acc, ld, mode, tile, epilogue != NULL);
+    prefetch(g, acc, ld, mode, tile, epilogue != NULL, ahead, slot);
     carried x = k_spans(g, zeros(g, ap, bp), kc, tile);
     x = add_partial(g, x, acc, ld, mode);
     LLVMBasicBlockRef final = block(g, "final"), partial = block(g, "partial"), done = block(g, "done");
@@ -741,7 +754,8 @@ int gemm_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_s
     }
     emit_pack(&g, symbol, GEMM_PACK_A, true, s.mr);
     emit_pack(&g, symbol, GEMM_PACK_B, false, s.nr);
-    emit_kernel(&g, symbol, epi);
+    snprintf(name, sizeof name, "%s%s", symbol, GEMM_EPILOGUE_PREFETCH);
+    emit_kernel(&g, symbol, epi, epilogue ? LLVMGetNamedFunction(module, name) : NULL);
     emit_geometry(&g, symbol);
     LLVMDisposeBuilder(g.b);
     return 0;
