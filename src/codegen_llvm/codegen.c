@@ -1292,10 +1292,13 @@ static bool moves_through_memory(const gen *g, int v)
 }
 
 /* body(tile, m_rem, n_rem, row0, col0, buffers..., symbols), tile unused:
- * prefetches the lines of each row of the tile that the epilogue will load
- * or store, so that the micro-kernel's k loop hides their misses (a
- * residual read from memory otherwise stalls each tile). Points nr / ld
- * apart at most one line, and the last column, cover every line. */
+ * prefetches the lines that the epilogue will load or store in each row of
+ * the tile and of the tile below it (the micro-kernel's next, whose lines
+ * then have a whole tile's time to arrive; this tile's own serve the first
+ * of each column of tiles), so that the k loop hides their misses: a
+ * residual read from memory otherwise stalls each tile. Rows past the
+ * product's are prefetched too, harmlessly. Points at most a line apart,
+ * and the last column, cover every line of a row. */
 static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int ld)
 {
     tile_function(g, name);
@@ -1303,6 +1306,7 @@ static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int ld)
     LLVMValueRef row0 = LLVMGetParam(g->fn, 3), col0 = LLVMGetParam(g->fn, 4);
     LLVMValueRef last = LLVMBuildSub(g->b, n_rem, i64c(g, 1), "");
     LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), i32 = LLVMInt32TypeInContext(g->ctx);
+    LLVMValueRef rows_ahead = LLVMBuildAdd(g->b, m_rem, m_rem, "");
     loop rows = loop_begin(g, "rows");
     view_bases(g, LLVMBuildAdd(g->b, row0, rows.index, ""));
     for (int v = 0; v < g->k->n_views; v++) {
@@ -1318,7 +1322,7 @@ static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int ld)
             intrinsic(g, "llvm.prefetch", ptr, args, 4);
         }
     }
-    loop_end(g, &rows, m_rem);
+    loop_end(g, &rows, rows_ahead);
     LLVMBuildRetVoid(g->b);
     return g->fn;
 }
