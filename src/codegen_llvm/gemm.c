@@ -126,6 +126,28 @@ static void pack_micro_panel(const job *j, int64_t z, int64_t col, int64_t cols,
                      a->b_row, a->b_col, kc, cols, bp);
 }
 
+/* Prefetches into L2 the lines of matrix z's B, rows [pc, pc + kc) and
+ * columns [col, col + cols), that pack_b will copy next: B's rows lie
+ * across memory, one stream each, more than the hardware follows, so the
+ * packing otherwise waits on a miss a line while no multiply-add runs.
+ * Only for a B laid out along one axis (a convolution's windows are not). */
+static void prefetch_micro_panel(const job *j, int64_t z, int64_t col, int64_t cols, int64_t pc, int64_t kc)
+{
+    const kg_matmul_args *a = j->args;
+    int64_t size = j->g->size, lines = 64 / size;
+    if (j->conv || (a->b_col != 1 && a->b_row != 1) || kc <= 0)
+        return;
+    bool along_rows = a->b_col == 1; /* each of B's rows holds cols contiguous values */
+    int64_t count = along_rows ? kc : cols, span = along_rows ? cols : kc, stride = along_rows ? a->b_row : a->b_col;
+    const char *first = j->b + (gemm_batch_offset(a->b_batch_strides, a, z) + pc * a->b_row + col * a->b_col) * size;
+    for (int64_t i = 0; i < count; i++) {
+        const char *line = first + i * stride * size;
+        for (int64_t e = 0; e < span; e += lines)
+            __builtin_prefetch(line + e * size, 0, 2);
+        __builtin_prefetch(line + (span - 1) * size, 0, 2);
+    }
+}
+
 /* The tiles of rows [ic, ic + mc) and columns [jc, jc + nc) of matrix z, A
  * block packed for k from pc on; pack: B's micro-panels are packed for k
  * from pc on just before their tiles use them, else they are packed
@@ -141,6 +163,9 @@ static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t
         char *bp = s->one_panel ? s->bp : s->bp + (jr * a->k + pc * g->nr) * size;
         if (pack)
             pack_micro_panel(j, z, jc + jr, nc - jr < g->nr ? nc - jr : g->nr, pc, kc, bp);
+        int64_t next = jr + g->nr;
+        if (pack && next < nc)
+            prefetch_micro_panel(j, z, jc + next, nc - next < g->nr ? nc - next : g->nr, pc, kc);
         for (int64_t ir = 0; ir < mc; ir += g->mr) {
             int64_t row = z * a->m + ic + ir;
             gemm_tile t = {.m_rem = mc - ir < g->mr ? mc - ir : g->mr, .n_rem = nc - jr < g->nr ? nc - jr : g->nr,
