@@ -763,19 +763,28 @@ static int product_epilogue_body(kiln_tensor *const *in, kiln_tensor **out, void
 }
 
 /* How many prefetches for reading (rw 0) or writing (rw 1) the function
- * named by suffix in the LLVM IR ir issues. */
+ * whose name ends in suffix issues in the LLVM IR ir; 0 when there is no
+ * such function. */
 static int prefetches_in(const char *ir, const char *suffix, int rw)
 {
     char define[128], call[64];
     snprintf(define, sizeof define, "%s(", suffix);
     snprintf(call, sizeof call, "i32 %d, i32 3, i32 1)", rw);
     const char *at = strstr(ir, define);
-    ck_assert_msg(at != NULL, "no function %s", suffix);
+    if (!at)
+        return 0;
     const char *end = strstr(at, "\n}\n");
     int n = 0;
     for (const char *p = strstr(at, call); p && p < end; p = strstr(p + 1, call))
         n++;
     return n;
+}
+
+/* The epilogue's prefetches, in its entry or its body where that stayed
+ * apart. */
+static int epilogue_prefetches(const char *ir, int rw)
+{
+    return prefetches_in(ir, ".epilogue_prefetch", rw) + prefetches_in(ir, ".epilogue_prefetch.body", rw);
 }
 
 /* The micro-kernel asks for the lines its epilogue will read and write
@@ -794,8 +803,8 @@ START_TEST(test_product_epilogue_prefetches_what_it_moves)
         kiln_tensor *got = NULL, *want = NULL;
         ck_assert_msg(kiln_call(f, in, &got) == 0, "%s", kiln_last_error());
         char *ir = take_dumped(dir, "kernel-0.llvm-after.ll");
-        ck_assert_msg(strstr(ir, ".epilogue_prefetch(ptr %tile"), "the micro-kernel does not prefetch for its epilogue");
-        int reads = prefetches_in(ir, ".epilogue_prefetch", 0), writes = prefetches_in(ir, ".epilogue_prefetch", 1);
+        ck_assert_msg(strstr(ir, ".epilogue_prefetch(ptr %tile"), "the kernel does not prefetch for its epilogue");
+        int reads = epilogue_prefetches(ir, 0), writes = epilogue_prefetches(ir, 1);
         ck_assert_msg(residual ? reads > 0 : reads == 0, "residual %d: %d prefetches for reading", residual, reads);
         ck_assert_msg(writes > 0, "residual %d: no prefetch of the output", residual);
         free(ir);

@@ -1293,13 +1293,14 @@ static bool moves_through_memory(const gen *g, int v)
 
 /* body(tile, m_rem, n_rem, row0, col0, buffers..., symbols), tile unused:
  * prefetches the lines that the epilogue will load or store in each row of
- * the tile and of the tile below it (the micro-kernel's next, whose lines
- * then have a whole tile's time to arrive; this tile's own serve the first
- * of each column of tiles), so that the k loop hides their misses: a
- * residual read from memory otherwise stalls each tile. Rows past the
- * product's are prefetched too, harmlessly. Points at most a line apart,
- * and the last column, cover every line of a row. */
-static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int ld)
+ * a tile of at most nr columns and of the tile below it (in a block of
+ * rows, the micro-kernel's next, whose lines then have a whole tile's time
+ * to arrive; this tile's own serve the first of each column of tiles), so
+ * that the k loop hides their misses: a residual read from memory
+ * otherwise stalls each tile. Below a block's last tile the rows are the
+ * next block's or another thread's (a wasted prefetch, no fault). Points
+ * at most a line apart, and the last column, cover every line of a row. */
+static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int nr)
 {
     tile_function(g, name);
     LLVMValueRef m_rem = LLVMGetParam(g->fn, 1), n_rem = LLVMGetParam(g->fn, 2);
@@ -1314,7 +1315,7 @@ static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int ld)
             continue;
         bool stored = kx_writes(g->k, g->k->views[v].buffer);
         int per_line = 64 / (int)ir_dtype_size(g->k->views[v].dtype);
-        for (int c = 0; c < ld + per_line; c += per_line) {
+        for (int c = 0; c < nr + per_line; c += per_line) {
             LLVMValueRef inside = LLVMBuildICmp(g->b, LLVMIntSLT, i64c(g, c), n_rem, "");
             g->i = LLVMBuildAdd(g->b, col0, LLVMBuildSelect(g->b, inside, i64c(g, c), last, ""), "");
             LLVMValueRef args[4] = {address(g, &g->k->views[v]), LLVMConstInt(i32, stored, 0),
@@ -1362,11 +1363,9 @@ LLVMValueRef codegen_epilogue(LLVMModuleRef module, const kx_kernel *k, const ch
     snprintf(body_name, sizeof body_name, "%s.epilogue.body", symbol);
     snprintf(name, sizeof name, "%s.epilogue", symbol);
     LLVMValueRef fn = emit_epilogue_entry(&g, emit_epilogue_body(&g, body_name, ld), name);
-    if (!k->attention) {
-        snprintf(body_name, sizeof body_name, "%s%s.body", symbol, GEMM_EPILOGUE_PREFETCH);
-        snprintf(name, sizeof name, "%s%s", symbol, GEMM_EPILOGUE_PREFETCH);
-        emit_epilogue_entry(&g, emit_prefetch_body(&g, body_name, ld), name);
-    }
+    snprintf(body_name, sizeof body_name, "%s%s.body", symbol, GEMM_EPILOGUE_PREFETCH);
+    snprintf(name, sizeof name, "%s%s", symbol, GEMM_EPILOGUE_PREFETCH);
+    emit_epilogue_entry(&g, emit_prefetch_body(&g, body_name, ld), name);
     return gen_close(&g, err, err_size) == 0 ? fn : NULL;
 }
 

@@ -50,10 +50,11 @@ typedef void (*gemm_kernel_fn)(int64_t kc, const void *ap, const void *bp, void 
 #define GEMM_KERNEL ".kernel"
 #define GEMM_GEOMETRY ".geometry" /* i32 [mr, nr, lanes, dtype size] */
 #define GEMM_PROLOGUE ".prologue" /* a fused kernel's, in place of pack_a (codegen_prologue) */
-#define GEMM_EPILOGUE_PREFETCH ".epilogue_prefetch" /* a fused kernel's: its epilogue's lines (codegen_epilogue) */
 #define GEMM_SCORES ".scores"     /* an attention kernel's (codegen_scores) */
 #define GEMM_ONLINE ".online"     /* an attention kernel's (attention_codegen) */
 #define GEMM_DEPTHWISE ".depthwise" /* a depthwise convolution's (depthwise_codegen) */
+/* a fused kernel's: prefetches its epilogue's lines (codegen_epilogue) */
+#define GEMM_EPILOGUE_PREFETCH ".epilogue_prefetch"
 
 /* -- The driver ---------------------------------------------------------------- */
 

@@ -11,8 +11,8 @@
  * product (masked at its edges), or in a fused kernel's epilogue: the tile
  * goes to the stack and the epilogue, generated from the kernel IR by
  * codegen.c, runs over its elements in cache. The kernel prefetches the
- * tile it will read or write before its k loop (with an epilogue, the lines
- * of its inputs and outputs that the epilogue's prefetch names). A product's last tiles,
+ * tile it will read or write before its k loop; before a k loop that ends
+ * in the epilogue, it calls the epilogue's prefetch (codegen_epilogue). A product's last tiles,
  * of few rows or few columns, run k loops over their part alone (k_spans).
  *
  * Packing copies vectors where the panel's lines lie across memory (a
@@ -656,10 +656,12 @@ static void prefetch_tile(gg *g, LLVMValueRef p, LLVMValueRef ld)
 }
 
 /* The tile's partial sums when mode reads or writes them, else the
- * product's tile when the kernel stores it; and for the final sums, what
- * the epilogue will read and write when its module prefetches that (ahead). */
-static void prefetch(gg *g, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode, LLVMValueRef tile, bool epilogue,
-                     LLVMValueRef ahead, LLVMValueRef slot)
+ * product's tile when the kernel stores it; and, where k steps run before
+ * the final sums go to the epilogue, what the epilogue will read and write
+ * (epilogue_prefetch, when the module has one: with no steps, as when
+ * gemm_finish_tiles calls, nothing would hide the misses). */
+static void prefetch(gg *g, LLVMValueRef kc, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode, LLVMValueRef tile,
+                     bool epilogue, LLVMValueRef epilogue_prefetch, LLVMValueRef slot)
 {
     LLVMBasicBlockRef sums = block(g, "prefetch_sums"), other = block(g, "prefetch_out"), go = block(g, "go");
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, mode, i64c(g, GEMM_FINAL), ""), sums, other);
@@ -671,19 +673,21 @@ static void prefetch(gg *g, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode
         prefetch_tile(g, tile_field(g, tile, 4, g->ptr), tile_field(g, tile, 5, g->i64));
     LLVMBuildBr(g->b, go);
     LLVMPositionBuilderAtEnd(g->b, go);
-    if (!ahead)
+    if (!epilogue_prefetch)
         return;
     LLVMBasicBlockRef final = block(g, "prefetch_epilogue"), on = block(g, "k_loop");
     LLVMValueRef finals = LLVMBuildAnd(g->b, mode, i64c(g, GEMM_FINAL), "");
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, finals, i64c(g, 0), ""), final, on);
+    LLVMValueRef steps = LLVMBuildICmp(g->b, LLVMIntSGT, kc, i64c(g, 0), "");
+    LLVMBuildCondBr(g->b, LLVMBuildAnd(g->b, LLVMBuildICmp(g->b, LLVMIntNE, finals, i64c(g, 0), ""), steps, ""), final,
+                    on);
     LLVMPositionBuilderAtEnd(g->b, final);
     LLVMValueRef args[2] = {slot, tile};
-    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(ahead), ahead, args, 2, "");
+    LLVMBuildCall2(g->b, LLVMGlobalGetValueType(epilogue_prefetch), epilogue_prefetch, args, 2, "");
     LLVMBuildBr(g->b, on);
     LLVMPositionBuilderAtEnd(g->b, on);
 }
 
-static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue, LLVMValueRef ahead)
+static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue, LLVMValueRef epilogue_prefetch)
 {
     LLVMTypeRef params[7] = {g->i64, g->ptr, g->ptr, g->ptr, g->i64, g->i64, g->ptr};
     add_function(g, symbol, GEMM_KERNEL, params, 7, true);
@@ -699,7 +703,7 @@ static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue, LLVMVa
         slot = LLVMBuildArrayAlloca(g->b, g->t, i64c(g, (int64_t)g->s.mr * g->s.nr), "tile");
         LLVMSetAlignment(slot, 64);
     }
-    prefetch(g, acc, ld, mode, tile, epilogue != NULL, ahead, slot);
+    prefetch(g, kc, acc, ld, mode, tile, epilogue != NULL, epilogue_prefetch, slot);
     carried x = k_spans(g, zeros(g, ap, bp), kc, tile);
     x = add_partial(g, x, acc, ld, mode);
     LLVMBasicBlockRef final = block(g, "final"), partial = block(g, "partial"), done = block(g, "done");

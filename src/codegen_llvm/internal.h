@@ -18,10 +18,10 @@ int codegen_kernel(LLVMModuleRef module, const kx_kernel *k, const char *name, b
 /* Adds to module the epilogue of product kernel k (elementwise: no
  * reductions), which gemm_codegen.c calls on each final register tile:
  * "<symbol>.epilogue"(ptr tile, ptr gemm_tile), the tile's product values at
- * tile[r * ld + j]; and (but for attention) "<symbol>" GEMM_EPILOGUE_PREFETCH
- * with the same parameters, which prefetches the lines of the tile's rows
- * that the epilogue will read from memory or write. The epilogue, or NULL
- * with the reason in err. */
+ * tile[r * ld + j]; and "<symbol>" GEMM_EPILOGUE_PREFETCH with the same
+ * parameters, which prefetches the lines that the epilogue will read from
+ * memory or write in the rows of the tile and of the tile below it. The
+ * epilogue, or NULL with the reason in err. */
 LLVMValueRef codegen_epilogue(LLVMModuleRef module, const kx_kernel *k, const char *symbol, int ld, char *err,
                               size_t err_size);
 /* Adds to module the prologue of product kernel k (k->prologue), which
