@@ -1298,8 +1298,9 @@ static bool moves_through_memory(const gen *g, int v)
  * to arrive; this tile's own serve the first of each column of tiles), so
  * that the k loop hides their misses: a residual read from memory
  * otherwise stalls each tile. Below a block's last tile the rows are the
- * next block's or another thread's (a wasted prefetch, no fault). Points
- * at most a line apart, and the last column, cover every line of a row. */
+ * next block's or another thread's, below the product's last they are past
+ * its buffers: a wasted prefetch, which never faults. Points at most a
+ * line apart, and the last column, cover every line of a row. */
 static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int nr)
 {
     tile_function(g, name);

@@ -127,15 +127,17 @@ static void pack_micro_panel(const job *j, int64_t z, int64_t col, int64_t cols,
 }
 
 /* Prefetches into L2 the lines of matrix z's B, rows [pc, pc + kc) and
- * columns [col, col + cols), that pack_b will copy next: B's rows lie
- * across memory, one stream each, more than the hardware follows, so the
- * packing otherwise waits on a miss a line while no multiply-add runs.
- * Only for a B laid out along one axis (a convolution's windows are not). */
+ * columns [col, col + cols), that pack_b will copy next: B's rows (a
+ * column-major B's columns) lie across memory, one stream each, more than
+ * the hardware follows, so the packing otherwise waits on a miss a line
+ * while no multiply-add runs. Only for a B contiguous along its rows or its
+ * columns (a convolution's windows are not), and never for a transposed
+ * product, whose B is packed before its parts run. */
 static void prefetch_micro_panel(const job *j, int64_t z, int64_t col, int64_t cols, int64_t pc, int64_t kc)
 {
     const kg_matmul_args *a = j->args;
     int64_t size = j->g->size, lines = 64 / size;
-    if (j->conv || (a->b_col != 1 && a->b_row != 1) || kc <= 0)
+    if (j->conv || j->transposed || (a->b_col != 1 && a->b_row != 1) || kc <= 0)
         return;
     bool along_rows = a->b_col == 1; /* each of B's rows holds cols contiguous values */
     int64_t count = along_rows ? kc : cols, span = along_rows ? cols : kc, stride = along_rows ? a->b_row : a->b_col;
@@ -150,8 +152,8 @@ static void prefetch_micro_panel(const job *j, int64_t z, int64_t col, int64_t c
 
 /* The tiles of rows [ic, ic + mc) and columns [jc, jc + nc) of matrix z, A
  * block packed for k from pc on; pack: B's micro-panels are packed for k
- * from pc on just before their tiles use them, else they are packed
- * already. */
+ * from pc on just before their tiles use them (the next one's lines
+ * prefetched meanwhile), else they are packed already. */
 static void tiles(const job *j, const scratch *s, int64_t z, int64_t ic, int64_t mc, int64_t jc, int64_t nc,
                   int64_t pc, int64_t kc, int64_t mode, bool pack)
 {

@@ -12,8 +12,9 @@
  * goes to the stack and the epilogue, generated from the kernel IR by
  * codegen.c, runs over its elements in cache. The kernel prefetches the
  * tile it will read or write before its k loop; before a k loop that ends
- * in the epilogue, it calls the epilogue's prefetch (codegen_epilogue). A product's last tiles,
- * of few rows or few columns, run k loops over their part alone (k_spans).
+ * in the epilogue, it calls the epilogue's prefetch (codegen_epilogue). A
+ * product's last tiles, of few rows or few columns, run k loops over their
+ * part alone (k_spans).
  *
  * Packing copies vectors where the panel's lines lie across memory (a
  * row-major B), and transposes blocks of lanes x lanes in registers where
