@@ -658,11 +658,11 @@ static void prefetch_tile(gg *g, LLVMValueRef p, LLVMValueRef ld)
 
 /* The tile's partial sums when mode reads or writes them, else the
  * product's tile when the kernel stores it; and, where k steps run before
- * the final sums go to the epilogue, what the epilogue will read and write
- * (epilogue_prefetch, when the module has one: with no steps, as when
- * gemm_finish_tiles calls, nothing would hide the misses). */
+ * the final sums go to a fused kernel's epilogue, what the epilogue will
+ * read and write (epilogue_prefetch, NULL for a plain product: with no
+ * steps, as when gemm_finish_tiles calls, nothing would hide the misses). */
 static void prefetch(gg *g, LLVMValueRef kc, LLVMValueRef acc, LLVMValueRef ld, LLVMValueRef mode, LLVMValueRef tile,
-                     bool epilogue, LLVMValueRef epilogue_prefetch, LLVMValueRef slot)
+                     LLVMValueRef epilogue_prefetch, LLVMValueRef slot)
 {
     LLVMBasicBlockRef sums = block(g, "prefetch_sums"), other = block(g, "prefetch_out"), go = block(g, "go");
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, mode, i64c(g, GEMM_FINAL), ""), sums, other);
@@ -670,7 +670,7 @@ static void prefetch(gg *g, LLVMValueRef kc, LLVMValueRef acc, LLVMValueRef ld, 
     prefetch_tile(g, acc, ld);
     LLVMBuildBr(g->b, go);
     LLVMPositionBuilderAtEnd(g->b, other);
-    if (!epilogue)
+    if (!epilogue_prefetch)
         prefetch_tile(g, tile_field(g, tile, 4, g->ptr), tile_field(g, tile, 5, g->i64));
     LLVMBuildBr(g->b, go);
     LLVMPositionBuilderAtEnd(g->b, go);
@@ -704,7 +704,7 @@ static void emit_kernel(gg *g, const char *symbol, LLVMValueRef epilogue, LLVMVa
         slot = LLVMBuildArrayAlloca(g->b, g->t, i64c(g, (int64_t)g->s.mr * g->s.nr), "tile");
         LLVMSetAlignment(slot, 64);
     }
-    prefetch(g, kc, acc, ld, mode, tile, epilogue != NULL, epilogue_prefetch, slot);
+    prefetch(g, kc, acc, ld, mode, tile, epilogue_prefetch, slot);
     carried x = k_spans(g, zeros(g, ap, bp), kc, tile);
     x = add_partial(g, x, acc, ld, mode);
     LLVMBasicBlockRef final = block(g, "final"), partial = block(g, "partial"), done = block(g, "done");
@@ -735,6 +735,18 @@ static void emit_geometry(gg *g, const char *symbol)
     LLVMSetGlobalConstant(global, 1);
 }
 
+/* Function symbol suffix of module, codegen_epilogue's; NULL with why in err. */
+static LLVMValueRef epilogue_part(LLVMModuleRef module, const char *symbol, const char *suffix, char *err,
+                                  size_t err_size)
+{
+    char name[192];
+    snprintf(name, sizeof name, "%s%s", symbol, suffix);
+    LLVMValueRef fn = LLVMGetNamedFunction(module, name);
+    if (!fn)
+        snprintf(err, err_size, "the product's epilogue %s is missing", name);
+    return fn;
+}
+
 int gemm_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_shape s, bool epilogue, char *err,
                  size_t err_size)
 {
@@ -742,6 +754,10 @@ int gemm_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_s
         snprintf(err, err_size, "a %d x %d register tile is too large", s.mr, s.nr);
         return -1;
     }
+    LLVMValueRef epi = NULL, epi_prefetch = NULL;
+    if (epilogue && (!(epi = epilogue_part(module, symbol, ".epilogue", err, err_size)) ||
+                     !(epi_prefetch = epilogue_part(module, symbol, GEMM_EPILOGUE_PREFETCH, err, err_size))))
+        return -1;
     LLVMContextRef ctx = LLVMGetModuleContext(module);
     gg g = {.ctx = ctx, .m = module, .b = LLVMCreateBuilderInContext(ctx), .s = s,
             .t = dt == KILN_F64 ? LLVMDoubleTypeInContext(ctx) : LLVMFloatTypeInContext(ctx),
@@ -749,18 +765,9 @@ int gemm_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_s
             .ptr = LLVMPointerTypeInContext(ctx, 0), .size = dt == KILN_F64 ? 8 : 4};
     g.vt = LLVMVectorType(g.t, (unsigned)s.lanes);
     g.vector_bits = s.lanes * g.size * 8;
-    char name[192];
-    snprintf(name, sizeof name, "%s.epilogue", symbol);
-    LLVMValueRef epi = epilogue ? LLVMGetNamedFunction(module, name) : NULL;
-    if (epilogue && !epi) {
-        snprintf(err, err_size, "the product's epilogue %s is missing", name);
-        LLVMDisposeBuilder(g.b);
-        return -1;
-    }
     emit_pack(&g, symbol, GEMM_PACK_A, true, s.mr);
     emit_pack(&g, symbol, GEMM_PACK_B, false, s.nr);
-    snprintf(name, sizeof name, "%s%s", symbol, GEMM_EPILOGUE_PREFETCH);
-    emit_kernel(&g, symbol, epi, epilogue ? LLVMGetNamedFunction(module, name) : NULL);
+    emit_kernel(&g, symbol, epi, epi_prefetch);
     emit_geometry(&g, symbol);
     LLVMDisposeBuilder(g.b);
     return 0;

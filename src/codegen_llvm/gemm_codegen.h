@@ -30,9 +30,9 @@ gemm_shape gemm_shape_for(kiln_dtype dt, gemm_registers r);
 /* Adds a product's functions of dtype dt for shape s to module under
  * symbol. With epilogue, the micro-kernel hands each final tile to the
  * function "<symbol>.epilogue" of module (codegen_epilogue's), else stores
- * it, and calls "<symbol>" GEMM_EPILOGUE_PREFETCH before the k loop (of
- * one step or more) of a final tile where module has it. 0, or -1 with why
- * in err. */
+ * it, and calls "<symbol>" GEMM_EPILOGUE_PREFETCH (codegen_epilogue's
+ * too) before the k loop, of one step or more, of a final tile. 0, or -1
+ * with why in err. */
 int gemm_codegen(LLVMModuleRef module, const char *symbol, kiln_dtype dt, gemm_shape s, bool epilogue, char *err,
                  size_t err_size);
 
