@@ -1,9 +1,12 @@
 /* A fixed pool of worker threads for data-parallel loops.
  *
  * One job at a time: the caller publishes (fn, ctx, chunks), wakes the workers
- * and works on chunks itself; chunks are claimed from an atomic counter. A
- * caller that finds the pool busy (another user thread is running a job) runs
- * its loop alone rather than waiting.
+ * and works on chunks itself; chunks are claimed from an atomic word that
+ * holds the job's number beside the next chunk, so a worker still looping
+ * from the last job, however late it runs, can never take a chunk of the
+ * next one as the last one's (it ran twice, and its caller returned before
+ * the second run had finished). A caller that finds the pool busy (another
+ * user thread is running a job) runs its loop alone rather than waiting.
  *
  * A traced call runs its kernels as dozens of jobs a few microseconds apart.
  * Waking a sleeping thread costs a futex call each way, and on a virtual
@@ -52,8 +55,8 @@ static struct {
     core_range_fn fn;
     void *ctx;
     int64_t n, chunk_size;
-    _Atomic int64_t chunks; /* atomic: a straggler from the last job reads it */
-    _Atomic int64_t next_chunk;
+    _Atomic uint64_t bound; /* the job's number << 32 | its chunk count */
+    _Atomic uint64_t claim; /* the job's number << 32 | the next chunk to claim */
     _Atomic int64_t chunks_left;
     _Atomic int started; /* workers that have taken up the job */
 } pool = {
@@ -64,15 +67,38 @@ static struct {
     .done = PTHREAD_COND_INITIALIZER,
 };
 
+enum { CHUNK_BITS = 32 };
+static const uint64_t CHUNK_MASK = (UINT64_C(1) << CHUNK_BITS) - 1;
+
+/* The chunks of the job that claim names not yet claimed; 0 where bound is
+ * another job's (claim is a finished job's, or a job is being published). */
+static int64_t unclaimed(uint64_t claim, uint64_t bound)
+{
+    if (claim >> CHUNK_BITS != bound >> CHUNK_BITS || (claim & CHUNK_MASK) >= (bound & CHUNK_MASK))
+        return 0;
+    return (int64_t)((bound & CHUNK_MASK) - (claim & CHUNK_MASK));
+}
+
+/* Claims the current job's next chunk, if any. A chunk claimed is the job's
+ * and not yet run, so the job, its fields included, lasts until it is done. */
+static bool claim_chunk(int64_t *chunk)
+{
+    uint64_t claim = atomic_load(&pool.claim);
+    while (unclaimed(claim, atomic_load(&pool.bound)) > 0) {
+        if (atomic_compare_exchange_weak(&pool.claim, &claim, claim + 1)) {
+            *chunk = (int64_t)(claim & CHUNK_MASK);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Runs chunks until none is left; the caller, after its first, yields once
  * where no worker has started and at least two chunks remain. */
 static void run_chunks(bool caller)
 {
-    for (bool first = caller;; first = false) {
-        int64_t c = atomic_fetch_add(&pool.next_chunk, 1);
-        int64_t chunks = atomic_load_explicit(&pool.chunks, memory_order_relaxed);
-        if (c >= chunks)
-            return;
+    int64_t c;
+    for (bool first = caller; claim_chunk(&c); first = false) {
         int64_t begin = c * pool.chunk_size;
         int64_t end = begin + pool.chunk_size < pool.n ? begin + pool.chunk_size : pool.n;
         pool.fn(pool.ctx, begin, end);
@@ -81,7 +107,8 @@ static void run_chunks(bool caller)
             pthread_cond_signal(&pool.done);
             pthread_mutex_unlock(&pool.lock);
         }
-        if (first && atomic_load(&pool.started) == 0 && chunks - atomic_load(&pool.next_chunk) >= 2)
+        if (first && atomic_load(&pool.started) == 0 &&
+            unclaimed(atomic_load(&pool.claim), atomic_load(&pool.bound)) >= 2)
             sched_yield();
     }
 }
@@ -203,15 +230,22 @@ static void run_job(int64_t n, int64_t chunk_size, core_range_fn fn, void *ctx)
         fn(ctx, 0, n);
         return;
     }
+    int64_t chunks = (n + chunk_size - 1) / chunk_size;
+    /* The claim counts chunks in 32 bits: past that, larger ones (still a
+     * whole number of the blocks asked for). */
+    while ((uint64_t)chunks > CHUNK_MASK) {
+        chunk_size *= 2;
+        chunks = (n + chunk_size - 1) / chunk_size;
+    }
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
     pool.chunk_size = chunk_size;
-    int64_t chunks = (n + chunk_size - 1) / chunk_size;
-    atomic_store_explicit(&pool.chunks, chunks, memory_order_relaxed);
+    uint64_t job = (atomic_load(&pool.generation) + 1) << CHUNK_BITS;
     atomic_store(&pool.chunks_left, chunks);
     atomic_store(&pool.started, 0);
-    atomic_store(&pool.next_chunk, 0); /* last: opens the job to late workers */
+    atomic_store(&pool.bound, job | (uint64_t)chunks);
+    atomic_store(&pool.claim, job); /* last: opens the job to late workers */
     pthread_mutex_lock(&pool.lock);
     pool.caller_cpu = sched_getcpu();
     pool.generation++;
@@ -224,9 +258,6 @@ static void run_job(int64_t n, int64_t chunk_size, core_range_fn fn, void *ctx)
     while (atomic_load(&pool.chunks_left) > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
-    /* A worker still looping from this job must not claim a chunk of the next
-     * one before its fields are written. */
-    atomic_store(&pool.next_chunk, INT64_MAX / 2);
     pthread_mutex_unlock(&pool.busy);
 }
 
