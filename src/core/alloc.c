@@ -140,15 +140,15 @@ void core_alloc_fail_after(int64_t n)
     atomic_store(&allocations_left, n);
 }
 
+/* Counts an allocation down to the injected failure in one step: two
+ * threads that both saw one left would both count it, and the failure due
+ * would never come. */
 static bool injected_failure(void)
 {
     int64_t left = atomic_load_explicit(&allocations_left, memory_order_relaxed);
-    if (left < 0)
-        return false;
-    if (left == 0)
-        return true;
-    atomic_fetch_sub(&allocations_left, 1);
-    return false;
+    while (left > 0 && !atomic_compare_exchange_weak(&allocations_left, &left, left - 1))
+        ;
+    return left == 0;
 }
 
 static size_t large_size(size_t bytes)
