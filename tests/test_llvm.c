@@ -816,6 +816,61 @@ START_TEST(test_product_epilogue_prefetches_what_it_moves)
 }
 END_TEST
 
+/* softmax over the last axis of in[0], or of its transpose where user is
+ * non-NULL. */
+static int softmax_rows_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    out[0] = kiln_softmax(user ? kiln_transpose(in[0], 0, 1) : in[0], -1);
+    return out[0] ? 0 : -1;
+}
+
+static int occurrences(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* Softmax's loop of exponentials prefetches the lines of the next row that
+ * its max will read (a pass of their own left the core idle on memory), in
+ * blocks that the vectorizer still widens; a transposed input (a row's
+ * elements 4 apart) and rows past 64 KiB (the next row's lines would be
+ * evicted before its max reads them) prefetch none. Rows of 1000: a last
+ * block of 232. */
+START_TEST(test_softmax_prefetches_the_next_row)
+{
+    static const struct {
+        int64_t cols;
+        bool transposed;
+        bool prefetches;
+    } cases[] = {{1000, false, true}, {1000, true, false}, {16384, false, true}, {16385, false, false}};
+    kiln_scope_begin();
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int64_t rows_cols[2] = {4, cases[c].cols}, cols_rows[2] = {cases[c].cols, 4};
+        kiln_tensor *x = kiln_randn(2, cases[c].transposed ? cols_rows : rows_cols, 1);
+        char dir[] = "/tmp/kiln-llvm-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        void *user = cases[c].transposed ? x : NULL;
+        kiln_fn *f = jit_dumping(dir, "softmax_rows", softmax_rows_body, 1, 1, user);
+        kiln_tensor *got = NULL, *want = NULL;
+        ck_assert_msg(kiln_call(f, &x, &got) == 0, "%s", kiln_last_error());
+        char *ir = take_dumped(dir, "kernel-0.llvm-after.ll");
+        int reads = occurrences(ir, "@llvm.prefetch.p0(ptr readonly");
+        bool vectors = strstr(ir, "x float>") != NULL;
+        free(ir);
+        ck_assert_msg(cases[c].prefetches ? reads >= 16 && vectors : reads == 0,
+                      "rows of %lld%s: %d prefetches (want %s), %s vector of floats", (long long)cases[c].cols,
+                      cases[c].transposed ? " (elements 4 apart)" : "", reads, cases[c].prefetches ? "a block's 16" : "none",
+                      vectors ? "a" : "no");
+        ck_assert_int_eq(softmax_rows_body(&x, &want, user), 0);
+        assert_close(got, want, 1e-6, 1e-12, "softmax rows");
+        kiln_fn_free(f);
+    }
+    kiln_scope_end();
+}
+END_TEST
+
 /* -- Rows ------------------------------------------------------------------ */
 
 /* Softmax against eager over rows of lengths about the vector widths (16
@@ -1537,6 +1592,7 @@ static Suite *llvm_suite(void)
     tcase_add_test(wl, test_gelu_loop_is_vectorized);
     tcase_add_test(wl, test_exp_unclamped_only_below_row_max);
     tcase_add_test(wl, test_product_epilogue_prefetches_what_it_moves);
+    tcase_add_test(wl, test_softmax_prefetches_the_next_row);
     tcase_add_test(wl, test_softmax_computes_exp_once);
     tcase_add_loop_test(wl, test_softmax_special_rows, 0, 4); /* 4096 and 16385 columns, f32 and f64 */
     tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));

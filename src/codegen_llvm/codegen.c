@@ -33,12 +33,17 @@
  * which has none. A scratch row on the stack and streamed stores, which
  * read nothing, measured slower for it (softmax 4096x4096, 2 threads).
  *
- * A row's first reduction that reads only inputs and stores nothing
- * (softmax's max, layer norm's mean) is folded a row early, in the loop of
- * the row before's second (carries_first): the loads of the next row from
- * memory then overlap that loop's arithmetic (softmax's exponentials)
- * instead of taking a pass of their own, which left the core idle while it
- * waited on memory and the memory idle while it computed. */
+ * Where a row's first reduction reads only inputs and stores nothing
+ * (softmax's max, layer norm's mean), the loop of its second prefetches the
+ * lines of the next row that the first will read (prefetches_next): the
+ * next row's misses then overlap that loop's arithmetic (softmax's
+ * exponentials), where a pass of their own left the core idle while it
+ * waited on memory and the memory idle while it computed; the first pass
+ * then reads from cache. The loop runs in blocks, each led by its
+ * prefetches, since the vectorizer widens no loop with a prefetch in it.
+ * Folding the next row's reduction into that loop instead (its loads, not
+ * prefetches) measured slower: a load holds the core's window until its
+ * line arrives, a prefetch does not. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +66,9 @@ typedef struct {
     LLVMValueRef *view_base; /* per view: the row's first element index */
     LLVMValueRef *row_within; /* per bounded view: whether the row is within its outer bounds (i1) */
     signed char *column_within; /* per view: within its column bounds in the current loop (1, 0), or -1: test each */
-    LLVMValueRef *next_base; /* per view: the next row's, where reduction 0 is carried (carries_first) */
+    LLVMValueRef *next_base; /* per view: the next row's, where it is prefetched (prefetches_next) */
     LLVMValueRef *rows;      /* per reduction: its value for this row */
     LLVMValueRef *memo;      /* per expression, in the current loop */
-    LLVMValueRef *next_memo; /* per expression, of the next row, in the same loop */
     LLVMValueRef *sizes;     /* per symbolic size of the kernel's table: its value, in the entry */
     LLVMValueRef symbols;    /* the body's pointer to the symbols' values */
     LLVMValueRef i;          /* the current loop's element index */
@@ -708,51 +712,116 @@ static LLVMValueRef finish(gen *g, const kx_reduction *r, LLVMValueRef acc)
     return LLVMBuildFDiv(g->b, sum, count, "");
 }
 
-/* Element i's value of reduction 0's expression in the next row, from its
- * own memo and view bases. */
-static LLVMValueRef next_row_value(gen *g)
+/* A block of the prefetching loop: PREFETCH_BLOCK elements, whose lines
+ * of the next row it prefetches at its start (16 of f32: a burst the
+ * core's miss buffers take in; 64 measured no gain). Only rows of at most
+ * PREFETCH_ROW_BYTES of each view are prefetched: the next row's lines,
+ * with this row's input and output, then stay in a core's L2 until the
+ * next row's first pass reads them; a longer row's would be evicted first
+ * and read from memory twice. */
+enum { PREFETCH_BLOCK = 256, PREFETCH_ROW_BYTES = 64 << 10 };
+
+/* Whether expression e loads view v. */
+static bool loads_view(const kx_kernel *k, int e, int v)
 {
-    LLVMValueRef *memo = g->memo, *base = g->view_base;
-    g->memo = g->next_memo;
+    const kx_expr *x = &k->exprs[e];
+    if (x->kind == KX_LOAD)
+        return x->view == v;
+    for (int i = 0; operand(x, i) >= 0; i++)
+        if (loads_view(k, x->args[i], v))
+            return true;
+    return false;
+}
+
+/* Whether the next row's lines of view v are prefetched: reduction 0
+ * loads it, contiguous along the row. */
+static bool prefetched(const kx_kernel *k, int v)
+{
+    return k->views[v].inner_stride == 1 && loads_view(k, k->reductions[0].expr, v);
+}
+
+/* Prefetches the lines of the next row (g->next_base) in columns [from,
+ * from + PREFETCH_BLOCK) of each view prefetched, in rows of at most
+ * PREFETCH_ROW_BYTES; lines past the row's end are the row after's or
+ * past the buffer, a prefetch that never faults. */
+static void prefetch_next_block(gen *g, LLVMValueRef from)
+{
+    const kx_kernel *k = g->k;
+    int widest = 0;
+    for (int v = 0; v < k->n_views; v++)
+        if (prefetched(k, v) && (int)ir_dtype_size(k->views[v].dtype) > widest)
+            widest = (int)ir_dtype_size(k->views[v].dtype);
+    if (!widest)
+        return;
+    LLVMValueRef bytes = LLVMBuildMul(g->b, size_value(g, k->cols), i64c(g, widest), "");
+    LLVMBasicBlockRef burst = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "prefetch");
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "prefetched");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLE, bytes, i64c(g, PREFETCH_ROW_BYTES), ""), burst, after);
+    LLVMPositionBuilderAtEnd(g->b, burst);
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), i32 = LLVMInt32TypeInContext(g->ctx);
+    LLVMValueRef *base = g->view_base, i = g->i;
     g->view_base = g->next_base;
-    clear_memo(g);
-    LLVMValueRef v = expr(g, g->k->reductions[0].expr);
-    g->memo = memo;
+    for (int v = 0; v < k->n_views; v++) {
+        if (!prefetched(k, v))
+            continue;
+        int per_line = 64 / (int)ir_dtype_size(k->views[v].dtype);
+        for (int c = 0; c < PREFETCH_BLOCK; c += per_line) {
+            g->i = LLVMBuildAdd(g->b, from, i64c(g, c), "");
+            LLVMValueRef args[4] = {address(g, &k->views[v]), LLVMConstInt(i32, 0, 0), LLVMConstInt(i32, 3, 0),
+                                    LLVMConstInt(i32, 1, 0)};
+            intrinsic(g, "llvm.prefetch", ptr, args, 4);
+        }
+    }
     g->view_base = base;
-    return v;
+    g->i = i;
+    LLVMBuildBr(g->b, after);
+    LLVMPositionBuilderAtEnd(g->b, after);
+}
+
+/* Reduction n's fold over columns [from, from + count), from acc, with the
+ * stores of its pass; the folded value. */
+static LLVMValueRef fold_columns(gen *g, int n, LLVMValueRef acc_in, LLVMValueRef from, LLVMValueRef count)
+{
+    const kx_reduction *r = &g->k->reductions[n];
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+    loop l = loop_begin(g, "reduce");
+    LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
+    LLVMAddIncoming(acc, &acc_in, &pre, 1);
+    g->i = from ? LLVMBuildAdd(g->b, from, l.index, "") : l.index;
+    clear_memo(g);
+    LLVMValueRef acc_out = combine(g, r, acc, expr(g, r->expr));
+    emit_stores(g, kx_reduction_pass(n));
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+    LLVMAddIncoming(acc, &acc_out, &latch, 1);
+    loop_end(g, &l, count);
+    return acc_out;
 }
 
 /* Reduction n's loop over the row, with the stores of its pass; its value.
- * With carry, the same loop folds reduction 0 over the next row too (its
- * value in *carry). */
-static LLVMValueRef reduce_row(gen *g, int n, LLVMValueRef *carry)
+ * With prefetch, in blocks, each prefetching its columns of the next row
+ * (prefetch_next_block). */
+static LLVMValueRef reduce_row(gen *g, int n, bool prefetch)
 {
-    const kx_reduction *r = &g->k->reductions[n], *r0 = &g->k->reductions[0];
-    LLVMValueRef init = identity(g, r), init0 = identity(g, r0);
-    LLVMValueRef acc_final = init, acc0_final = init0;
-    if (g->k->cols != 0) { /* a symbolic count is 2 or more */
-        LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-        loop l = loop_begin(g, "reduce");
-        LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
-        LLVMAddIncoming(acc, &init, &pre, 1);
-        LLVMValueRef acc0 = carry ? LLVMBuildPhi(g->b, type_of(g->ctx, r0->dtype), "next") : NULL;
-        if (carry)
-            LLVMAddIncoming(acc0, &init0, &pre, 1);
-        g->i = l.index;
-        clear_memo(g);
-        acc_final = combine(g, r, acc, expr(g, r->expr));
-        emit_stores(g, kx_reduction_pass(n));
-        if (carry)
-            acc0_final = combine(g, r0, acc0, next_row_value(g));
-        LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
-        LLVMAddIncoming(acc, &acc_final, &latch, 1);
-        if (carry)
-            LLVMAddIncoming(acc0, &acc0_final, &latch, 1);
-        loop_end(g, &l, size_value(g, g->k->cols));
-    }
-    if (carry)
-        *carry = finish(g, r0, acc0_final);
-    return finish(g, r, acc_final);
+    const kx_reduction *r = &g->k->reductions[n];
+    LLVMValueRef init = identity(g, r), cols = size_value(g, g->k->cols);
+    if (g->k->cols == 0) /* a symbolic count is 2 or more */
+        return finish(g, r, init);
+    if (!prefetch)
+        return finish(g, r, fold_columns(g, n, init, NULL, cols));
+    LLVMValueRef block = i64c(g, PREFETCH_BLOCK);
+    LLVMValueRef blocks = LLVMBuildSDiv(g->b, LLVMBuildAdd(g->b, cols, i64c(g, PREFETCH_BLOCK - 1), ""), block, "");
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
+    loop l = loop_begin(g, "blocks");
+    LLVMValueRef acc = LLVMBuildPhi(g->b, type_of(g->ctx, r->dtype), "acc");
+    LLVMAddIncoming(acc, &init, &pre, 1);
+    LLVMValueRef from = LLVMBuildMul(g->b, l.index, block, ""), rest = LLVMBuildSub(g->b, cols, from, "");
+    prefetch_next_block(g, from);
+    LLVMValueRef count = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, rest, block, ""), rest, block, "");
+    LLVMValueRef acc_out = fold_columns(g, n, acc, from, count);
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
+    LLVMAddIncoming(acc, &acc_out, &latch, 1);
+    loop_end(g, &l, blocks);
+    return finish(g, r, acc_out);
 }
 
 static int compare_i64(const void *a, const void *b)
@@ -951,12 +1020,11 @@ static bool reads_inputs_only(const kx_kernel *k, int e)
     return true;
 }
 
-/* Whether each row's reduction 0 (softmax's max, layernorm's mean) is
- * folded in the loop of the row before's reduction 1: it stores nothing
- * and reads only the kernel's inputs, so it may run a row early, and its
- * loads from memory then overlap the arithmetic of that loop (softmax's
- * exponentials) instead of taking a pass of their own. */
-static bool carries_first(const kx_kernel *k)
+/* Whether reduction 1's loop prefetches the next row's lines that
+ * reduction 0 (softmax's max, layer norm's mean) reads: it stores nothing
+ * and reads only the kernel's inputs, so that its lines are the next row's
+ * input, unchanged by this row's stores. */
+static bool prefetches_next(const kx_kernel *k)
 {
     if (k->n_reductions < 2 || k->cols == 0 || kx_bounded(k)) /* bounds are this row's */
         return false;
@@ -966,24 +1034,21 @@ static bool carries_first(const kx_kernel *k)
     return reads_inputs_only(k, k->reductions[0].expr);
 }
 
-/* Row's passes; with carried (reduction 0's value for this row, folded
- * the row before), reduction 1's loop folds reduction 0 over the next row
- * (this row again where it is the last, last) into *next. */
-static void emit_row(gen *g, LLVMValueRef row, LLVMValueRef last, LLVMValueRef carried, LLVMValueRef *next)
+/* Row's passes; where reduction 1 prefetches the next row's lines
+ * (prefetches_next), that row is row + 1, or row again where it is the
+ * last (end: past the last). */
+static void emit_row(gen *g, LLVMValueRef row, LLVMValueRef end)
 {
     const kx_kernel *k = g->k;
+    bool prefetch = prefetches_next(k);
     view_bases(g, row);
-    int r = 0;
-    if (carried) {
+    if (prefetch) {
         LLVMValueRef after = LLVMBuildAdd(g->b, row, i64c(g, 1), "");
-        view_bases_of(g, LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, after, last, ""), after, row, ""),
+        view_bases_of(g, LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, after, end, ""), after, row, ""),
                       g->next_base);
-        g->rows[0] = carried;
-        g->rows[1] = reduce_row(g, 1, next);
-        r = 2;
     }
-    for (; r < k->n_reductions; r++)
-        g->rows[r] = reduce_row(g, r, NULL);
+    for (int r = 0; r < k->n_reductions; r++)
+        g->rows[r] = reduce_row(g, r, prefetch && r == 1);
     store_row(g);
     for (int s = 0; s < k->n_row_stores; s++) {
         const kx_row_store *rs = &k->row_stores[s];
@@ -1033,26 +1098,15 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     LLVMBasicBlockRef first = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "first");
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), first, done);
     LLVMPositionBuilderAtEnd(g->b, first);
-    LLVMValueRef carried = NULL, carried_first = NULL, carried_next = NULL;
-    if (carries_first(k)) { /* the first row's reduction 0 before the loop */
-        view_bases(g, begin);
-        carried_first = reduce_row(g, 0, NULL);
-    }
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
     LLVMBuildBr(g->b, rows);
     LLVMPositionBuilderAtEnd(g->b, rows);
     LLVMValueRef row = LLVMBuildPhi(g->b, g->i64, "row");
     LLVMAddIncoming(row, &begin, &pre, 1);
-    if (carried_first) {
-        carried = LLVMBuildPhi(g->b, LLVMTypeOf(carried_first), "carried");
-        LLVMAddIncoming(carried, &carried_first, &pre, 1);
-    }
-    emit_row(g, row, end, carried, &carried_next);
+    emit_row(g, row, end);
     LLVMValueRef next = LLVMBuildAdd(g->b, row, i64c(g, 1), "");
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(g->b);
     LLVMAddIncoming(row, &next, &latch, 1);
-    if (carried)
-        LLVMAddIncoming(carried, &carried_next, &latch, 1);
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, next, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, done);
     if (streaming) /* non-temporal stores are weakly ordered: publish them */
@@ -1120,12 +1174,10 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
     g->next_base = calloc((size_t)k->n_views + 1, sizeof *g->next_base);
     g->rows = calloc((size_t)k->n_reductions + 1, sizeof *g->rows);
     g->memo = calloc((size_t)k->n_exprs + 1, sizeof *g->memo);
-    g->next_memo = calloc((size_t)k->n_exprs + 1, sizeof *g->next_memo);
     g->sizes = calloc((size_t)k->sizes.n + 1, sizeof *g->sizes);
     g->row_within = calloc((size_t)k->n_views + 1, sizeof *g->row_within);
     g->column_within = malloc((size_t)k->n_views + 1);
-    bool ok = g->view_base && g->next_base && g->rows && g->memo && g->next_memo && g->sizes &&
-              g->row_within && g->column_within;
+    bool ok = g->view_base && g->next_base && g->rows && g->memo && g->sizes && g->row_within && g->column_within;
     if (g->column_within)
         memset(g->column_within, -1, (size_t)k->n_views + 1);
     if (!ok)
@@ -1142,7 +1194,6 @@ static int gen_close(gen *g, char *err, size_t err_size)
     free(g->next_base);
     free(g->rows);
     free(g->memo);
-    free(g->next_memo);
     free(g->sizes);
     free(g->row_within);
     free(g->column_within);
