@@ -4,8 +4,8 @@
  * and works on chunks itself; chunks are claimed from an atomic word that
  * holds the job's number beside the next chunk, so a worker still looping
  * from the last job, however late it runs, can never take a chunk of the
- * next one as the last one's (it ran twice, and its caller returned before
- * the second run had finished). A caller that finds the pool busy (another
+ * next one as the last one's: a chunk claimed is the current job's, which
+ * cannot end before it is done. A caller that finds the pool busy (another
  * user thread is running a job) runs its loop alone rather than waiting.
  *
  * A traced call runs its kernels as dozens of jobs a few microseconds apart.
