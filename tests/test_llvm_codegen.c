@@ -211,7 +211,7 @@ START_TEST(test_row_max_drops_nan_only_where_it_cannot_show)
 {
     enum { ROWS = 6, COLS = 100 };
     max_use use = (max_use)_i;
-    float x[ROWS * COLS], out[ROWS * COLS], row_values[ROWS];
+    _Alignas(64) float x[ROWS * COLS], out[ROWS * COLS], row_values[ROWS];
     for (int i = 0; i < ROWS * COLS; i++)
         x[i] = (float)(i % 13) * 0.5f - 3;
     x[1 * COLS + 40] = NAN;
@@ -223,22 +223,57 @@ START_TEST(test_row_max_drops_nan_only_where_it_cannot_show)
     }
     x[5 * COLS + 50] = 0.0f;
     kx_kernel *k = max_kernel(use, ROWS, COLS);
-    compiled c = compile(k, false);
-    bool drops = strstr(c.ir_after, "maxnum") != NULL;
-    ck_assert_msg(drops == (use == SOFTMAX || use == SOFTMAX_F64_SUM), "use %d: the max %s NaN", use,
-                  drops ? "drops" : "keeps");
-    void *buffers[3] = {x, out, row_values};
-    c.fn(buffers, 0, ROWS, NULL);
-    for (int r = 0; r < ROWS; r++) {
-        double row_value;
-        for (int j = 0; j < COLS; j++) {
-            double want = expected(use, x + r * COLS, COLS, j, &row_value), got = out[r * COLS + j];
-            ck_assert_msg(near(got, want, 1e-5), "use %d, row %d, element %d: %g, not %g", use, r, j, got, want);
+    for (int stream = 0; stream < 2; stream++) { /* streaming: softmax's row kept in scratch (kx_kept_view) */
+        compiled c = compile(k, stream);
+        bool drops = strstr(c.ir_after, "maxnum") != NULL;
+        ck_assert_msg(drops == (use == SOFTMAX || use == SOFTMAX_F64_SUM), "use %d: the max %s NaN", use,
+                      drops ? "drops" : "keeps");
+        void *buffers[3] = {x, out, row_values};
+        c.fn(buffers, 0, ROWS, NULL);
+        for (int r = 0; r < ROWS; r++) {
+            double row_value;
+            for (int j = 0; j < COLS; j++) {
+                double want = expected(use, x + r * COLS, COLS, j, &row_value), got = out[r * COLS + j];
+                ck_assert_msg(near(got, want, 1e-5), "use %d, stream %d, row %d, element %d: %g, not %g", use,
+                              stream, r, j, got, want);
+            }
+            ck_assert_msg(near(row_values[r], row_value, 1e-5), "use %d, row %d's value: %g, not %g", use, r,
+                          row_values[r], row_value);
         }
-        ck_assert_msg(near(row_values[r], row_value, 1e-5), "use %d, row %d's value: %g, not %g", use, r,
-                      row_values[r], row_value);
+        compiled_free(&c);
     }
-    compiled_free(&c);
+    kx_kernel_free(k);
+}
+END_TEST
+
+/* The row a streaming kernel keeps in scratch (kx_kept_view): softmax's
+ * exponentials, stored in its sum's pass and stored over after; not the
+ * exponentials alone (never stored over: the output would never be
+ * written), not x - max (stored in the store pass only), not rows past
+ * 64 KiB, and not where the output's buffer is also the input's (written
+ * in place), whether read through another view or the same one. */
+START_TEST(test_kept_row_only_where_stored_over)
+{
+    static const struct {
+        max_use use;
+        int64_t cols;
+        int kept;
+    } cases[] = {{SOFTMAX, 100, 1}, {SOFTMAX_F64_SUM, 16384, 1}, {MAX_STORED, 100, 1},
+                 {EXPONENTIALS, 100, -1}, {SHIFTED, 100, -1}, {SOFTMAX, 16385, -1}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        kx_kernel *k = max_kernel(cases[c].use, 4, cases[c].cols);
+        ck_assert_msg(kx_kept_view(k) == cases[c].kept, "use %d, rows of %lld: kept %d", cases[c].use,
+                      (long long)cases[c].cols, kx_kept_view(k));
+        kx_kernel_free(k);
+    }
+    kx_kernel *k = max_kernel(SOFTMAX, 4, 100);
+    k->views[1].buffer = 0; /* written over x, read through view 0 */
+    ck_assert_int_eq(kx_kept_view(k), -1);
+    for (int e = 0; e < k->n_exprs; e++) /* ... and through view 1, view 0 moved off it */
+        if (k->exprs[e].kind == KX_LOAD)
+            k->exprs[e].view = 1;
+    k->views[0].buffer = 2;
+    ck_assert_int_eq(kx_kept_view(k), -1);
     kx_kernel_free(k);
 }
 END_TEST
@@ -342,6 +377,7 @@ static Suite *llvm_codegen_suite(void)
     tcase_add_test(tc, test_streaming_kernel_runs_on_unaligned_outputs);
     tcase_add_test(tc, test_other_kernels_store_normally);
     tcase_add_loop_test(tc, test_row_max_drops_nan_only_where_it_cannot_show, 0, MAX_USES);
+    tcase_add_test(tc, test_kept_row_only_where_stored_over);
     suite_add_tcase(s, tc);
     TCase *named = tcase_create("named");
     tcase_set_timeout(named, 120);

@@ -28,10 +28,14 @@
  *
  * A row a kernel keeps between passes (softmax's exponentials, stored in
  * its sum's pass) stays in the output, which the store pass rewrites while
- * it is in cache: the output's lines are then fetched in the loop of the
- * exponentials, whose arithmetic hides that, rather than in the store pass,
- * which has none. A scratch row on the stack and streamed stores, which
- * read nothing, measured slower for it (softmax 4096x4096, 2 threads).
+ * it is in cache, unless the kernel streams its stores: then its streaming
+ * body keeps the row in a scratch row on its stack (kx_kept_view, rows of
+ * up to 64 KiB), and the store pass streams the output from it once, never
+ * reading the output's lines from memory. With the next row prefetched
+ * (below) that measured faster than the row kept in the output (softmax
+ * 4096x4096, 2 threads); without, slower, as the next row's loads then
+ * wait on memory while the exponentials' arithmetic could have hidden
+ * reading the output's lines.
  *
  * Where a row's first reduction reads only inputs and stores nothing
  * (softmax's max, layer norm's mean), the loop of its second prefetches the
@@ -74,6 +78,8 @@ typedef struct {
     LLVMValueRef i;          /* the current loop's element index */
     LLVMTypeRef i64;
     LLVMValueRef stream_tag; /* the output stores' TBAA tag, or NULL */
+    int kept;                /* the view whose row is kept in scratch (kx_kept_view), or -1 */
+    LLVMValueRef scratch;    /* that row, on the body's stack */
     bool reciprocal;         /* divisions by a row's value multiply by its reciprocal */
     bool max_ignores_nan;    /* reduction 0 may drop NaN and the sign of zero (max_ignores_nan) */
     char missing[128];       /* an op this backend lacks, met while building */
@@ -371,11 +377,19 @@ static LLVMValueRef load_bounded(gen *g, const kx_view *v, LLVMValueRef at)
     return LLVMBuildSelect(g->b, g->row_within[view], value, constant(g, v->dtype, v->fill), "");
 }
 
+/* Element i of the row kept in scratch (kx_kept_view). */
+static LLVMValueRef kept_at(gen *g)
+{
+    return LLVMBuildGEP2(g->b, type_of(g->ctx, g->k->views[g->kept].dtype), g->scratch, &g->i, 1, "");
+}
+
 static LLVMValueRef load(gen *g, const kx_view *v)
 {
     if (v == g->product)
         return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), LLVMBuildGEP2(g->b, type_of(g->ctx, v->dtype), g->tile,
                                                                             &g->tile_index, 1, ""), "");
+    if (v - g->k->views == g->kept)
+        return LLVMBuildLoad2(g->b, type_of(g->ctx, v->dtype), kept_at(g), "");
     LLVMValueRef index = g->view_base[v - g->k->views];
     if (v->inner_stride)
         index = LLVMBuildAdd(g->b, index, LLVMBuildMul(g->b, g->i, size_value(g, v->inner_stride), ""), "");
@@ -696,7 +710,8 @@ static void emit_stores(gen *g, int pass)
             continue;
         const kx_view *v = &k->views[st->view];
         LLVMValueRef value = convert(g, expr(g, st->expr), k->exprs[st->expr].dtype, v->dtype);
-        LLVMValueRef store = LLVMBuildStore(g->b, value, address(g, v));
+        bool kept = pass != KX_STORE_PASS && st->view == g->kept;
+        LLVMValueRef store = LLVMBuildStore(g->b, value, kept ? kept_at(g) : address(g, v));
         if (g->stream_tag && pass == KX_STORE_PASS)
             LLVMSetMetadata(store, LLVMGetMDKindIDInContext(g->ctx, "tbaa", 4), g->stream_tag);
     }
@@ -721,44 +736,56 @@ static LLVMValueRef finish(gen *g, const kx_reduction *r, LLVMValueRef acc)
  * and read from memory twice. */
 enum { PREFETCH_BLOCK = 256, PREFETCH_ROW_BYTES = 64 << 10 };
 
-/* Whether expression e loads view v. */
-static bool loads_view(const kx_kernel *k, int e, int v)
+/* Whether view v of k differs from row to row (a bias that every row
+ * shares stays in cache). */
+static bool varies_by_row(const kx_kernel *k, const kx_view *v)
 {
-    const kx_expr *x = &k->exprs[e];
-    if (x->kind == KX_LOAD)
-        return x->view == v;
-    for (int i = 0; operand(x, i) >= 0; i++)
-        if (loads_view(k, x->args[i], v))
+    for (int d = 0; d < k->n_outer; d++)
+        if (v->outer_strides[d] != 0)
             return true;
     return false;
 }
 
-/* Whether the next row's lines of view v are prefetched: reduction 0
- * loads it, contiguous along the row. */
-static bool prefetched(const kx_kernel *k, int v)
+/* Prefetches the line of view v's element g->i, for writing where write. */
+static void prefetch_line(gen *g, const kx_view *v, bool write)
 {
-    return k->views[v].inner_stride == 1 && loads_view(k, k->reductions[0].expr, v);
+    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), i32 = LLVMInt32TypeInContext(g->ctx);
+    LLVMValueRef args[4] = {address(g, v), LLVMConstInt(i32, write, 0), LLVMConstInt(i32, 3, 0),
+                            LLVMConstInt(i32, 1, 0)};
+    intrinsic(g, "llvm.prefetch", ptr, args, 4);
 }
 
-/* Prefetches the lines of the next row (g->next_base) in columns [from,
- * from + PREFETCH_BLOCK) of each view prefetched, in rows of at most
- * PREFETCH_ROW_BYTES; lines past the row's end are the row after's or
- * past the buffer, a prefetch that never faults. */
-static void prefetch_next_block(gen *g, LLVMValueRef from)
+/* Whether the next row's lines of view v are prefetched: reduction 0
+ * loads it (never a gather: prefetches_next refuses those), contiguous
+ * along the row and different in each. */
+static bool prefetched(const kx_kernel *k, int v)
 {
-    const kx_kernel *k = g->k;
+    const kx_view *view = &k->views[v];
+    return view->inner_stride == 1 && varies_by_row(k, view) && kx_loads_view(k, k->reductions[0].expr, v);
+}
+
+/* The widest dtype of the views prefetched, in bytes; 0 for none. */
+static int widest_prefetched(const kx_kernel *k)
+{
     int widest = 0;
     for (int v = 0; v < k->n_views; v++)
         if (prefetched(k, v) && (int)ir_dtype_size(k->views[v].dtype) > widest)
             widest = (int)ir_dtype_size(k->views[v].dtype);
-    if (!widest)
-        return;
-    LLVMValueRef bytes = LLVMBuildMul(g->b, size_value(g, k->cols), i64c(g, widest), "");
+    return widest;
+}
+
+/* Prefetches the lines of the next row (g->next_base) in columns [from,
+ * from + PREFETCH_BLOCK) of each view prefetched, in rows of at most
+ * PREFETCH_ROW_BYTES (a symbolic count's test); lines past the row's end
+ * are the row after's or past the buffer, a prefetch that never faults. */
+static void prefetch_next_block(gen *g, LLVMValueRef from)
+{
+    const kx_kernel *k = g->k;
+    LLVMValueRef bytes = LLVMBuildMul(g->b, size_value(g, k->cols), i64c(g, widest_prefetched(k)), "");
     LLVMBasicBlockRef burst = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "prefetch");
     LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "prefetched");
     LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLE, bytes, i64c(g, PREFETCH_ROW_BYTES), ""), burst, after);
     LLVMPositionBuilderAtEnd(g->b, burst);
-    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), i32 = LLVMInt32TypeInContext(g->ctx);
     LLVMValueRef *base = g->view_base, i = g->i;
     g->view_base = g->next_base;
     for (int v = 0; v < k->n_views; v++) {
@@ -767,9 +794,7 @@ static void prefetch_next_block(gen *g, LLVMValueRef from)
         int per_line = 64 / (int)ir_dtype_size(k->views[v].dtype);
         for (int c = 0; c < PREFETCH_BLOCK; c += per_line) {
             g->i = LLVMBuildAdd(g->b, from, i64c(g, c), "");
-            LLVMValueRef args[4] = {address(g, &k->views[v]), LLVMConstInt(i32, 0, 0), LLVMConstInt(i32, 3, 0),
-                                    LLVMConstInt(i32, 1, 0)};
-            intrinsic(g, "llvm.prefetch", ptr, args, 4);
+            prefetch_line(g, &k->views[v], false);
         }
     }
     g->view_base = base;
@@ -1023,10 +1048,14 @@ static bool reads_inputs_only(const kx_kernel *k, int e)
 /* Whether reduction 1's loop prefetches the next row's lines that
  * reduction 0 (softmax's max, layer norm's mean) reads: it stores nothing
  * and reads only the kernel's inputs, so that its lines are the next row's
- * input, unchanged by this row's stores. */
+ * input, unchanged by this row's stores; rows known to be longer than
+ * PREFETCH_ROW_BYTES run their loop whole. */
 static bool prefetches_next(const kx_kernel *k)
 {
     if (k->n_reductions < 2 || k->cols == 0 || kx_bounded(k)) /* bounds are this row's */
+        return false;
+    int widest = widest_prefetched(k);
+    if (!widest || (k->cols > 0 && k->cols * widest > PREFETCH_ROW_BYTES))
         return false;
     for (int s = 0; s < k->n_stores; s++)
         if (k->stores[s].pass == kx_reduction_pass(0))
@@ -1093,13 +1122,16 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     LLVMBasicBlockRef rows = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "rows");
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
     LLVMPositionBuilderAtEnd(g->b, entry);
+    g->kept = streaming ? kx_kept_view(k) : -1;
+    if (g->kept >= 0) {
+        LLVMTypeRef row = LLVMArrayType2(type_of(g->ctx, k->views[g->kept].dtype), (uint64_t)k->cols);
+        g->scratch = LLVMBuildAlloca(g->b, row, "kept");
+        LLVMSetAlignment(g->scratch, 64);
+    }
     compute_sizes(g);
     LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);
-    LLVMBasicBlockRef first = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "first");
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), first, done);
-    LLVMPositionBuilderAtEnd(g->b, first);
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(g->b);
-    LLVMBuildBr(g->b, rows);
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, begin, end, ""), rows, done);
     LLVMPositionBuilderAtEnd(g->b, rows);
     LLVMValueRef row = LLVMBuildPhi(g->b, g->i64, "row");
     LLVMAddIncoming(row, &begin, &pre, 1);
@@ -1169,7 +1201,8 @@ static bool gen_open(gen *g, LLVMModuleRef module, const kx_kernel *k, LLVMValue
 {
     LLVMContextRef ctx = LLVMGetModuleContext(module);
     *g = (gen){.ctx = ctx, .module = module, .b = LLVMCreateBuilderInContext(ctx), .k = k,
-               .i64 = LLVMInt64TypeInContext(ctx), .buffers = buffers, .max_ignores_nan = max_ignores_nan(k)};
+               .i64 = LLVMInt64TypeInContext(ctx), .buffers = buffers, .max_ignores_nan = max_ignores_nan(k),
+               .kept = -1};
     g->view_base = calloc((size_t)k->n_views + 1, sizeof *g->view_base);
     g->next_base = calloc((size_t)k->n_views + 1, sizeof *g->next_base);
     g->rows = calloc((size_t)k->n_reductions + 1, sizeof *g->rows);
@@ -1328,10 +1361,7 @@ static bool moves_through_memory(const gen *g, int v)
 {
     const kx_kernel *k = g->k;
     const kx_view *view = &k->views[v];
-    bool across_rows = false;
-    for (int d = 0; d < k->n_outer; d++)
-        across_rows |= view->outer_strides[d] != 0;
-    if (view == g->product || view->inner_stride != 1 || !across_rows)
+    if (view == g->product || view->inner_stride != 1 || !varies_by_row(k, view))
         return false;
     for (int s = 0; s < k->n_stores; s++)
         if (k->stores[s].view == v)
@@ -1358,7 +1388,6 @@ static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int nr)
     LLVMValueRef m_rem = LLVMGetParam(g->fn, 1), n_rem = LLVMGetParam(g->fn, 2);
     LLVMValueRef row0 = LLVMGetParam(g->fn, 3), col0 = LLVMGetParam(g->fn, 4);
     LLVMValueRef last = LLVMBuildSub(g->b, n_rem, i64c(g, 1), "");
-    LLVMTypeRef ptr = LLVMPointerTypeInContext(g->ctx, 0), i32 = LLVMInt32TypeInContext(g->ctx);
     LLVMValueRef rows_ahead = LLVMBuildAdd(g->b, m_rem, m_rem, "");
     loop rows = loop_begin(g, "rows");
     view_bases(g, LLVMBuildAdd(g->b, row0, rows.index, ""));
@@ -1370,9 +1399,7 @@ static LLVMValueRef emit_prefetch_body(gen *g, const char *name, int nr)
         for (int c = 0; c < nr + per_line; c += per_line) {
             LLVMValueRef inside = LLVMBuildICmp(g->b, LLVMIntSLT, i64c(g, c), n_rem, "");
             g->i = LLVMBuildAdd(g->b, col0, LLVMBuildSelect(g->b, inside, i64c(g, c), last, ""), "");
-            LLVMValueRef args[4] = {address(g, &g->k->views[v]), LLVMConstInt(i32, stored, 0),
-                                    LLVMConstInt(i32, 3, 0), LLVMConstInt(i32, 1, 0)};
-            intrinsic(g, "llvm.prefetch", ptr, args, 4);
+            prefetch_line(g, &g->k->views[v], stored);
         }
     }
     loop_end(g, &rows, rows_ahead);

@@ -154,6 +154,62 @@ bool kx_writes(const kx_kernel *k, int b)
     return false;
 }
 
+bool kx_loads_view(const kx_kernel *k, int e, int v)
+{
+    const kx_expr *x = &k->exprs[e];
+    if (x->kind == KX_LOAD || x->kind == KX_GATHER)
+        return x->view == v;
+    if (x->kind != KX_OP && x->kind != KX_CAST)
+        return false;
+    for (int i = 0; i < 3 && x->args[i] >= 0; i++)
+        if (kx_loads_view(k, x->args[i], v))
+            return true;
+    return false;
+}
+
+/* Whether view v of k is loaded by the passes up to pass, or by what is
+ * stored in a reduction's pass: then it holds an input that k writes over
+ * (in place), not only a row k keeps. */
+static bool loaded_before(const kx_kernel *k, int v, int pass)
+{
+    for (int r = 0; r < k->n_reductions && kx_reduction_pass(r) <= pass; r++)
+        if (kx_loads_view(k, k->reductions[r].expr, v))
+            return true;
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].pass != KX_STORE_PASS && kx_loads_view(k, k->stores[s].expr, v))
+            return true;
+    return false;
+}
+
+int kx_kept_view(const kx_kernel *k)
+{
+    if (k->product >= 0 || k->cols <= 0 || kx_rows_fixed(k))
+        return -1;
+    int kept = -1, pass = KX_STORE_PASS;
+    bool stored_over = false;
+    for (int s = 0; s < k->n_stores; s++) {
+        const kx_store *st = &k->stores[s];
+        if (st->pass == KX_STORE_PASS)
+            continue;
+        if (kept >= 0 && (kept != st->view || pass != st->pass))
+            return -1;
+        kept = st->view;
+        pass = st->pass;
+    }
+    if (kept < 0 || k->cols * (int64_t)ir_dtype_size(k->views[kept].dtype) > KX_KEPT_ROW_BYTES ||
+        loaded_before(k, kept, pass))
+        return -1;
+    for (int s = 0; s < k->n_stores; s++)
+        stored_over |= k->stores[s].pass == KX_STORE_PASS && k->stores[s].view == kept;
+    for (int v = 0; v < k->n_views; v++)
+        if (v != kept && k->views[v].buffer == k->views[kept].buffer)
+            return -1;
+    for (int s = 0; s < k->n_row_stores; s++)
+        if (k->row_stores[s].buffer == k->views[kept].buffer)
+            return -1;
+    return stored_over ? kept : -1;
+}
+
 int kx_product_view(const kx_kernel *k)
 {
     int found = -1, n = 0;

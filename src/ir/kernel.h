@@ -218,6 +218,15 @@ bool kx_bounded(const kx_kernel *k);
 bool kx_rows_fixed(const kx_kernel *k);
 /* Whether buffer b is written by k. */
 bool kx_writes(const kx_kernel *k, int b);
+/* The view through which k keeps a row between its passes (softmax's
+ * exponentials: stored in a reduction's pass, read back by the passes
+ * after it, and stored over by the store pass), which a kernel compiled to
+ * stream its stores may keep in a scratch row of its own: the only view of
+ * its buffer, rows of at most KX_KEPT_ROW_BYTES; -1 for none. */
+enum { KX_KEPT_ROW_BYTES = 64 << 10 };
+int kx_kept_view(const kx_kernel *k);
+/* Whether expression e of k loads (or gathers from) view v. */
+bool kx_loads_view(const kx_kernel *k, int e, int v);
 /* The view through which k reads its product buffer, or -1 when there is
  * not exactly one. */
 int kx_product_view(const kx_kernel *k);

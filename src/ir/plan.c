@@ -701,22 +701,29 @@ static void plan_blocks(ir_plan *p, int64_t block_bytes)
 
 /* A store in a reduction's pass is read back from cache by the store pass,
  * and an epilogue in blocks rewrites lines still in cache: non-temporal
- * stores would evict them (softmax 4096x4096: 17 ms against 12). A
- * product's epilogue stores a tile at a time, never whole lines. A kernel
- * costly per element (gelu's, mish's transcendentals) gains nothing from
- * not reading its output, which its arithmetic hides, and its non-temporal
- * stores measured slower than plain ones (gelu 2^24 on 2 threads: 0.75 to
- * 0.92 of the streamed time); cheap ones (layer and RMS norms) gain. */
+ * stores would evict them (softmax 4096x4096: 17 ms against 12), unless
+ * the kernel keeps that row in a scratch row of its own (kx_kept_view:
+ * softmax's exponentials in rows of up to 64 KiB), from which the store
+ * pass streams the output once. A product's epilogue stores a tile at a
+ * time, never whole lines. A kernel costly per element (gelu's, mish's
+ * transcendentals) gains nothing from not reading its output, which its
+ * arithmetic hides, and its non-temporal stores measured slower than plain
+ * ones (gelu 2^24 on 2 threads: 0.75 to 0.92 of the streamed time); cheap
+ * ones (layer and RMS norms) gain, and so does softmax from its scratch
+ * row, whose store pass is cheap. */
 static bool streams(const plan_step *s, int64_t stream_bytes)
 {
     const kx_kernel *k = s->kernel;
-    if (s->blocked_with >= 0 || s->product != IR_NONE || k->transcendental)
+    int kept = kx_kept_view(k);
+    if (s->blocked_with >= 0 || s->product != IR_NONE || (k->transcendental && kept < 0))
         return false;
     /* The fewest bytes: symbols are 2 or more. */
     const int64_t twos[IR_MAX_SYMBOLS] = {2, 2, 2, 2, 2, 2, 2, 2};
     int64_t bytes = 0, elements = kx_size(k, k->rows, twos) * kx_size(k, k->cols, twos);
     for (int i = 0; i < k->n_stores; i++) {
         const kx_view *v = &k->views[k->stores[i].view];
+        if (k->stores[i].pass != KX_STORE_PASS && k->stores[i].view == kept)
+            continue;
         if (v->inner_stride != 1 || k->stores[i].pass != KX_STORE_PASS)
             return false;
         bytes += elements * (int64_t)ir_dtype_size(v->dtype);
