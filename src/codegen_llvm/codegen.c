@@ -1123,10 +1123,12 @@ static LLVMValueRef emit_body(gen *g, const char *name, bool streaming)
     LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->ctx, g->fn, "done");
     LLVMPositionBuilderAtEnd(g->b, entry);
     g->kept = streaming ? kx_kept_view(k) : -1;
-    if (g->kept >= 0) {
+    if (g->kept >= 0) { /* up to 64 KiB of stack: probed, past a small stack's guard page it would not fault */
         LLVMTypeRef row = LLVMArrayType2(type_of(g->ctx, k->views[g->kept].dtype), (uint64_t)k->cols);
         g->scratch = LLVMBuildAlloca(g->b, row, "kept");
         LLVMSetAlignment(g->scratch, 64);
+        LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
+                                LLVMCreateStringAttribute(g->ctx, "probe-stack", 11, "inline-asm", 10));
     }
     compute_sizes(g);
     LLVMValueRef begin = LLVMGetParam(g->fn, 0), end = LLVMGetParam(g->fn, 1);

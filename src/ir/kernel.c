@@ -196,17 +196,19 @@ int kx_kept_view(const kx_kernel *k)
         kept = st->view;
         pass = st->pass;
     }
-    if (kept < 0 || k->cols * (int64_t)ir_dtype_size(k->views[kept].dtype) > KX_KEPT_ROW_BYTES ||
-        loaded_before(k, kept, pass))
+    if (kept < 0 || k->views[kept].inner_stride != 1 ||
+        k->cols > KX_KEPT_ROW_BYTES / (int64_t)ir_dtype_size(k->views[kept].dtype) || loaded_before(k, kept, pass))
         return -1;
     for (int s = 0; s < k->n_stores; s++)
         stored_over |= k->stores[s].pass == KX_STORE_PASS && k->stores[s].view == kept;
     for (int v = 0; v < k->n_views; v++)
         if (v != kept && k->views[v].buffer == k->views[kept].buffer)
             return -1;
-    for (int s = 0; s < k->n_row_stores; s++)
-        if (k->row_stores[s].buffer == k->views[kept].buffer)
+    for (int s = 0; s < k->n_row_stores; s++) {
+        const kx_row_store *rs = &k->row_stores[s];
+        if (rs->buffer == k->views[kept].buffer || (rs->expr >= 0 && kx_loads_view(k, rs->expr, kept)))
             return -1;
+    }
     return stored_over ? kept : -1;
 }
 

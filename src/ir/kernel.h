@@ -221,8 +221,12 @@ bool kx_writes(const kx_kernel *k, int b);
 /* The view through which k keeps a row between its passes (softmax's
  * exponentials: stored in a reduction's pass, read back by the passes
  * after it, and stored over by the store pass), which a kernel compiled to
- * stream its stores may keep in a scratch row of its own: the only view of
- * its buffer, rows of at most KX_KEPT_ROW_BYTES; -1 for none. */
+ * stream its stores may keep in a scratch row of its own: stored in one
+ * reduction's pass only, contiguous along the row, the only view of its
+ * buffer, which no row store writes; not read up to that pass (an input
+ * written over in place) nor by a row store; rows of at most
+ * KX_KEPT_ROW_BYTES, concrete; no product, no gather, no bounded view;
+ * -1 for none. */
 enum { KX_KEPT_ROW_BYTES = 64 << 10 };
 int kx_kept_view(const kx_kernel *k);
 /* Whether expression e of k loads (or gathers from) view v. */

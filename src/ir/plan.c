@@ -714,7 +714,7 @@ static void plan_blocks(ir_plan *p, int64_t block_bytes)
 static bool streams(const plan_step *s, int64_t stream_bytes)
 {
     const kx_kernel *k = s->kernel;
-    int kept = kx_kept_view(k);
+    int kept = kx_kept_view(k); /* its store pass is lower.c's stage_store: a load and one op by a row value */
     if (s->blocked_with >= 0 || s->product != IR_NONE || (k->transcendental && kept < 0))
         return false;
     /* The fewest bytes: symbols are 2 or more. */
