@@ -736,10 +736,13 @@ static LLVMValueRef finish(gen *g, const kx_reduction *r, LLVMValueRef acc)
  * and read from memory twice. */
 enum { PREFETCH_BLOCK = 256, PREFETCH_ROW_BYTES = 64 << 10 };
 
-/* Whether view v of k differs from row to row (a bias that every row
+/* Whether view v of k runs contiguous along each row and differs from row
+ * to row, so that its rows move through memory (a bias that every row
  * shares stays in cache). */
-static bool varies_by_row(const kx_kernel *k, const kx_view *v)
+static bool rows_move(const kx_kernel *k, const kx_view *v)
 {
+    if (v->inner_stride != 1)
+        return false;
     for (int d = 0; d < k->n_outer; d++)
         if (v->outer_strides[d] != 0)
             return true;
@@ -755,13 +758,12 @@ static void prefetch_line(gen *g, const kx_view *v, bool write)
     intrinsic(g, "llvm.prefetch", ptr, args, 4);
 }
 
-/* Whether the next row's lines of view v are prefetched: reduction 0
- * loads it (never a gather: prefetches_next refuses those), contiguous
- * along the row and different in each. */
+/* Whether the next row's lines of view v are prefetched: its rows move
+ * through memory and reduction 0 loads it (never a gather:
+ * prefetches_next refuses those). */
 static bool prefetched(const kx_kernel *k, int v)
 {
-    const kx_view *view = &k->views[v];
-    return view->inner_stride == 1 && varies_by_row(k, view) && kx_loads_view(k, k->reductions[0].expr, v);
+    return rows_move(k, &k->views[v]) && kx_loads_view(k, k->reductions[0].expr, v);
 }
 
 /* The widest dtype of the views prefetched, in bytes; 0 for none. */
@@ -1356,14 +1358,14 @@ static LLVMValueRef emit_epilogue_body(gen *g, const char *name, int ld)
     return g->fn;
 }
 
-/* Whether the epilogue moves view v through memory along its rows: v is
- * contiguous along them, differs from row to row (a bias the same in every
- * row stays in cache), is not the product's tile, and is stored or loaded. */
+/* Whether the epilogue moves view v through memory along its rows: its
+ * rows move (rows_move), it is not the product's tile, and it is stored or
+ * loaded. */
 static bool moves_through_memory(const gen *g, int v)
 {
     const kx_kernel *k = g->k;
     const kx_view *view = &k->views[v];
-    if (view == g->product || view->inner_stride != 1 || !varies_by_row(k, view))
+    if (view == g->product || !rows_move(k, view))
         return false;
     for (int s = 0; s < k->n_stores; s++)
         if (k->stores[s].view == v)

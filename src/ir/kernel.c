@@ -186,7 +186,6 @@ int kx_kept_view(const kx_kernel *k)
     if (k->product >= 0 || k->cols <= 0 || kx_rows_fixed(k))
         return -1;
     int kept = -1, pass = KX_STORE_PASS;
-    bool stored_over = false;
     for (int s = 0; s < k->n_stores; s++) {
         const kx_store *st = &k->stores[s];
         if (st->pass == KX_STORE_PASS)
@@ -199,6 +198,7 @@ int kx_kept_view(const kx_kernel *k)
     if (kept < 0 || k->views[kept].inner_stride != 1 ||
         k->cols > KX_KEPT_ROW_BYTES / (int64_t)ir_dtype_size(k->views[kept].dtype) || loaded_before(k, kept, pass))
         return -1;
+    bool stored_over = false;
     for (int s = 0; s < k->n_stores; s++)
         stored_over |= k->stores[s].pass == KX_STORE_PASS && k->stores[s].view == kept;
     for (int v = 0; v < k->n_views; v++)
