@@ -86,6 +86,25 @@ static void close_scope(void)
 
 /* -- Error state ----------------------------------------------------------- */
 
+/* Composite ops whose first op fails (operands that do not broadcast, an
+ * affine operand that does not fit) fail with that op's error, never go on
+ * with NULL (a crash) or without the operand; a whole clamp bound outside
+ * i32 is refused rather than wrapped. */
+START_TEST(test_composite_operand_errors)
+{
+    open_scope();
+    EXPECT_NULL(kiln_mse_loss(T(KILN_F32, 3, 4), T(KILN_F32, 3)), "kiln_mse_loss", "[3,4]", "[3]");
+    kiln_tensor *x = T(KILN_F32, 2, 3, 4);
+    EXPECT_NULL(kiln_layer_norm_axes(x, 2, T(KILN_F32, 4, 3), NULL, 1e-5), "kiln_layer_norm_axes", "[4,3]");
+    EXPECT_NULL(kiln_layer_norm_axes(x, 2, NULL, T(KILN_F32, 2, 3, 4), 1e-5), "kiln_layer_norm_axes", "[2,3,4]");
+    EXPECT_NULL(kiln_clamp(T(KILN_I32, 4), -3e9, 3e9), "kiln_clamp", "-3000000000", "i32");
+    EXPECT_NULL(kiln_clamp(T(KILN_I32, 4), 0, 3e9), "kiln_clamp", "3000000000", "i32");
+    ck_assert_ptr_nonnull(kiln_clamp(T(KILN_I64, 4), -3e9, 3e9));
+    ck_assert_ptr_nonnull(kiln_clamp(T(KILN_I32, 4), -3e9 - 0.5, 3e9 + 0.5)); /* fractional: promotes to f32 */
+    close_scope();
+}
+END_TEST
+
 START_TEST(test_clear_error_empties_message)
 {
     open_scope();
@@ -787,6 +806,27 @@ START_TEST(test_concat_size_overflow)
 }
 END_TEST
 
+/* Sizes near INT64_MAX: errors (or, for a split, one piece), never a
+ * signed overflow or a run of 2^31 steps. */
+START_TEST(test_operator_size_overflow)
+{
+    open_scope();
+    kiln_tensor *pieces[4];
+    ck_assert_int_eq(kiln_split(T(KILN_F32, 5, 3), INT64_MAX, 0, pieces, 4), 1);
+    ck_assert_int_eq(kiln_shape(pieces[0])[0], 5);
+    kiln_release(pieces[0]);
+    const int64_t huge[2] = {INT64_MAX, INT64_MAX};
+    EXPECT_NULL(kiln_pad(T(KILN_F32, 2, 3), 2, huge, KILN_PAD_CONSTANT, 0), "kiln_pad", "[2,3] f32", "2^59");
+    EXPECT_NULL(kiln_repeat(T(KILN_F32, 2, 3), 2, huge), "kiln_repeat", "[2,3] f32", "2^59");
+    EXPECT_NULL(kiln_repeat(T(KILN_F32, 0, 3), 2, huge), "kiln_repeat", "[0,3] f32", "2^59");
+    EXPECT_NULL(kiln_adaptive_avg_pool2d(T(KILN_F32, 1, 1, 5, 5), INT32_MAX, 1), "kiln_adaptive_avg_pool2d",
+                "2147483647x1", "65536");
+    EXPECT_NULL(kiln_adaptive_avg_pool2d(T(KILN_F32, 0, 1, INT64_C(1) << 50, 5), 65536, 7), "kiln_adaptive_avg_pool2d",
+                "[0,1,1125899906842624,5]");
+    close_scope();
+}
+END_TEST
+
 START_TEST(test_expand_size_overflow)
 {
     open_scope();
@@ -892,6 +932,7 @@ static Suite *errors_suite(void)
 
     TCase *overflow = tcase_create("shape arithmetic");
     tcase_add_test(overflow, test_concat_size_overflow);
+    tcase_add_test(overflow, test_operator_size_overflow);
     tcase_add_test(overflow, test_expand_size_overflow);
     tcase_add_test(overflow, test_broadcast_size_overflow);
     tcase_add_test(overflow, test_matmul_size_overflow);
@@ -901,6 +942,7 @@ static Suite *errors_suite(void)
     tcase_add_test(other, test_matmul_errors);
     tcase_add_test(other, test_softmax_errors);
     tcase_add_test(other, test_layer_norm_errors);
+    tcase_add_test(other, test_composite_operand_errors);
     tcase_add_test(other, test_assign_errors);
     suite_add_tcase(s, other);
 

@@ -283,7 +283,8 @@ KILN_API kiln_tensor *kiln_floor_divide(kiln_tensor *a, kiln_tensor *b);
 KILN_API kiln_tensor *kiln_atan2(kiln_tensor *a, kiln_tensor *b);
 /* minimum(maximum(a, lo), hi), promoting as the *_scalar forms do (so an
  * integer tensor with a fractional or infinite bound gives f32, as in
- * PyTorch); lo > hi gives hi, a NaN bound gives NaN. */
+ * PyTorch); lo > hi gives hi, a NaN bound gives NaN. A whole bound outside
+ * an i32 a's range is an error (PyTorch's overflow error), never wrapped. */
 KILN_API kiln_tensor *kiln_clamp(kiln_tensor *a, double lo, double hi);
 /* Logical ops on the truth of any dtype (nonzero, NaN included, is true),
  * broadcast, giving bool. */
@@ -574,7 +575,8 @@ KILN_API kiln_tensor *kiln_max_pool2d(kiln_tensor *x, const kiln_pool2d_params *
 /* Window means; integers become f32 first (PyTorch divides integers). */
 KILN_API kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, const kiln_pool2d_params *p);
 /* Means over out_h x out_w windows, window i of an axis of n spanning
- * [floor(i n / out), ceil((i + 1) n / out)); 1x1 is global pooling. */
+ * [floor(i n / out), ceil((i + 1) n / out)); 1x1 is global pooling. Each
+ * output size is 1 to 65536. */
 KILN_API kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
 /* 0.5 x (1 + erf(x / sqrt 2)): PyTorch's exact GELU. */
 KILN_API kiln_tensor *kiln_gelu_erf(kiln_tensor *a);

@@ -54,7 +54,7 @@ static bool check_softmax(const char *fn, const kiln_tensor *a, int axis)
 
 kiln_tensor *composite_float(kiln_tensor *a)
 {
-    return ir_dtype_is_float(a->dtype) ? a : kiln_cast(a, KILN_F32);
+    return !a || ir_dtype_is_float(a->dtype) ? a : kiln_cast(a, KILN_F32);
 }
 
 /* x less its maximum along axis, so that exp cannot overflow; an empty axis

@@ -350,7 +350,12 @@ kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, const kiln_pool2d_params *p)
 }
 
 /* x's means over the adaptive windows along axis (2 or 3) into out pieces:
- * window i spans [floor(i n / out), ceil((i + 1) n / out)). */
+ * window i spans [floor(i n / out), ceil((i + 1) n / out)). A piece is an
+ * op (a node when traced): out is at most ADAPTIVE_MAX_OUT, where 2^31
+ * pieces would run for hours, and n below INT64_MAX / out (an empty x's
+ * axis may be longer than any tensor's), so that (i + 1) n does not wrap. */
+enum { ADAPTIVE_MAX_OUT = 1 << 16 };
+
 static kiln_tensor *adaptive_mean(kiln_tensor *x, int axis, int64_t out)
 {
     int64_t n = x->shape[axis];
@@ -365,7 +370,7 @@ static kiln_tensor *adaptive_mean(kiln_tensor *x, int axis, int64_t out)
         int64_t start = i * n / out, stop = ((i + 1) * n + out - 1) / out;
         pieces[i] = kiln_mean(kiln_slice(x, axis, start, stop, 1), axis, true);
     }
-    kiln_tensor *joined = out > INT32_MAX ? NULL : kiln_concat(pieces, (int)out, axis);
+    kiln_tensor *joined = kiln_concat(pieces, (int)out, axis);
     free(pieces);
     return joined;
 }
@@ -377,9 +382,10 @@ kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out
     if (batched(fn, x, xs) < 0)
         return NULL;
     char d[DESCRIBE_MAX];
-    if (out_h < 1 || out_w < 1 || xs[2] < 1 || xs[3] < 1 || out_h > INT32_MAX || out_w > INT32_MAX) {
-        core_fail(CORE_SHAPE, fn, "cannot pool x %s to %lldx%lld (both sizes at least 1)", describe(d, x),
-                  (long long)out_h, (long long)out_w);
+    bool sizes = out_h >= 1 && out_w >= 1 && out_h <= ADAPTIVE_MAX_OUT && out_w <= ADAPTIVE_MAX_OUT;
+    if (!sizes || xs[2] < 1 || xs[3] < 1 || xs[2] >= INT64_MAX / out_h || xs[3] >= INT64_MAX / out_w) {
+        core_fail(CORE_SHAPE, fn, "cannot pool x %s to %lldx%lld (both sizes from 1 to %d)", describe(d, x),
+                  (long long)out_h, (long long)out_w, ADAPTIVE_MAX_OUT);
         return NULL;
     }
     composite_begin();

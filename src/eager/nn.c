@@ -139,9 +139,12 @@ kiln_tensor *kiln_layer_norm_axes(kiln_tensor *x, int k, kiln_tensor *gamma, kil
     merged[x->ndim - k] = size;
     composite_begin();
     /* The normalized axes merged into one: a layer norm over the last axis,
-     * one kernel when traced. */
-    kiln_tensor *y = kiln_layer_norm(kiln_reshape(x, x->ndim - k + 1, merged), flat_affine(gamma, k, last, size),
-                                     flat_affine(beta, k, last, size), eps);
+     * one kernel when traced. A gamma or beta that does not broadcast to
+     * them fails (as NULL, kiln_layer_norm would read it as none). */
+    kiln_tensor *g = flat_affine(gamma, k, last, size), *b = flat_affine(beta, k, last, size);
+    kiln_tensor *y = (gamma && !g) || (beta && !b)
+                         ? NULL
+                         : kiln_layer_norm(kiln_reshape(x, x->ndim - k + 1, merged), g, b, eps);
     return composite_end(fn, kiln_reshape(y, x->ndim, x->shape));
 }
 
@@ -212,9 +215,13 @@ static kiln_tensor *mean_over_labels(const char *fn, kiln_tensor *losses, kiln_t
     return kiln_div(total, kiln_sum(kept, KILN_ALL, false));
 }
 
-/* Runs loss on the batched form of a [C] / [] pair. */
-static void batched(kiln_tensor **logits, kiln_tensor **labels)
+/* Runs loss on the batched form of a [C] / [] pair, with labels that
+ * ignore_index compares with exactly: i32 labels are compared in their
+ * dtype, to which an ignore_index outside it would wrap (2^32 to 0). */
+static void batched(kiln_tensor **logits, kiln_tensor **labels, int64_t ignore_index)
 {
+    if ((*labels)->dtype == KILN_I32 && (ignore_index < INT32_MIN || ignore_index > INT32_MAX))
+        *labels = kiln_cast(*labels, KILN_I64);
     if ((*logits)->ndim == 2)
         return;
     int64_t row[2] = {1, (*logits)->shape[0]}, one = 1;
@@ -222,10 +229,9 @@ static void batched(kiln_tensor **logits, kiln_tensor **labels)
     *labels = kiln_reshape(*labels, 1, &one);
 }
 
-kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *labels, int64_t ignore_index,
-                                   double label_smoothing)
+static kiln_tensor *cross_entropy(const char *fn, kiln_tensor *logits, kiln_tensor *labels, int64_t ignore_index,
+                                  double label_smoothing)
 {
-    const char *fn = "kiln_cross_entropy";
     if (!check_classes(fn, logits, labels))
         return NULL;
     if (!(label_smoothing >= 0 && label_smoothing <= 1)) {
@@ -235,7 +241,9 @@ kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *labels, int
     if (check_labels(fn, labels, logits->shape[logits->ndim - 1], ignore_index) < 0)
         return NULL;
     composite_begin();
-    batched(&logits, &labels);
+    batched(&logits, &labels, ignore_index);
+    if (!logits || !labels)
+        return composite_end(fn, NULL);
     kiln_tensor *x = composite_float(logits);
     /* log-sum-exp shifted by the row's maximum, as log_softmax is */
     kiln_tensor *m = kiln_max(x, -1, true);
@@ -248,9 +256,15 @@ kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *labels, int
     return composite_end(fn, mean_over_labels(fn, loss, labels, ignore_index));
 }
 
+kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *labels, int64_t ignore_index,
+                                   double label_smoothing)
+{
+    return cross_entropy("kiln_cross_entropy_ex", logits, labels, ignore_index, label_smoothing);
+}
+
 kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *labels)
 {
-    return kiln_cross_entropy_ex(logits, labels, -100, 0);
+    return cross_entropy("kiln_cross_entropy", logits, labels, -100, 0);
 }
 
 kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *labels, int64_t ignore_index)
@@ -260,7 +274,9 @@ kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *labels, int64_t 
         check_labels(fn, labels, log_probs->shape[log_probs->ndim - 1], ignore_index) < 0)
         return NULL;
     composite_begin();
-    batched(&log_probs, &labels);
+    batched(&log_probs, &labels, ignore_index);
+    if (!log_probs || !labels)
+        return composite_end(fn, NULL);
     kiln_tensor *x = composite_float(log_probs);
     return composite_end(fn, mean_over_labels(fn, kiln_neg(picked(fn, x, labels, ignore_index)), labels, ignore_index));
 }

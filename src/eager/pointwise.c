@@ -10,9 +10,22 @@ static kiln_tensor *with_scalar(ir_op op, kiln_tensor *a, double value)
     return eager_scalar_op(op, ir_ops[op].name, a, value, false);
 }
 
+/* Whether bound can clamp a: a whole bound keeps an i32 a's dtype, so one
+ * outside its range would wrap (3e9 to -1294967296); refused, as PyTorch
+ * refuses it. (Every whole bound the *_scalar forms keep whole fits i64.) */
+static bool bound_fits(const kiln_tensor *a, double bound)
+{
+    bool whole = isfinite(bound) && bound == trunc(bound);
+    if (a->dtype != KILN_I32 || !whole || (bound >= INT32_MIN && bound <= INT32_MAX))
+        return true;
+    char d[DESCRIBE_MAX];
+    core_fail(CORE_VALUE, "kiln_clamp", "bound %.17g is outside the range of a %s", bound, describe(d, a));
+    return false;
+}
+
 kiln_tensor *kiln_clamp(kiln_tensor *a, double lo, double hi)
 {
-    if (!composite_check("kiln_clamp", a, 0, false))
+    if (!composite_check("kiln_clamp", a, 0, false) || !bound_fits(a, lo) || !bound_fits(a, hi))
         return NULL;
     composite_begin();
     return composite_end("kiln_clamp", kiln_minimum_scalar(kiln_maximum_scalar(a, lo), hi));

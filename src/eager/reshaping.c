@@ -92,13 +92,13 @@ int kiln_split(kiln_tensor *a, int64_t size, int axis, kiln_tensor **out, int ma
     if (check_operands(fn, 1, &a, (const char *const[]){"operand a"}) < 0 || check_axis(fn, axis, a, 0, &axis) < 0)
         return core_error_status();
     int64_t extent = a->shape[axis];
-    int64_t n = size > 0 ? (extent + size - 1) / size : -1;
-    n = n == 0 ? 1 : n; /* an empty axis is one empty piece, as in PyTorch */
+    /* an empty axis is one empty piece, as in PyTorch */
+    int64_t n = size <= 0 ? -1 : size >= extent ? 1 : (extent + size - 1) / size;
     char d[DESCRIBE_MAX];
     if (n < 0 || n > max_out)
         return core_fail(CORE_VALUE, fn, "pieces of %lld along axis %d of %s: %s", (long long)size, axis,
                          describe(d, a), n < 0 ? "the size must be positive" : "more than max_out");
-    int64_t one, *sizes = n > 1 ? malloc((size_t)n * sizeof *sizes) : &one;
+    int64_t one = extent, *sizes = n > 1 ? malloc((size_t)n * sizeof *sizes) : &one;
     if (!sizes)
         return core_fail_status(CORE_NOMEM, fn);
     for (int64_t i = 0; i < n; i++)
@@ -172,11 +172,12 @@ static int check_pad(const char *fn, const kiln_tensor *a, int n, const int64_t 
     for (int i = 0; i < n; i++) {
         int64_t extent = a->shape[a->ndim - 1 - i / 2];
         bool fits = mode == KILN_PAD_CONSTANT ? pads[i] >= -extent : pads[i] == 0 || (pads[i] > 0 && pads[i] < extent);
-        if (!fits)
+        if (!fits || pads[i] > IR_MAX_NUMEL)
             return core_fail(CORE_VALUE, fn, "pad %lld of axis %d of %s: %s", (long long)pads[i],
                              a->ndim - 1 - i / 2, describe(d, a),
-                             mode == KILN_PAD_CONSTANT ? "crops more than the axis has"
-                                                       : "reflect pads must be at least 0 and less than the axis");
+                             pads[i] > IR_MAX_NUMEL             ? "more than 2^59 elements"
+                             : mode == KILN_PAD_CONSTANT ? "crops more than the axis has"
+                                                         : "reflect pads must be at least 0 and less than the axis");
     }
     if (mode == KILN_PAD_CONSTANT)
         for (int i = 0; i + 1 < n; i += 2)
@@ -275,6 +276,11 @@ kiln_tensor *kiln_repeat(kiln_tensor *a, int n, const int64_t *reps)
     int m = 0;
     for (int i = 0; i < n; i++) {
         int64_t size = i < lead ? 1 : a->shape[i - lead];
+        if (size > 0 && reps[i] > IR_MAX_NUMEL / size) {
+            core_fail(CORE_SHAPE, fn, "%s repeated %lld times along axis %d of the result: more than 2^59 elements",
+                      describe(d, a), (long long)reps[i], i);
+            return NULL;
+        }
         final[i] = size * reps[i];
         if (i >= lead && reps[i] != 1) {
             split[m] = 1;
