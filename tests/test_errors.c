@@ -573,6 +573,21 @@ START_TEST(test_reduction_bad_axis)
 END_TEST
 
 /* max and min refuse empty axes; an empty result over a non-empty axis is fine. */
+/* An op of one axis given a set (KILN_AXES) says so, rather than print the
+ * set's bits as an axis; an op that fails inside itself (max over a set of
+ * axes reduces them merged) names itself once. */
+START_TEST(test_axis_set_where_one_axis)
+{
+    open_scope();
+    kiln_tensor *values = NULL, *indices = NULL;
+    EXPECT_NULL(kiln_cumsum(T(KILN_F32, 2, 3), KILN_AXES(0, 1)), "kiln_cumsum", "KILN_AXES", "[2,3] f32");
+    EXPECT_NEG(kiln_topk(T(KILN_F32, 2, 3), 1, KILN_AXES(0, 1), false, &values, &indices), "kiln_topk", "KILN_AXES");
+    EXPECT_NULL(kiln_max(T(KILN_F32, 2, 0, 4), KILN_AXES(1, 2), false), "kiln_max", "empty axis");
+    ck_assert_msg(!strstr(kiln_last_error(), "kiln_max: kiln_max"), "\"%s\" names kiln_max twice", kiln_last_error());
+    close_scope();
+}
+END_TEST
+
 START_TEST(test_max_min_empty_axis)
 {
     open_scope();
@@ -917,6 +932,7 @@ static Suite *errors_suite(void)
     TCase *reduce = tcase_create("reductions");
     tcase_add_loop_test(reduce, test_reduction_bad_axis, 0, COUNT(reductions));
     tcase_add_test(reduce, test_max_min_empty_axis);
+    tcase_add_test(reduce, test_axis_set_where_one_axis);
     suite_add_tcase(s, reduce);
 
     TCase *movement = tcase_create("movement");

@@ -10,12 +10,17 @@ void composite_begin(void)
     core_steps_begin();
 }
 
+/* fn's error with the inner op's message, which names fn already where a
+ * step was fn itself (kiln_max over several axes, kiln_pad's own copy). */
 kiln_tensor *composite_end(const char *fn, kiln_tensor *result)
 {
     core_steps_end();
     if (!result) {
         char inner[1024];
-        snprintf(inner, sizeof inner, "%s", kiln_last_error());
+        size_t named = strlen(fn);
+        const char *text = kiln_last_error();
+        bool names_fn = !strncmp(text, fn, named) && !strncmp(text + named, ": ", 2);
+        snprintf(inner, sizeof inner, "%s", names_fn ? text + named + 2 : text);
         kiln_scope_end();
         core_fail(CORE_VALUE, fn, "%s", inner);
         return NULL;

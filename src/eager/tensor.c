@@ -545,6 +545,9 @@ int check_axis(const char *fn, int axis, const kiln_tensor *t, int extra, int *r
     if (axis == KILN_ALL)
         return core_fail(CORE_AXIS, fn, "axis KILN_ALL is not accepted here (operand %s)",
                          describe(d, t));
+    if (eager_is_axes(axis))
+        return core_fail(CORE_AXIS, fn, "a set of axes (KILN_AXES) is not accepted here (operand %s)",
+                         describe(d, t));
     if (axis < -ndim || axis >= ndim)
         return core_fail(CORE_AXIS, fn, "axis %d is out of range for %s", axis, describe(d, t));
     *resolved = axis < 0 ? axis + ndim : axis;
