@@ -608,7 +608,7 @@ START_TEST(bad_arguments)
     ck_assert_kiln_error("kiln_backward", "outputs");
     kiln_clear_error();
     ck_assert_int_lt(kiln_backward_with(&x, NULL, 0), 0);
-    ck_assert_kiln_error("kiln_backward", "at least one output");
+    ck_assert_kiln_error("kiln_backward_with", "at least one output");
     kiln_clear_error();
     ck_assert(!kiln_needs_grad(NULL));
     kiln_tensor *ints = kiln_arange(0, 3, 1, KILN_I32), *params[2] = {x, ints};
@@ -618,6 +618,9 @@ START_TEST(bad_arguments)
     kiln_clear_error();
     ck_assert_ptr_null(kiln_sgd(params, 2, 0.1, 0, 0, false));
     ck_assert_kiln_error("kiln_sgd", "params[1] [3] i32 is not a float leaf");
+    kiln_clear_error();
+    ck_assert_ptr_null(kiln_adamw((kiln_tensor *[]){x, x}, 2, 1e-3, 0.9, 0.999, 1e-8, 0));
+    ck_assert_kiln_error("kiln_adamw", "params[0] and params[1] are the same tensor");
     kiln_clear_error();
     ck_assert_ptr_null(kiln_sgd(params, 1, -0.1, 0, 0, false));
     ck_assert_kiln_error("kiln_sgd", "lr -0.1");

@@ -1,6 +1,9 @@
 /* Files and printing: .npy against numpy's files, .safetensors against a
  * scripted file, kiln_fprint against PyTorch's text (tests/data/make_*.py). */
 #include <errno.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_common.h"
@@ -221,6 +224,45 @@ START_TEST(test_npy_preamble_errors)
     kiln_clear_error();
     ck_assert_int_lt(kiln_save_npy(tmp_path("x.npy"), NULL), 0);
     ck_assert_kiln_error("kiln_save_npy", "NULL");
+}
+END_TEST
+
+/* Reading a FIFO would block forever, and writing would put a file in its
+ * place (or in a device's): both refused, naming what is there. A save that
+ * fails (past RLIMIT_FSIZE) leaves the file it would have replaced as it
+ * was, where it once truncated and then removed it. A save that succeeds
+ * clears an earlier error, as every call that succeeds does. */
+START_TEST(test_files_that_are_not_files)
+{
+    kiln_tensor *t = kiln_ones(KILN_F32, 1, (int64_t[]){100000});
+    ck_assert_int_eq(mkfifo(tmp_path("fifo"), 0600), 0);
+    ck_assert_ptr_null(kiln_load_npy(tmp_path("fifo")));
+    ck_assert_kiln_error("kiln_load_npy", "fifo", "a FIFO");
+    kiln_named_tensor *named = NULL;
+    ck_assert_int_lt(kiln_load_safetensors(tmp_path("fifo"), NULL, 0, &named), 0);
+    ck_assert_kiln_error("kiln_load_safetensors", "fifo", "a FIFO");
+    ck_assert_int_lt(kiln_save_npy(tmp_path("fifo"), t), 0);
+    ck_assert_kiln_error("kiln_save_npy", "fifo", "a FIFO");
+    struct stat st;
+    ck_assert(stat(tmp_path("fifo"), &st) == 0 && S_ISFIFO(st.st_mode));
+
+    ck_assert_int_eq(kiln_save_npy(tmp_path("kept.npy"), kiln_ones(KILN_F32, 1, (int64_t[]){3})), 0);
+    struct rlimit old, small = {4096, 4096};
+    getrlimit(RLIMIT_FSIZE, &old);
+    small.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &small);
+    int status = kiln_save_npy(tmp_path("kept.npy"), t);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_DFL);
+    ck_assert_int_lt(status, 0);
+    ck_assert_kiln_error("kiln_save_npy", "kept.npy");
+    kiln_tensor *kept = kiln_load_npy(tmp_path("kept.npy"));
+    ck_assert_msg(kept && kiln_numel(kept) == 3, "the old file is gone: %s", kiln_last_error());
+
+    kiln_add(NULL, NULL);
+    ck_assert_int_eq(kiln_save_npy(tmp_path("kept.npy"), t), 0);
+    ck_assert_str_eq(kiln_last_error(), "");
 }
 END_TEST
 
@@ -466,6 +508,7 @@ static Suite *io_suite(void)
     tcase_add_test(npy, test_npy_round_trips);
     tcase_add_test(npy, test_npy_malformed_files_name_the_byte);
     tcase_add_test(npy, test_npy_preamble_errors);
+    tcase_add_test(npy, test_files_that_are_not_files);
     suite_add_tcase(s, npy);
     TCase *st = tcase_create("safetensors");
     tcase_add_checked_fixture(st, setup, teardown);

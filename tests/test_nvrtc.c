@@ -221,6 +221,8 @@ START_TEST(test_errors_name_the_problem)
     ck_assert_msg(strstr(err, "cannot compile for sm_1") && strstr(err, "supports sm_"), "%s", err);
     ck_assert_int_lt(nvrtc_target("cuda:90", arch, sizeof arch, err, sizeof err), 0);
     ck_assert_msg(strstr(err, "is not a CUDA target"), "%s", err);
+    ck_assert_int_lt(nvrtc_target("cuda:sm_4294967386", arch, sizeof arch, err, sizeof err), 0); /* not sm_90 */
+    ck_assert_msg(strstr(err, "is not a CUDA target"), "%s", err);
     ck_assert_int_eq(nvrtc_target("cuda:sm_90", arch, sizeof arch, err, sizeof err), 0);
     ck_assert_str_eq(arch, "sm_90");
     /* NVRTC's own log reaches the message. */

@@ -3,6 +3,7 @@
  * undefined values, huge dims, unsupported ops, attributes and dtypes) give
  * errors naming the node and op; random programs exported and loaded back
  * give what they gave (and, where python3-onnx is, pass onnx.checker). */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "onnx/onnx.h"
@@ -523,6 +524,35 @@ static const char *resize_model(void)
     return save(&m, "resize.onnx");
 }
 
+/* y = x [1, 1, 2, 3] resized by scales: the model's file. */
+static const char *resize_by(const float scales[4], const char *file)
+{
+    static const int64_t in_shape[4] = {1, 1, 2, 3}, four = 4;
+    model m;
+    model_init(&m);
+    add_node(&m, "Resize", "up", "x - scales", "y");
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, in_shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL);
+    add_floats(&m, "scales", 1, &four, scales, 4);
+    return save(&m, file);
+}
+
+/* A scale that gives no size (NaN, negative, past 2^59 elements) fails the
+ * call naming it, where it was converted to an integer (undefined). */
+START_TEST(test_resize_scales_that_give_no_size)
+{
+    const float scales[3][4] = {{1, 1, 1e30f, 2}, {1, 1, NAN, 2}, {1, 1, -2, 2}};
+    kiln_tensor *x = kiln_ones(KILN_F32, 4, (int64_t[]){1, 1, 2, 3}), *y = NULL;
+    for (int i = 0; i < 3; i++) {
+        kiln_fn *f = kiln_onnx_load(resize_by(scales[i], "scaled.onnx"), NULL);
+        ck_assert_msg(f != NULL, "%s", kiln_last_error());
+        ck_assert_int_lt(kiln_call(f, &x, &y), 0);
+        ck_assert_kiln_error("Resize", "scale", "gives no size");
+        kiln_fn_free(f);
+    }
+}
+END_TEST
+
 /* The CUDA copy of initializer name f's model keeps, or NULL. */
 static const kiln_tensor *cuda_constant(const kiln_fn *f, const char *name)
 {
@@ -914,6 +944,20 @@ START_TEST(test_export_refuses)
     ck_assert_kiln_error("kiln_onnx_export", "dynamic");
     ck_assert_int_lt(kiln_onnx_export(NULL, &spec, tmp_path("null.onnx")), 0);
     ck_assert_kiln_error("kiln_onnx_export", "f");
+    /* specs kiln has no tensor for are refused before anything is traced */
+    const kiln_spec bad[] = {{42, 1, {4}, KILN_CPU, 0},      {KILN_F32, 100, {4}, KILN_CPU, 0},
+                             {KILN_F32, -3, {4}, KILN_CPU, 0}, {KILN_F32, 1, {-7}, KILN_CPU, 0},
+                             {KILN_F32, 3, {INT64_C(1) << 40, INT64_C(1) << 40, INT64_C(1) << 40}, KILN_CPU, 0},
+                             {KILN_F32, 1, {4}, 7, 0}};
+    for (int i = 0; i < (int)(sizeof bad / sizeof *bad); i++) {
+        kiln_clear_error();
+        ck_assert_int_lt(kiln_onnx_export(f, &bad[i], tmp_path("bad.onnx")), 0);
+        ck_assert_kiln_error("kiln_onnx_export", "spec 0");
+    }
+    ck_assert_int_eq(mkfifo(tmp_path("fifo.onnx"), 0600), 0);
+    spec.dynamic = 0;
+    ck_assert_int_lt(kiln_onnx_export(f, &spec, tmp_path("fifo.onnx")), 0);
+    ck_assert_kiln_error("kiln_onnx_export", "fifo.onnx", "a FIFO");
     kiln_fn_free(f);
 }
 END_TEST
@@ -946,6 +990,7 @@ static Suite *onnx_suite(void)
     tcase_add_test(load, test_default_io_names);
     tcase_add_test(load, test_shape_arithmetic_folds);
     tcase_add_test(load, test_garbage_and_wrong_types);
+    tcase_add_test(load, test_resize_scales_that_give_no_size);
     tcase_add_test(load, test_truncated_and_mutated);
     tcase_add_test(load, test_cycle);
     tcase_add_test(load, test_undefined_values);

@@ -218,11 +218,14 @@ KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
 
 /* The array in a numpy .npy file (versions 1.0 to 3.0; C or Fortran order;
  * any byte order) of dtype f4, f8, i4, i8 or b1, as a new contiguous tensor.
- * A file kiln cannot read is an error naming the byte where it went wrong. */
+ * A file kiln cannot read is an error naming the byte where it went wrong;
+ * so is a path that is not a regular file (a FIFO is never waited on). */
 KILN_API kiln_tensor *kiln_load_npy(const char *path);
 /* Writes t (any layout or device) to path as numpy 1.24's np.save would: a
  * version 1.0 header, C order, little-endian. 0, or negative with the error
- * set (a partly written file is removed). */
+ * set. The file is written whole under a new name and renamed into place, so
+ * a failed save leaves what was at path as it was; a link at path is
+ * replaced, not written through; a FIFO or device there is refused. */
 KILN_API int kiln_save_npy(const char *path, const kiln_tensor *t);
 
 /* A tensor and its name, as kiln_load_safetensors returns them. */

@@ -148,20 +148,22 @@ const char *nvrtc_codegen_version(void)
 
 int nvrtc_target(const char *name, char *arch, size_t arch_size, char *err, size_t err_size)
 {
-    int number = 0, used = 0;
-    if (strncmp(name, "cuda:sm_", 8) != 0 || sscanf(name + 8, "%d%n", &number, &used) != 1 || name[8 + used] ||
-        number <= 0) {
+    char *end = NULL;
+    bool prefixed = strncmp(name, "cuda:sm_", 8) == 0;
+    long number = prefixed && name[8] >= '0' && name[8] <= '9' ? strtol(name + 8, &end, 10) : 0;
+    if (!prefixed || !end || *end || number <= 0 || number > 10000) { /* sm_4294967386 must not wrap to sm_90 */
         snprintf(err, err_size, "\"%.100s\" is not a CUDA target (\"cuda:sm_<major><minor>\", e.g. cuda:sm_90)", name);
         return -1;
     }
     if (!started(err, err_size))
         return -1;
+    int sm = (int)number;
     for (int i = 0; i < nv.n_archs; i++)
-        if (nv.archs[i] == number) {
-            snprintf(arch, arch_size, "sm_%d", number);
+        if (nv.archs[i] == sm) {
+            snprintf(arch, arch_size, "sm_%d", sm);
             return 0;
         }
-    snprintf(err, err_size, "%s cannot compile for sm_%d (it supports sm_%d to sm_%d)", nv.version, number,
+    snprintf(err, err_size, "%s cannot compile for sm_%d (it supports sm_%d to sm_%d)", nv.version, sm,
              nv.n_archs ? nv.archs[0] : 0, nv.n_archs ? nv.archs[nv.n_archs - 1] : 0);
     return -1;
 }

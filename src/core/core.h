@@ -143,10 +143,18 @@ int64_t core_env_int(const char *name, int64_t fallback);
  * RLIMIT_FSIZE allows fail with EFBIG before anything is created (writing
  * them would raise SIGXFSZ). 0, or -1 with errno and nothing left behind. */
 int core_write_file(const char *path, const void *bytes, size_t size, mode_t mode);
+/* core_write_file of n parts, one after the other. */
+int core_write_parts(const char *path, int n, const void *const *parts, const size_t *sizes, mode_t mode);
+/* fn's error, and -1, unless path is absent, a file or a link: what
+ * core_write_* would replace with a file there (a device, a FIFO), which a
+ * user's path (kiln_save_npy's, an export's) never names on purpose. */
+int core_check_writable(const char *fn, const char *path);
 /* Opens path for reading only if it is a regular file, never blocking on a
  * FIFO or a device: the descriptor with *st filled, or -1 with errno and
  * st->st_mode 0 when it cannot be opened, else the mode of what is there. */
 int core_open_regular(const char *path, struct stat *st);
+/* core_open_regular, failing with fn's error naming path and what it is. */
+int core_open_regular_for(const char *fn, const char *path, struct stat *st);
 /* What mode is, for messages: "a FIFO", "a directory", ... */
 const char *core_file_kind(mode_t mode);
 /* Reads up to size bytes at offset at, retrying short reads: the bytes read

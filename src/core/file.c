@@ -73,6 +73,14 @@ static bool fits_size_limit(size_t size)
 
 int core_write_file(const char *path, const void *bytes, size_t size, mode_t mode)
 {
+    return core_write_parts(path, 1, &bytes, &size, mode);
+}
+
+int core_write_parts(const char *path, int n, const void *const *parts, const size_t *sizes, mode_t mode)
+{
+    size_t size = 0;
+    for (int i = 0; i < n; i++)
+        size += sizes[i];
     if (!fits_size_limit(size)) {
         errno = EFBIG;
         return -1;
@@ -84,7 +92,9 @@ int core_write_file(const char *path, const void *bytes, size_t size, mode_t mod
         return -1;
     }
     int fd = create_temp(path, mode, temp, temp_size);
-    int status = fd < 0 ? -1 : write_all(fd, bytes, size);
+    int status = fd < 0 ? -1 : 0;
+    for (int i = 0; status == 0 && i < n; i++)
+        status = write_all(fd, parts[i], sizes[i]);
     int saved = errno;
     if (fd >= 0 && close(fd) < 0 && status == 0) {
         status = -1;

@@ -563,9 +563,8 @@ static int seed_all(kiln_tensor *const *outputs, kiln_tensor *const *grads, int 
     return status;
 }
 
-int kiln_backward_with(kiln_tensor *const *outputs, kiln_tensor *const *grads, int n)
+static int backward(const char *fn, kiln_tensor *const *outputs, kiln_tensor *const *grads, int n)
 {
-    const char *fn = "kiln_backward";
     if (check_outputs(fn, outputs, grads, n) < 0)
         return -1;
     node_list order = {0};
@@ -598,7 +597,12 @@ int kiln_backward(kiln_tensor *loss)
         return core_fail(CORE_SHAPE, "kiln_backward", "loss %s is not 0-d: reduce it (kiln_sum, kiln_mean) "
                          "or seed it with kiln_backward_with", describe(d, loss));
     }
-    return kiln_backward_with(&loss, NULL, 1);
+    return backward("kiln_backward", &loss, NULL, 1);
+}
+
+int kiln_backward_with(kiln_tensor *const *outputs, kiln_tensor *const *grads, int n)
+{
+    return backward("kiln_backward_with", outputs, grads, n);
 }
 
 int kiln_requires_grad(kiln_tensor *t, bool on)

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "eager/internal.h"
 
@@ -318,9 +319,14 @@ kiln_tensor *kiln_load_npy(const char *path)
         core_fail_null_arg(c.fn, "path");
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
+    struct stat st;
+    int fd = core_open_regular_for(c.fn, path, &st);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
-        core_fail(CORE_IO, c.fn, "cannot open '%s': %s", path, strerror(errno));
+        if (fd >= 0) {
+            core_fail(CORE_IO, c.fn, "cannot open '%s': %s", path, strerror(errno));
+            close(fd);
+        }
         return NULL;
     }
     char *text = NULL;
@@ -388,25 +394,22 @@ int kiln_save_npy(const char *path, const kiln_tensor *t)
         return core_fail_null_arg(fn, "path");
     if (t->trace)
         return fail_read_tracer(fn, t);
+    if (core_check_writable(fn, path) < 0)
+        return core_error_status();
     char header[512];
     int header_len = format_header(t, header, sizeof header);
     kiln_tensor *data = host_contiguous(fn, t);
     if (!data)
         return core_error_pending() ? -CORE_DEVICE : -CORE_NOMEM;
-    FILE *f = fopen(path, "wb");
-    int status = 0;
-    if (!f) {
-        status = core_fail(CORE_IO, fn, "cannot create '%s': %s", path, strerror(errno));
-    } else {
-        size_t bytes = (size_t)data->numel * eager_dtype_size(data->dtype);
-        bool written = fwrite(header, 1, (size_t)header_len, f) == (size_t)header_len &&
-                       (!bytes || fwrite(eager_data(data), 1, bytes, f) == bytes);
-        written &= fclose(f) == 0;
-        if (!written) {
-            status = core_fail(CORE_IO, fn, "cannot write '%s': %s", path, strerror(errno));
-            remove(path);
-        }
-    }
+    /* written whole under a fresh name and renamed: a failed save leaves
+     * what was at path as it was */
+    const void *parts[2] = {header, eager_data(data)};
+    size_t sizes[2] = {(size_t)header_len, (size_t)data->numel * eager_dtype_size(data->dtype)};
+    int status = core_write_parts(path, 2, parts, sizes, 0666) < 0
+                     ? core_fail(CORE_IO, fn, "cannot write '%s': %s", path, strerror(errno))
+                     : 0;
     kiln_release(data);
+    if (status == 0)
+        core_succeeded();
     return status;
 }

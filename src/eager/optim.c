@@ -46,6 +46,9 @@ static int check_params(const char *fn, kiln_tensor *const *params, int n)
             return core_fail(CORE_VALUE, fn, "%s %s is not a float leaf", what, describe(d, params[i]));
         if (params[i]->device != params[0]->device)
             return core_fail(CORE_DEVICE, fn, "params[0] and %s are on different devices", what);
+        for (int j = 0; j < i; j++) /* it would take two steps a call */
+            if (params[j] == params[i])
+                return core_fail(CORE_VALUE, fn, "params[%d] and %s are the same tensor", j, what);
     }
     return 0;
 }

@@ -230,7 +230,10 @@ static int write_text(const char *fn, FILE *f, strbuf *text)
         return core_fail(CORE_NOMEM, fn, "out of memory formatting the tensor");
     bool written = fputs(s, f) >= 0 && fflush(f) == 0;
     free(s);
-    return written ? 0 : core_fail(CORE_VALUE, fn, "cannot write to the stream");
+    if (!written)
+        return core_fail(CORE_VALUE, fn, "cannot write to the stream");
+    core_succeeded();
+    return 0;
 }
 
 static int print_to(const char *fn, FILE *f, const kiln_tensor *t)

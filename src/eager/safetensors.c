@@ -552,14 +552,10 @@ int kiln_load_safetensors(const char *path, const char *const *names, int n, kil
     *out = NULL;
     if (names && n < 0)
         return core_fail(CORE_VALUE, p.fn, "n is %d", n);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        int status = core_fail(CORE_IO, p.fn, "cannot open '%s': %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return status;
-    }
+    int fd = core_open_regular_for(p.fn, path, &st);
+    if (fd < 0)
+        return core_error_status();
     size_t size = (size_t)st.st_size;
     void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
@@ -568,6 +564,8 @@ int kiln_load_safetensors(const char *path, const char *const *names, int n, kil
     int status = load_mapped(&p, map, size, names, n, out);
     if (map)
         munmap(map, size);
+    if (status == 0)
+        core_succeeded();
     for (int i = 0; i < p.n; i++)
         free(p.entries[i].name);
     free(p.entries);

@@ -618,6 +618,8 @@ int kiln_onnx_export(kiln_fn *f, const kiln_spec *in, const char *path)
     kiln_fn_arity(f, &n_in, NULL);
     if (!in && n_in)
         return core_fail_null(export_fn, "in");
+    if (jit_check_specs(export_fn, f, in) < 0 || core_check_writable(export_fn, path) < 0)
+        return core_error_status();
     for (int i = 0; i < n_in; i++)
         if (in[i].dynamic)
             return core_fail(CORE_UNSUPPORTED, export_fn, "spec %d marks axes dynamic; export a spec of fixed sizes",

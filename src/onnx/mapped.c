@@ -153,12 +153,9 @@ static bool strip(skeleton *s, const uint8_t *p, const uint8_t *end, int level)
 static int map_file(const char *fn, const char *path, onnx_mapped *mf)
 {
     struct stat st;
-    int fd = core_open_regular(path, &st);
-    if (fd < 0) {
-        if (st.st_mode)
-            return core_fail(CORE_IO, fn, "'%s' is %s, not a regular file", path, core_file_kind(st.st_mode));
-        return core_fail(CORE_IO, fn, "cannot open '%s': %s", path, strerror(errno));
-    }
+    int fd = core_open_regular_for(fn, path, &st);
+    if (fd < 0)
+        return core_error_status();
     /* protobuf messages are at most 2 GiB */
     if (st.st_size > INT32_MAX) {
         close(fd);

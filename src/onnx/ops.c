@@ -985,10 +985,14 @@ static int run_resize(onnx_call *c)
     if (n < 0)
         return n;
     for (int d = 0; d < nd; d++) {
+        double size = floor((double)shape[d] * scales[d]);
+        if (!by_sizes && !(size >= 0 && size <= (double)IR_MAX_NUMEL)) /* a NaN, negative or huge scale */
+            return onnx_fail(c, CORE_VALUE, "scale %g of axis %d of size %lld gives no size", scales[d], d,
+                             (long long)shape[d]);
         if (by_sizes)
             scales[d] = (double)sizes[d] / (double)shape[d];
         else
-            sizes[d] = (int64_t)floor((double)shape[d] * scales[d]);
+            sizes[d] = (int64_t)size;
     }
     return resize(c, &r, scales, sizes);
 }
@@ -1680,6 +1684,9 @@ static int run_pad(onnx_call *c)
     int nd = kiln_ndim(x);
     if (n != 2 * nd)
         return onnx_fail(c, CORE_VALUE, "pads has %d entries for %d dimensions", n, nd);
+    for (int i = 0; i < n; i++)
+        if (pads[i] < -IR_MAX_NUMEL || pads[i] > IR_MAX_NUMEL)
+            return onnx_fail(c, CORE_VALUE, "pad %lld is past 2^59 elements", (long long)pads[i]);
     kiln_tensor *y = same(x);
     for (int d = 0; d < nd && y; d++) {
         int64_t before = pads[d], after = pads[d + nd], size = kiln_shape(y)[d];
@@ -1715,6 +1722,9 @@ static int block_move(onnx_call *c, bool to_space)
         return onnx_fail(c, CORE_SHAPE, "needs a 4-d input and a positive blocksize");
     const int64_t *s = kiln_shape(x);
     int64_t n = s[0], ch = s[1], h = s[2], w = s[3];
+    if (b > (INT64_C(1) << 29) || h > IR_MAX_NUMEL / b || w > IR_MAX_NUMEL / b) /* b b, h b and w b must not wrap */
+        return onnx_fail(c, CORE_SHAPE, "blocksize %lld is too large for [%lld,%lld,%lld,%lld]", (long long)b,
+                         (long long)n, (long long)ch, (long long)h, (long long)w);
     bool crd = to_space && !strcmp(attr_string(c, "mode", "DCR", buf, sizeof buf), "CRD");
     if ((to_space ? ch % (b * b) : h % b || w % b) != 0)
         return onnx_fail(c, CORE_SHAPE, "sizes [%lld,%lld,%lld,%lld] do not divide by blocksize %lld", (long long)n,

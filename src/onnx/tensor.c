@@ -45,14 +45,9 @@ const char *onnx_type_name(int32_t onnx_type)
 uint8_t *onnx_read_file(const char *fn, const char *path, size_t *size)
 {
     struct stat st;
-    int fd = core_open_regular(path, &st);
-    if (fd < 0) {
-        if (st.st_mode)
-            core_fail(CORE_IO, fn, "'%s' is %s, not a regular file", path, core_file_kind(st.st_mode));
-        else
-            core_fail(CORE_IO, fn, "cannot open '%s': %s", path, strerror(errno));
+    int fd = core_open_regular_for(fn, path, &st);
+    if (fd < 0)
         return NULL;
-    }
     /* protobuf messages are at most 2 GiB */
     if (st.st_size > INT32_MAX) {
         close(fd);

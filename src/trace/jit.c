@@ -1098,6 +1098,7 @@ int kiln_mark_dynamic(kiln_spec *spec, int axis)
     if (spec->ndim < 0 || spec->ndim > KILN_MAX_DIMS || resolved < 0 || resolved >= spec->ndim)
         return core_fail(CORE_VALUE, "kiln_mark_dynamic", "axis %d of a spec of %d dimensions", axis, spec->ndim);
     spec->dynamic |= 1u << resolved;
+    core_succeeded();
     return 0;
 }
 
@@ -1306,8 +1307,8 @@ const char *kiln_fn_io_name(const kiln_fn *f, bool output, int i)
         return NULL;
     }
     if (i < 0 || i >= (output ? f->n_out : f->n_in)) {
-        core_fail(CORE_VALUE, "kiln_fn_io_name", "'%s' has %d %s, not %d", f->name, output ? f->n_out : f->n_in,
-                  output ? "outputs" : "inputs", i + 1);
+        core_fail(CORE_VALUE, "kiln_fn_io_name", "'%s' has %d %s, no %s %d", f->name, output ? f->n_out : f->n_in,
+                  output ? "outputs" : "inputs", output ? "output" : "input", i);
         return NULL;
     }
     kiln_fn *mut = (kiln_fn *)f; /* the default names are made once, on first ask */
@@ -1318,23 +1319,31 @@ const char *kiln_fn_io_name(const kiln_fn *f, bool output, int i)
     return name;
 }
 
-static int check_spec(const kiln_spec *s, int i)
+static int check_spec(const char *fn, const kiln_spec *s, int i)
 {
     if ((unsigned)s->dtype > KILN_BOOL || s->ndim < 0 || s->ndim > KILN_MAX_DIMS ||
         (s->device != KILN_CPU && s->device != KILN_CUDA))
-        return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d: dtype %d, ndim %d, device %d",
+        return core_fail(CORE_VALUE, fn, "spec %d: dtype %d, ndim %d, device %d",
                          i, (int)s->dtype, s->ndim, (int)s->device);
     if (s->ndim < 32 && s->dynamic >> s->ndim)
-        return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d marks axes past its %d dimensions dynamic "
+        return core_fail(CORE_VALUE, fn, "spec %d marks axes past its %d dimensions dynamic "
                          "(mask 0x%x)", i, s->ndim, s->dynamic);
     int64_t nonzero = 1;
     for (int d = 0; d < s->ndim; d++) {
         if (s->shape[d] < 0)
-            return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d has a negative size", i);
+            return core_fail(CORE_VALUE, fn, "spec %d has a negative size", i);
         if (s->shape[d] > 0 && nonzero > (INT64_C(1) << 59) / s->shape[d])
-            return core_fail(CORE_VALUE, "kiln_fn_precompile", "spec %d has too many elements", i);
+            return core_fail(CORE_VALUE, fn, "spec %d has too many elements", i);
         nonzero *= s->shape[d] > 0 ? s->shape[d] : 1;
     }
+    return 0;
+}
+
+int jit_check_specs(const char *fn, const kiln_fn *f, const kiln_spec *in)
+{
+    for (int i = 0; i < f->n_in; i++)
+        if (check_spec(fn, &in[i], i) < 0)
+            return -CORE_VALUE;
     return 0;
 }
 
@@ -1403,9 +1412,8 @@ int kiln_fn_precompile(kiln_fn *f, const kiln_spec *in, const char *target)
 {
     if (!f || (!in && f->n_in > 0) || !target)
         return core_fail_null("kiln_fn_precompile", !f ? "f" : !target ? "target" : "in");
-    for (int i = 0; i < f->n_in; i++)
-        if (check_spec(&in[i], i) < 0)
-            return -CORE_VALUE;
+    if (jit_check_specs("kiln_fn_precompile", f, in) < 0)
+        return -CORE_VALUE;
     char why[512];
     if (!strcmp(target, "host")) {
         int status = 0;

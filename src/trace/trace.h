@@ -134,5 +134,9 @@ const char *jit_name(const kiln_fn *f);
  * optimised as a specialization would be: the graph and its captures
  * (references held, eager_hold's: drop them with eager_unhold) in *out. 0, or a negative status with the error set. */
 int jit_trace_graph(kiln_fn *f, const kiln_spec *sig, ir_graph **out, kiln_tensor ***captures, int *n_captures);
+/* fn's error, and a negative status, unless every one of f's input specs
+ * in is sound: a dtype and a device kiln has, 0 to KILN_MAX_DIMS sizes, none
+ * negative, at most 2^59 elements, dynamic axes among them. */
+int jit_check_specs(const char *fn, const kiln_fn *f, const kiln_spec *in);
 
 #endif
