@@ -572,7 +572,6 @@ START_TEST(test_reduction_bad_axis)
 }
 END_TEST
 
-/* max and min refuse empty axes; an empty result over a non-empty axis is fine. */
 /* An op of one axis given a set (KILN_AXES) says so, rather than print the
  * set's bits as an axis; an op that fails inside itself (max over a set of
  * axes reduces them merged) names itself once. */
@@ -588,6 +587,7 @@ START_TEST(test_axis_set_where_one_axis)
 }
 END_TEST
 
+/* max and min refuse empty axes; an empty result over a non-empty axis is fine. */
 START_TEST(test_max_min_empty_axis)
 {
     open_scope();

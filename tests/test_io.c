@@ -263,6 +263,21 @@ START_TEST(test_files_that_are_not_files)
     kiln_add(NULL, NULL);
     ck_assert_int_eq(kiln_save_npy(tmp_path("kept.npy"), t), 0);
     ck_assert_str_eq(kiln_last_error(), "");
+    kiln_add(NULL, NULL);
+    kiln_named_tensor *all = NULL;
+    int n = kiln_load_safetensors(data_path("tensors.safetensors"), (const char *[]){"weight"}, 1, &all);
+    ck_assert_int_eq(n, 1);
+    kiln_free_named_tensors(all, n);
+    ck_assert_str_eq(kiln_last_error(), "");
+    kiln_add(NULL, NULL);
+    FILE *sink = fopen("/dev/null", "w");
+    ck_assert_int_eq(kiln_fprint(sink, kept), 0);
+    fclose(sink);
+    ck_assert_str_eq(kiln_last_error(), "");
+    kiln_add(NULL, NULL);
+    kiln_spec spec = {KILN_F32, 2, {3, 4}, KILN_CPU, 0};
+    ck_assert_int_eq(kiln_mark_dynamic(&spec, 1), 0);
+    ck_assert_str_eq(kiln_last_error(), "");
 }
 END_TEST
 

@@ -537,6 +537,62 @@ static const char *resize_by(const float scales[4], const char *file)
     return save(&m, file);
 }
 
+/* An i64 initializer of n values, shape [n] (the values borrowed). */
+static void add_int64s(model *m, const char *name, const int64_t *n, const int64_t *values)
+{
+    add_floats(m, name, 1, n, (const float *)values, 2 * (size_t)*n);
+    use_raw_data(m);
+    m->init_ptrs[m->n_inits - 1]->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+}
+
+/* One node of op on x of shape [4] (operands "x" and maybe "k", an i64
+ * initializer; an int attribute name = v unless name is NULL) into y. */
+static const char *one_node(const char *op, const char *ins, const int64_t shape[4], const int64_t *n_k,
+                            const int64_t *k, const char *name, int64_t v, const char *file)
+{
+    model m;
+    model_init(&m);
+    Onnx__NodeProto *node = add_node(&m, op, "n", ins, "y");
+    if (name)
+        add_int_attr(&m, node, name, v);
+    add_value(&m, false, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 4, shape);
+    add_value(&m, true, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL);
+    if (k)
+        add_int64s(&m, "k", n_k, k);
+    return save(&m, file);
+}
+
+/* Sizes from a model that would wrap int64 or size a table past memory
+ * (a pad of INT64_MIN, a blocksize of 2^40, or 2^29 on an empty image
+ * whose channels it multiplies, a Resize to 2^61 positions) fail the call
+ * naming the value, where they overflowed (undefined) or wrote past a
+ * buffer. */
+START_TEST(test_sizes_that_would_wrap)
+{
+    static const int64_t image[4] = {1, 4, 2, 2}, empty[4] = {1, 1024, 0, 0}, eight = 8, four = 4;
+    static const int64_t pads[8] = {INT64_MIN, 0, 0, 0, 0, 0, 0, 0}, sizes[4] = {1, 4, (INT64_C(1) << 61) + 1, 2};
+    const char *says[4] = {"past 2^59", "blocksize", "blocksize", "past 2^59"};
+    for (int i = 0; i < 4; i++) {
+        const char *file = i == 0   ? one_node("Pad", "x k", image, &eight, pads, NULL, 0, "pad.onnx")
+                           : i == 1 ? one_node("DepthToSpace", "x", image, NULL, NULL, "blocksize", INT64_C(1) << 40,
+                                               "d2s.onnx")
+                           : i == 2 ? one_node("SpaceToDepth", "x", empty, NULL, NULL, "blocksize", INT64_C(1) << 29,
+                                               "s2d.onnx")
+                                    : one_node("Resize", "x - - k", image, &four, sizes, NULL, 0, "sizes.onnx");
+        kiln_fn *f = kiln_onnx_load(file, NULL);
+        ck_assert_msg(f != NULL, "%d: %s", i, kiln_last_error());
+        kiln_tensor *x = kiln_zeros(KILN_F32, 4, i == 2 ? empty : image), *y = NULL;
+        ck_assert_int_lt(kiln_call(f, &x, &y), 0);
+        ck_assert_kiln_error(says[i]);
+        kiln_fn_free(f);
+    }
+    kiln_fn *f = kiln_onnx_load(one_node("Relu", "x", image, NULL, NULL, NULL, 0, "relu.onnx"), NULL);
+    ck_assert_ptr_null(kiln_fn_io_name(f, false, INT_MAX));
+    ck_assert_kiln_error("kiln_fn_io_name", "no input 2147483647");
+    kiln_fn_free(f);
+}
+END_TEST
+
 /* A scale that gives no size (NaN, negative, past 2^59 elements) fails the
  * call naming it, where it was converted to an integer (undefined). */
 START_TEST(test_resize_scales_that_give_no_size)
@@ -991,6 +1047,7 @@ static Suite *onnx_suite(void)
     tcase_add_test(load, test_shape_arithmetic_folds);
     tcase_add_test(load, test_garbage_and_wrong_types);
     tcase_add_test(load, test_resize_scales_that_give_no_size);
+    tcase_add_test(load, test_sizes_that_would_wrap);
     tcase_add_test(load, test_truncated_and_mutated);
     tcase_add_test(load, test_cycle);
     tcase_add_test(load, test_undefined_values);

@@ -223,9 +223,11 @@ KILN_API kiln_tensor *kiln_contiguous(kiln_tensor *t);
 KILN_API kiln_tensor *kiln_load_npy(const char *path);
 /* Writes t (any layout or device) to path as numpy 1.24's np.save would: a
  * version 1.0 header, C order, little-endian. 0, or negative with the error
- * set. The file is written whole under a new name and renamed into place, so
- * a failed save leaves what was at path as it was; a link at path is
- * replaced, not written through; a FIFO or device there is refused. */
+ * set. The file is written whole under a new name in path's directory and
+ * renamed into place, so a failed save leaves what was at path as it was; a
+ * file replaced keeps its permissions (less the umask), not its owner or
+ * hard links; a link at path is replaced, not written through; a FIFO or
+ * device there is refused. */
 KILN_API int kiln_save_npy(const char *path, const kiln_tensor *t);
 
 /* A tensor and its name, as kiln_load_safetensors returns them. */
@@ -241,7 +243,8 @@ typedef struct {
  * overlaps or holes). Dtypes F32, F64, I32, I64 and BOOL load as such.
  * Returns the number of tensors and sets *out to a new array of them (free
  * it with kiln_free_named_tensors; kiln_retain a tensor to keep it longer);
- * on failure *out is NULL and the error names the tensor or the byte. */
+ * on failure *out is NULL and the error names the tensor or the byte (or
+ * that path is not a regular file: a FIFO is never waited on). */
 KILN_API int kiln_load_safetensors(const char *path, const char *const *names, int n,
                                    kiln_named_tensor **out);
 /* Releases the n tensors of ts and frees the array (NULL is ignored). */
@@ -841,7 +844,9 @@ KILN_API kiln_fn *kiln_onnx_load(const char *path, const kiln_jit_options *opts)
  * fixed sizes) to path as an ONNX model (opset 17) that onnx.checker accepts:
  * captured tensors become initializers, inputs and outputs keep
  * kiln_fn_io_name's names. 0, or negative with the error set (a body that
- * writes back into captures or draws random values has no ONNX form). */
+ * writes back into captures or draws random values has no ONNX form). The
+ * file is written as kiln_save_npy writes (under a new name, renamed); a
+ * FIFO or device at path is refused. */
 KILN_API int kiln_onnx_export(kiln_fn *f, const kiln_spec *in, const char *path);
 
 /* -- One-line marking ------------------------------------------------------ *

@@ -28,4 +28,3 @@ int core_open_regular_for(const char *fn, const char *path, struct stat *st)
         core_fail(CORE_IO, fn, "cannot open '%s': %s", path, strerror(errno));
     return -1;
 }
-

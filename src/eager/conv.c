@@ -329,6 +329,8 @@ static kiln_tensor *pool(const char *fn, pool_kind kind, kiln_tensor *x, const k
         return composite_end(fn, unbatch(kiln_contiguous(m), x));
     }
     kiln_tensor *f = composite_float(x4);
+    if (!f)
+        return composite_end(fn, NULL);
     kiln_tensor *sum = taps_folded(padded(f, s.padding, s.extra, 0), s.kernel, s.stride, s.out[2], s.out[3], kiln_add);
     /* each window's divisor: its taps on the input, or on the padding too
      * (count_include_pad), never those of ceil mode's overhang */
@@ -358,14 +360,18 @@ enum { ADAPTIVE_MAX_OUT = 1 << 16 };
 
 static kiln_tensor *adaptive_mean(kiln_tensor *x, int axis, int64_t out)
 {
+    if (!x)
+        return NULL;
     int64_t n = x->shape[axis];
     if (out == n)
         return x;
     if (out == 1)
         return kiln_mean(x, axis, true);
     kiln_tensor **pieces = malloc((size_t)out * sizeof *pieces);
-    if (!pieces)
+    if (!pieces) {
+        core_fail_status(CORE_NOMEM, "kiln_adaptive_avg_pool2d");
         return NULL;
+    }
     for (int64_t i = 0; i < out; i++) {
         int64_t start = i * n / out, stop = ((i + 1) * n + out - 1) / out;
         pieces[i] = kiln_mean(kiln_slice(x, axis, start, stop, 1), axis, true);
@@ -384,8 +390,9 @@ kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out
     char d[DESCRIBE_MAX];
     bool sizes = out_h >= 1 && out_w >= 1 && out_h <= ADAPTIVE_MAX_OUT && out_w <= ADAPTIVE_MAX_OUT;
     if (!sizes || xs[2] < 1 || xs[3] < 1 || xs[2] >= INT64_MAX / out_h || xs[3] >= INT64_MAX / out_w) {
-        core_fail(CORE_SHAPE, fn, "cannot pool x %s to %lldx%lld (both sizes from 1 to %d)", describe(d, x),
-                  (long long)out_h, (long long)out_w, ADAPTIVE_MAX_OUT);
+        core_fail(CORE_SHAPE, fn, "cannot pool x %s to %lldx%lld (both sizes from 1 to %d, the input's height and "
+                  "width from 1 to below INT64_MAX over them)", describe(d, x), (long long)out_h, (long long)out_w,
+                  ADAPTIVE_MAX_OUT);
         return NULL;
     }
     composite_begin();

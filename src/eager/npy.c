@@ -405,7 +405,9 @@ int kiln_save_npy(const char *path, const kiln_tensor *t)
      * what was at path as it was */
     const void *parts[2] = {header, eager_data(data)};
     size_t sizes[2] = {(size_t)header_len, (size_t)data->numel * eager_dtype_size(data->dtype)};
-    int status = core_write_parts(path, 2, parts, sizes, 0666) < 0
+    struct stat st; /* a file replaced keeps its permissions (a 0600 one stays private) */
+    mode_t mode = lstat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0666;
+    int status = core_write_parts(path, 2, parts, sizes, mode) < 0
                      ? core_fail(CORE_IO, fn, "cannot write '%s': %s", path, strerror(errno))
                      : 0;
     kiln_release(data);

@@ -564,7 +564,7 @@ int kiln_load_safetensors(const char *path, const char *const *names, int n, kil
     int status = load_mapped(&p, map, size, names, n, out);
     if (map)
         munmap(map, size);
-    if (status == 0)
+    if (status >= 0) /* the count of tensors */
         core_succeeded();
     for (int i = 0; i < p.n; i++)
         free(p.entries[i].name);

@@ -911,6 +911,18 @@ static kiln_tensor *constant_like(const kiln_tensor *like, kiln_dtype dt, int nd
     return t;
 }
 
+/* floor(size scale) into *out; an error where that is no size (a NaN,
+ * negative or huge scale), whose conversion to an integer is undefined. */
+static int scaled_size(onnx_call *c, int64_t size, double scale, int axis, int64_t *out)
+{
+    double scaled = floor((double)size * scale);
+    if (!(scaled >= 0 && scaled <= (double)IR_MAX_NUMEL))
+        return onnx_fail(c, CORE_VALUE, "scale %g of axis %d of size %lld gives no size", scale, axis,
+                         (long long)size);
+    *out = (int64_t)scaled;
+    return 0;
+}
+
 /* x resized along axis to out positions: nearest picks one input position
  * each, linear blends two. An axis the mapping leaves as it is is x. */
 static kiln_tensor *resize_axis(kiln_tensor *x, int axis, int64_t out, double scale, const resize_mode *r)
@@ -985,14 +997,12 @@ static int run_resize(onnx_call *c)
     if (n < 0)
         return n;
     for (int d = 0; d < nd; d++) {
-        double size = floor((double)shape[d] * scales[d]);
-        if (!by_sizes && !(size >= 0 && size <= (double)IR_MAX_NUMEL)) /* a NaN, negative or huge scale */
-            return onnx_fail(c, CORE_VALUE, "scale %g of axis %d of size %lld gives no size", scales[d], d,
-                             (long long)shape[d]);
+        if (by_sizes && sizes[d] > IR_MAX_NUMEL) /* its positions' table would wrap */
+            return onnx_fail(c, CORE_VALUE, "size %lld of axis %d is past 2^59 elements", (long long)sizes[d], d);
         if (by_sizes)
             scales[d] = (double)sizes[d] / (double)shape[d];
-        else
-            sizes[d] = (int64_t)size;
+        else if (scaled_size(c, shape[d], scales[d], d, &sizes[d]) < 0)
+            return core_error_status();
     }
     return resize(c, &r, scales, sizes);
 }
@@ -1020,7 +1030,8 @@ static int run_upsample(onnx_call *c)
     if (n != nd)
         return onnx_fail(c, CORE_VALUE, "%d scales for %d dimensions", n < 0 ? 0 : n, nd);
     for (int d = 0; d < nd; d++)
-        sizes[d] = (int64_t)floor((double)kiln_shape(c->in[0])[d] * scales[d]);
+        if (scaled_size(c, kiln_shape(c->in[0])[d], scales[d], d, &sizes[d]) < 0)
+            return core_error_status();
     return resize(c, &r, scales, sizes);
 }
 
@@ -1722,7 +1733,8 @@ static int block_move(onnx_call *c, bool to_space)
         return onnx_fail(c, CORE_SHAPE, "needs a 4-d input and a positive blocksize");
     const int64_t *s = kiln_shape(x);
     int64_t n = s[0], ch = s[1], h = s[2], w = s[3];
-    if (b > (INT64_C(1) << 29) || h > IR_MAX_NUMEL / b || w > IR_MAX_NUMEL / b) /* b b, h b and w b must not wrap */
+    /* b b, h b, w b and ch b b must not wrap (an empty image divides by any b) */
+    if (b > (INT64_C(1) << 29) || h > IR_MAX_NUMEL / b || w > IR_MAX_NUMEL / b || ch > IR_MAX_NUMEL / (b * b))
         return onnx_fail(c, CORE_SHAPE, "blocksize %lld is too large for [%lld,%lld,%lld,%lld]", (long long)b,
                          (long long)n, (long long)ch, (long long)h, (long long)w);
     bool crd = to_space && !strcmp(attr_string(c, "mode", "DCR", buf, sizeof buf), "CRD");
