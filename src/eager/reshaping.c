@@ -175,7 +175,7 @@ static int check_pad(const char *fn, const kiln_tensor *a, int n, const int64_t 
         if (!fits || pads[i] > IR_MAX_NUMEL)
             return core_fail(CORE_VALUE, fn, "pad %lld of axis %d of %s: %s", (long long)pads[i],
                              a->ndim - 1 - i / 2, describe(d, a),
-                             pads[i] > IR_MAX_NUMEL             ? "more than 2^59 elements"
+                             pads[i] > IR_MAX_NUMEL      ? "more than 2^59 elements"
                              : mode == KILN_PAD_CONSTANT ? "crops more than the axis has"
                                                          : "reflect pads must be at least 0 and less than the axis");
     }
