@@ -1328,14 +1328,12 @@ static int check_spec(const char *fn, const kiln_spec *s, int i)
     if (s->ndim < 32 && s->dynamic >> s->ndim)
         return core_fail(CORE_VALUE, fn, "spec %d marks axes past its %d dimensions dynamic "
                          "(mask 0x%x)", i, s->ndim, s->dynamic);
-    int64_t nonzero = 1;
-    for (int d = 0; d < s->ndim; d++) {
+    for (int d = 0; d < s->ndim; d++)
         if (s->shape[d] < 0)
             return core_fail(CORE_VALUE, fn, "spec %d has a negative size", i);
-        if (s->shape[d] > 0 && nonzero > (INT64_C(1) << 59) / s->shape[d])
-            return core_fail(CORE_VALUE, fn, "spec %d has too many elements", i);
-        nonzero *= s->shape[d] > 0 ? s->shape[d] : 1;
-    }
+    int64_t numel;
+    if (!ir_shape_numel(s->ndim, s->shape, &numel))
+        return core_fail(CORE_VALUE, fn, "spec %d has too many elements", i);
     return 0;
 }
 
