@@ -2,7 +2,7 @@
 """Peer figures for kiln-bench: the standard workloads in PyTorch and numpy.
 
 Times each workload of kiln-bench (gelu, softmax, layernorm, mlp, attention,
-tiny, mish, rmsnorm, silu, the training steps train_mlp, train_gpt and
+tiny, mish, rmsnorm, silu, softmax_row, the training steps train_mlp, train_gpt and
 train_cnn, and resnet50, resnet50_b16 and gpt, the models from
 bench/models.py, in torch only; all f32) in PyTorch eager, in TorchScript (torch.jit.trace of the same
 function) and in numpy, with the same thread count for all, and writes the
@@ -240,6 +240,9 @@ WORKLOADS = [
              lambda d: [(d, 1.0, 0.0), (d[-1:], 1.0, 0.0)], lambda d: None, True),
     Workload("silu", silu, (1 << 16,), (1 << 24,), (1 << 28,),
              lambda d: f"2^{d[0].bit_length() - 1}",
+             lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
+    Workload("softmax_row", softmax, (1, 1 << 14), (1, 1 << 20), (1, 1 << 26),
+             lambda d: f"1x2^{d[1].bit_length() - 1}",
              lambda d: [(d, 1.0, 0.0)], lambda d: None, True),
     # One AdamW step (lr 1e-3, weight decay 1e-2) of the mlp on one-hot labels (row i: class 7i mod m).
     Workload("train_mlp", train_mlp, (32, 64, 256), (256, 1024, 4096), (4096, 2048, 8192),

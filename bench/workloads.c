@@ -1,5 +1,5 @@
 /* The standard workloads (f32): gelu, softmax, layernorm, mlp, attention,
- * tiny, mish, rmsnorm, silu, resnet50 (batch 1 and 16) and gpt
+ * tiny, mish, rmsnorm, silu, softmax_row, resnet50 (batch 1 and 16) and gpt
  * (bench/models.c); and matmul and the training steps (train_mlp,
  * train_gpt, train_cnn), which kiln-bench alone runs.
  *
@@ -7,7 +7,8 @@
  * H200's 60 MB L2), layer norm 16384x4096 (256 MiB), the mlp of a 4096-token
  * batch through a 2048 -> 8192 -> 2048 layer (275 GFLOP), attention over
  * 8x16 heads of 2048 tokens by 64 (137 GFLOP; its scores take 2 GiB), and
- * matmul 8192^3 (1.1 TFLOP); mish and silu as gelu, rmsnorm as layer norm. */
+ * matmul 8192^3 (1.1 TFLOP); mish and silu as gelu, rmsnorm as layer norm,
+ * softmax_row one row of 2^26. */
 #include "workloads.h"
 
 #include <math.h>
@@ -191,6 +192,18 @@ static int softmax_setup(workload_size size, kiln_tensor **in, workload_state *s
     in[0] = normal(2, shape, 2, 1);
     s->bytes = 8.0 * (double)(shape[0] * shape[1]);
     snprintf(s->size, sizeof s->size, "%lldx%lld", (long long)shape[0], (long long)shape[1]);
+    return all_made(in, 1);
+}
+
+/* One row, as a language model's logits over its vocabulary at batch 1:
+ * what threads share is the row's pieces (ir/long_rows.c). */
+static int softmax_row_setup(workload_size size, kiln_tensor **in, workload_state *s)
+{
+    static const int log2_n[] = {14, 20, 26};
+    int64_t shape[2] = {1, INT64_C(1) << log2_n[size]};
+    in[0] = normal(2, shape, 20, 1);
+    s->bytes = 8.0 * (double)shape[1];
+    snprintf(s->size, sizeof s->size, "1x2^%d", log2_n[size]);
     return all_made(in, 1);
 }
 
@@ -515,6 +528,7 @@ const workload workloads[] = {
     {"mish", "x*tanh(log(1+exp(x)))", 1, mish_body, gelu_setup},
     {"rmsnorm", "x*rsqrt(mean(x*x)+1e-6)*gamma over the last axis", 1, rmsnorm_body, rmsnorm_setup},
     {"silu", "x*sigmoid(x)", 1, silu_body, gelu_setup},
+    {"softmax_row", "softmax of one long row", 1, softmax_body, softmax_row_setup},
     {"resnet50", "torchvision's ResNet-50, inference, batch 1", 1, resnet_body, resnet_setup},
     {"resnet50_b16", "torchvision's ResNet-50, inference, batch 16", 1, resnet_body, resnet16_setup},
     {"gpt", "GPT-2 small's 12 blocks, inference, batch 1", 1, gpt_body, gpt_setup},

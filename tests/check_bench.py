@@ -9,8 +9,8 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-WORKLOADS = ["gelu", "softmax", "layernorm", "mlp", "attention", "tiny", "mish", "rmsnorm", "silu", "resnet50",
-             "resnet50_b16", "gpt", "train_mlp", "train_gpt", "train_cnn"]
+WORKLOADS = ["gelu", "softmax", "layernorm", "mlp", "attention", "tiny", "mish", "rmsnorm", "silu", "softmax_row",
+             "resnet50", "resnet50_b16", "gpt", "train_mlp", "train_gpt", "train_cnn"]
 FIELDS = ["name", "size", "eager_ms", "traced_ms", "first_call_ms", "disk_hit_ms", "compile_ms", "disk_load_ms",
           "kernels",
           "peak_eager_bytes", "peak_traced_bytes", "max_abs_diff", "limit_ms", "limit_kind", "reps"]

@@ -233,6 +233,45 @@ START_TEST(test_workload_traced_and_allocator_steady)
 }
 END_TEST
 
+/* A lone long row's softmax, log_softmax and cross entropy take the
+ * online form in pieces (ir/long_rows.c): on CUDA as on the CPU, pieces of
+ * 3277 (16385 elements), the first half of the row -inf (whole pieces
+ * masked), the rest noise. */
+static int lone_row_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    (void)user;
+    out[0] = kiln_softmax(in[0], -1);
+    out[1] = kiln_log_softmax(in[0], -1);
+    out[2] = kiln_cross_entropy(in[0], in[1]);
+    return out[0] && out[1] && out[2] ? 0 : -1;
+}
+
+START_TEST(test_lone_long_row_in_pieces)
+{
+    enum { COLS = 16385 };
+    kiln_scope_begin();
+    kiln_tensor *noise = kiln_randn(2, (int64_t[]){1, COLS}, 5);
+    kiln_tensor *masked = kiln_lt(kiln_arange(0, COLS, 1, KILN_F32), kiln_scalar(COLS / 2));
+    int64_t label = COLS * 3 / 4;
+    kiln_tensor *cpu[2] = {kiln_masked_fill(noise, masked, -INFINITY),
+                           kiln_from_data(KILN_I64, 1, (int64_t[]){1}, &label)};
+    kiln_tensor *dev[2] = {kiln_to_device(cpu[0], KILN_CUDA), kiln_to_device(cpu[1], KILN_CUDA)};
+    kiln_tensor *want[3], *got[3];
+    ck_assert_int_eq(lone_row_body(cpu, want, NULL), 0);
+    kiln_jit_options o = kiln_jit_defaults();
+    kiln_fn *f = kiln_jit("lone_row", lone_row_body, 2, 3, NULL, &o);
+    ck_assert_msg(kiln_call(f, dev, got) == 0, "%s", kiln_last_error());
+    char *graph = kiln_fn_graph_text(f);
+    ck_assert_msg(graph && strstr(graph, " = maximum "), "the row is not in pieces:\n%s", graph);
+    free(graph);
+    assert_close_to_cpu(got[0], want[0], "softmax of a lone row");
+    assert_close_to_cpu(got[1], want[1], "log_softmax of a lone row");
+    assert_close_to_cpu(got[2], want[2], "cross entropy of a lone row");
+    kiln_fn_free(f);
+    kiln_scope_end();
+}
+END_TEST
+
 /* The child process: the mlp from the disk cache alone. */
 static int child(void)
 {
@@ -300,6 +339,7 @@ static Suite *gpu_suite(void)
     tcase_add_test(tc, test_integer_mean_does_not_wrap);
     tcase_add_test(tc, test_references_match_pytorch);
     tcase_add_test(tc, test_workload_traced_and_allocator_steady);
+    tcase_add_test(tc, test_lone_long_row_in_pieces);
     tcase_add_test(tc, test_second_process_loads_cubins_from_disk);
     suite_add_tcase(s, tc);
     TCase *every_op = test_exhaustive_case("every op", 600);

@@ -958,7 +958,7 @@ END_TEST
 
 /* -- Passes ---------------------------------------------------------------- */
 
-typedef enum { SIMPLIFY, SIMPLIFY_FAST, FOLD, DCE, TRANSCENDENTAL, TRANSPOSE_PRODUCTS } pass;
+typedef enum { SIMPLIFY, SIMPLIFY_FAST, FOLD, DCE, TRANSCENDENTAL, TRANSPOSE_PRODUCTS, LONG_ROWS } pass;
 
 static int run_pass(pass p, ir_graph **g)
 {
@@ -969,6 +969,7 @@ static int run_pass(pass p, ir_graph **g)
     case DCE: return ir_pass_dce(g);
     case TRANSCENDENTAL: return ir_pass_transcendental(g);
     case TRANSPOSE_PRODUCTS: return ir_pass_transpose_products(g);
+    case LONG_ROWS: return ir_pass_long_rows(g);
     }
     return -1;
 }
@@ -984,6 +985,10 @@ typedef struct {
 } pass_case;
 
 #define UNCHANGED 0, NULL
+/* softmax(x) over x's last axis as kiln_softmax traces it: x of type, its max and sum of type row. */
+#define SOFTMAX(type, row)                                                                            \
+    G "%0 = input 0 : " type "\n%1 = max %0 axis=1 keepdim=1 : " row "\n%2 = sub %0 %1 : " type "\n" \
+      "%3 = exp %2 : " type "\n%4 = sum %3 axis=1 keepdim=1 : " row "\n%5 = div %3 %4 : " type "\noutput %5\n"
 
 /* x op x for an i32 x compares equal to itself: a bool constant, broadcast. */
 #define SELF_COMPARE(op, value)                                                        \
@@ -1271,6 +1276,79 @@ static const pass_case pass_cases[] = {
      G "%0 = input 0 : f32[3]\n%1 = input 1 : f32[5,3,4]\n%2 = matmul %0 %1 : f32[5,4]\n"
        "%3 = permute %2 perm=1,0 : f32[4,5]\noutput %3\n", UNCHANGED},
 
+    /* softmax of a lone long row in the online form (long_rows.c; the old nodes left to dce) */
+    {"softmax of a lone row of 100000 in pieces of 4000", LONG_ROWS, SOFTMAX("f32[1,100000]", "f32[1,1]"), 1,
+     G "%0 = input 0 : f32[1,100000]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n"
+       "%2 = sub %0 %1 : f32[1,100000]\n%3 = exp %2 : f32[1,100000]\n"
+       "%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = reshape %0 : f32[1,25,4000]\n"
+       "%6 = max %5 axis=2 keepdim=1 : f32[1,25,1]\n%7 = const -3.4028234663852886e+38 : f32[]\n"
+       "%8 = maximum %6 %7 : f32[1,25,1]\n%9 = sub %5 %8 : f32[1,25,4000]\n%10 = exp %9 : f32[1,25,4000]\n"
+       "%11 = sum %10 axis=2 keepdim=1 : f32[1,25,1]\n%12 = cast %11 : f64[1,25,1]\n"
+       "%13 = log %12 : f64[1,25,1]\n%14 = cast %8 : f64[1,25,1]\n%15 = add %14 %13 : f64[1,25,1]\n"
+       "%16 = reshape %15 : f64[1,25]\n%17 = max %16 axis=1 keepdim=1 : f64[1,1]\n"
+       "%18 = cast %17 : f32[1,1]\n%19 = cast %18 : f64[1,1]\n%20 = sub %16 %19 : f64[1,25]\n"
+       "%21 = exp %20 : f64[1,25]\n%22 = sum %21 axis=1 keepdim=1 : f64[1,1]\n%23 = cast %22 : f32[1,1]\n"
+       "%24 = sub %0 %18 : f32[1,100000]\n%25 = exp %24 : f32[1,100000]\n%26 = div %25 %23 : f32[1,100000]\n"
+       "output %26\n"},
+    {"log_softmax of a lone row in pieces", LONG_ROWS,
+     G "%0 = input 0 : f32[1,16384]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,16384]\n"
+       "%3 = exp %2 : f32[1,16384]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = log %4 : f32[1,1]\n"
+       "%6 = sub %2 %5 : f32[1,16384]\noutput %6\n", 1,
+     G "%0 = input 0 : f32[1,16384]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n"
+       "%2 = sub %0 %1 : f32[1,16384]\n%3 = exp %2 : f32[1,16384]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n"
+       "%5 = log %4 : f32[1,1]\n%6 = reshape %0 : f32[1,4,4096]\n%7 = max %6 axis=2 keepdim=1 : f32[1,4,1]\n"
+       "%8 = const -3.4028234663852886e+38 : f32[]\n%9 = maximum %7 %8 : f32[1,4,1]\n"
+       "%10 = sub %6 %9 : f32[1,4,4096]\n%11 = exp %10 : f32[1,4,4096]\n"
+       "%12 = sum %11 axis=2 keepdim=1 : f32[1,4,1]\n%13 = cast %12 : f64[1,4,1]\n"
+       "%14 = log %13 : f64[1,4,1]\n%15 = cast %9 : f64[1,4,1]\n%16 = add %15 %14 : f64[1,4,1]\n"
+       "%17 = reshape %16 : f64[1,4]\n%18 = max %17 axis=1 keepdim=1 : f64[1,1]\n%19 = cast %18 : f32[1,1]\n"
+       "%20 = cast %19 : f64[1,1]\n%21 = sub %17 %20 : f64[1,4]\n%22 = exp %21 : f64[1,4]\n"
+       "%23 = sum %22 axis=1 keepdim=1 : f64[1,1]\n%24 = cast %23 : f32[1,1]\n"
+       "%25 = sub %0 %19 : f32[1,16384]\n%26 = log %24 : f32[1,1]\n%27 = sub %25 %26 : f32[1,16384]\n"
+       "output %27\n"},
+    {"log-sum-exp (m + log(sum), cross entropy's) of a lone f64 row in pieces", LONG_ROWS,
+     G "%0 = input 0 : f64[1,1,20000]\n%1 = max %0 axis=2 keepdim=1 : f64[1,1,1]\n%2 = sub %0 %1 : f64[1,1,20000]\n"
+       "%3 = exp %2 : f64[1,1,20000]\n%4 = sum %3 axis=2 keepdim=1 : f64[1,1,1]\n%5 = log %4 : f64[1,1,1]\n"
+       "%6 = add %1 %5 : f64[1,1,1]\noutput %6\n", 1,
+     G "%0 = input 0 : f64[1,1,20000]\n%1 = max %0 axis=2 keepdim=1 : f64[1,1,1]\n"
+       "%2 = sub %0 %1 : f64[1,1,20000]\n%3 = exp %2 : f64[1,1,20000]\n"
+       "%4 = sum %3 axis=2 keepdim=1 : f64[1,1,1]\n%5 = log %4 : f64[1,1,1]\n"
+       "%6 = reshape %0 : f64[1,1,5,4000]\n%7 = max %6 axis=3 keepdim=1 : f64[1,1,5,1]\n"
+       "%8 = const -1.7976931348623157e+308 : f64[]\n%9 = maximum %7 %8 : f64[1,1,5,1]\n"
+       "%10 = sub %6 %9 : f64[1,1,5,4000]\n%11 = exp %10 : f64[1,1,5,4000]\n"
+       "%12 = sum %11 axis=3 keepdim=1 : f64[1,1,5,1]\n%13 = log %12 : f64[1,1,5,1]\n"
+       "%14 = add %9 %13 : f64[1,1,5,1]\n%15 = reshape %14 : f64[1,1,5]\n"
+       "%16 = max %15 axis=2 keepdim=1 : f64[1,1,1]\n%17 = sub %15 %16 : f64[1,1,5]\n"
+       "%18 = exp %17 : f64[1,1,5]\n%19 = sum %18 axis=2 keepdim=1 : f64[1,1,1]\n"
+       "%20 = log %19 : f64[1,1,1]\n%21 = add %20 %16 : f64[1,1,1]\noutput %21\n"},
+    {"softmax of a lone row stays where its sum is an output too", LONG_ROWS,
+     G "%0 = input 0 : f32[1,100000]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,100000]\n"
+       "%3 = exp %2 : f32[1,100000]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = div %3 %4 : f32[1,100000]\n"
+       "output %5 %4\n", UNCHANGED},
+    {"softmax of a lone row stays where its exponentials are read elsewhere (a gradient)", LONG_ROWS,
+     G "%0 = input 0 : f32[1,100000]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,100000]\n"
+       "%3 = exp %2 : f32[1,100000]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = div %3 %4 : f32[1,100000]\n"
+       "%6 = mul %3 %0 : f32[1,100000]\noutput %5 %6\n", UNCHANGED},
+    {"softmax of a lone row stays where a product reads it (attention's own kernel)", LONG_ROWS,
+     G "%0 = input 0 : f32[1,100000]\n%1 = input 1 : f32[100000,8]\n%2 = max %0 axis=1 keepdim=1 : f32[1,1]\n"
+       "%3 = sub %0 %2 : f32[1,100000]\n%4 = exp %3 : f32[1,100000]\n%5 = sum %4 axis=1 keepdim=1 : f32[1,1]\n"
+       "%6 = div %4 %5 : f32[1,100000]\n%7 = matmul %6 %1 : f32[1,8]\noutput %7\n", UNCHANGED},
+    {"softmax of two long rows stays (three passes a thread measured faster)", LONG_ROWS,
+     SOFTMAX("f32[2,100000]", "f32[2,1]"), UNCHANGED},
+    {"softmax of a lone row of 8192 stays (short)", LONG_ROWS, SOFTMAX("f32[1,8192]", "f32[1,1]"), UNCHANGED},
+    {"softmax of a lone row of 1000003 stays (no piece divides it)", LONG_ROWS,
+     SOFTMAX("f32[1,1000003]", "f32[1,1]"), UNCHANGED},
+    {"softmax of a lone symbolic row stays", LONG_ROWS,
+     SOFTMAX("f32[1,s0]", "f32[1,1]"), UNCHANGED},
+    {"exp(x - max(y)) / sum stays (not x's own max)", LONG_ROWS,
+     G "%0 = input 0 : f32[1,100000]\n%1 = input 1 : f32[1,100000]\n%2 = max %1 axis=1 keepdim=1 : f32[1,1]\n"
+       "%3 = sub %0 %2 : f32[1,100000]\n%4 = exp %3 : f32[1,100000]\n%5 = sum %4 axis=1 keepdim=1 : f32[1,1]\n"
+       "%6 = div %4 %5 : f32[1,100000]\noutput %6\n", UNCHANGED},
+    {"exp(x - max(x)) / sum of another exp stays", LONG_ROWS,
+     G "%0 = input 0 : f32[1,100000]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,100000]\n"
+       "%3 = exp %2 : f32[1,100000]\n%4 = exp %0 : f32[1,100000]\n%5 = sum %4 axis=1 keepdim=1 : f32[1,1]\n"
+       "%6 = div %3 %5 : f32[1,100000]\noutput %6\n", UNCHANGED},
+
     /* compositions of transcendentals (rewrite.c) */
     {"tanh(log(1+exp x)) -> one exp and a quotient (mish)", TRANSCENDENTAL,
      G "%0 = input 0 : f32[4]\n%1 = exp %0 : f32[4]\n%2 = const 1 scalar : f64[]\n"
@@ -1439,7 +1517,7 @@ END_TEST
 static ir_pass_options options(bool fast_math)
 {
     return (ir_pass_options){.eval = eager_eval_const, .fast_math = fast_math, .verify = true,
-                             .transcendental = true};
+                             .transcendental = true, .long_rows = true};
 }
 
 START_TEST(test_optimize_runs_every_pass_to_the_end)

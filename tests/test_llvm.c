@@ -143,13 +143,15 @@ START_TEST(test_workloads_compiled_match_eager)
 END_TEST
 
 /* The issue's counts: one kernel for gelu, softmax and layer norm; the mlp's
- * two matmuls and at most two epilogues. */
+ * two matmuls and at most two epilogues; a lone row's softmax four (each
+ * piece's log-sum-exp, a max and a sum over the pieces', the quotients:
+ * the pieces' max and sum in one kernel, ir/lower.c's row epilogue). */
 START_TEST(test_workloads_fuse)
 {
     static const struct {
         const char *name;
         int kernels;
-    } WANT[] = {{"gelu", 1}, {"softmax", 1}, {"layernorm", 1}, {"mlp", 4}, {"tiny", 1}};
+    } WANT[] = {{"gelu", 1}, {"softmax", 1}, {"layernorm", 1}, {"mlp", 4}, {"tiny", 1}, {"softmax_row", 4}};
     for (size_t i = 0; i < sizeof WANT / sizeof *WANT; i++) {
         const workload *w = workload_find(WANT[i].name);
         kiln_tensor *in[WORKLOAD_MAX_INPUTS] = {NULL}, *out;
@@ -915,6 +917,94 @@ START_TEST(test_softmax_rows_match_eager)
 }
 END_TEST
 
+/* A lone long row's softmax, log_softmax and log-sum-exp (cross entropy's)
+ * take the online form (ir/long_rows.c) where a piece length divides the
+ * row: 16384 (pieces of 4096), 16385 (of 3277, not a whole number of
+ * vectors) and 100000 (of 4000), contiguous and transposed; 1000003, a
+ * prime, does not. Against eager, in f32 and f64, rows of LONE_ROW_KINDS:
+ * noise, a NaN, a +inf, all -inf, -inf for the first half (whole pieces
+ * masked, as a causal row's), a max growing along the row, the max in the
+ * last element, pieces 40 apart (a piece's sum scaled by exp(-40 k)).
+ * Under valgrind, where a compile takes seconds, 100000 contiguous alone. */
+enum { LONE_ROW_KINDS = 8 };
+static const struct {
+    int64_t cols;
+    bool transposed, split;
+} LONE_ROWS[] = {
+    {16384, false, true},  {16385, false, true},     {16385, true, true},
+    {100000, false, true}, {100000, true, true},     {1000003, false, false},
+};
+
+static void fill_lone_row(float *v, int64_t cols, int kind)
+{
+    uint64_t state = 11;
+    for (int64_t i = 0; i < cols; i++) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        float noise = (float)((double)(state >> 40) / (double)(1 << 24) * 16 - 8);
+        v[i] = kind == 3 || (kind == 4 && i < cols / 2) ? -INFINITY
+               : kind == 5                              ? (float)i * 0.001f
+               : kind == 7                              ? noise + 40.f * (float)(i / 4000 % 5)
+                                                        : noise;
+    }
+    v[cols * 3 / 10] = kind == 1 ? NAN : v[cols * 3 / 10];
+    v[cols * 11 / 20] = kind == 2 ? INFINITY : v[cols * 11 / 20];
+    v[cols - 1] = kind == 6 ? 1000 : v[cols - 1];
+}
+
+/* in[0] a row [1, cols], or its transpose [cols, 1] where user is non-NULL;
+ * in[1] its label. */
+static int lone_row_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *x = user ? kiln_transpose(in[0], 0, 1) : in[0];
+    out[0] = kiln_softmax(x, -1);
+    out[1] = kiln_log_softmax(x, -1);
+    out[2] = kiln_cross_entropy(x, in[1]);
+    return out[0] && out[1] && out[2] ? 0 : -1;
+}
+
+START_TEST(test_lone_long_rows_match_eager)
+{
+    int64_t cols = LONE_ROWS[_i].cols, shape[2] = {1, cols}, flipped[2] = {cols, 1};
+    bool transposed = LONE_ROWS[_i].transposed;
+    if (UNDER_VALGRIND() && (cols != 100000 || transposed))
+        return;
+    float *v = malloc(sizeof(float) * (size_t)cols);
+    ck_assert_ptr_nonnull(v);
+    for (int d = 0; d < 2; d++) {
+        kiln_scope_begin();
+        kiln_jit_options o = llvm();
+        kiln_fn *f = kiln_jit("lone_row", lone_row_body, 2, 3, transposed ? v : NULL, &o);
+        int64_t label = cols / 3;
+        for (int kind = 0; kind < (UNDER_VALGRIND() ? 1 : LONE_ROW_KINDS); kind++) {
+            fill_lone_row(v, cols, kind);
+            kiln_tensor *in[2] = {kiln_cast(kiln_from_data(KILN_F32, 2, transposed ? flipped : shape, v),
+                                            d ? KILN_F64 : KILN_F32),
+                                  kiln_from_data(KILN_I64, 1, (int64_t[]){1}, &label)};
+            kiln_tensor *got[3] = {NULL}, *want[3] = {NULL};
+            ck_assert_msg(kiln_call(f, in, got) == 0, "%s", kiln_last_error());
+            ck_assert_int_eq(lone_row_body(in, want, transposed ? v : NULL), 0);
+            char what[96];
+            snprintf(what, sizeof what, "a lone row of %lld%s, kind %d, %s: softmax", (long long)cols,
+                     transposed ? " (transposed)" : "", kind, d ? "f64" : "f32");
+            assert_close(got[0], want[0], 4e-5, 1e-12, what);
+            memcpy(strstr(what, "softmax"), "log_softmax", sizeof "log_softmax");
+            assert_close(got[1], want[1], 1e-5, 1e-5, what);
+            memcpy(strstr(what, "log_softmax"), "cross_entropy", sizeof "cross_entropy");
+            assert_close(got[2], want[2], 1e-5, 1e-5, what);
+        }
+        char *graph = kiln_fn_graph_text(f);
+        ck_assert_ptr_nonnull(graph);
+        bool split = strstr(graph, " = maximum ") != NULL; /* the pieces' shift, clamped */
+        ck_assert_msg(split == LONE_ROWS[_i].split, "a row of %lld%s: %s in pieces:\n%s", (long long)cols,
+                      transposed ? " (transposed)" : "", split ? "taken" : "not taken", graph);
+        free(graph);
+        kiln_fn_free(f);
+        kiln_scope_end();
+    }
+    free(v);
+}
+END_TEST
+
 static int norms_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -1608,6 +1698,7 @@ static Suite *llvm_suite(void)
     tcase_add_loop_test(wl, test_softmax_special_rows, 0, 4); /* 4096 and 16385 columns, f32 and f64 */
     tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
     tcase_add_loop_test(wl, test_norm_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
+    tcase_add_loop_test(wl, test_lone_long_rows_match_eager, 0, (int)(sizeof LONE_ROWS / sizeof *LONE_ROWS));
     tcase_add_test(wl, test_calls_go_on_during_a_compile);
     tcase_add_test(wl, test_deep_chain_on_a_small_stack);
     suite_add_tcase(s, wl);

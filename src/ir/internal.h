@@ -11,6 +11,11 @@ void ir_size_put(strbuf *out, const ir_sizes *t, int64_t size);
 /* kernel.c: makes room for need items of size bytes in *items, doubling
  * *cap; false when out of memory (the items stay as they were). */
 bool ir_grow(void **items, int *cap, int need, size_t size);
+/* kernel.c: the length of the pieces that rows of cols elements split into
+ * so that threads share them: the longest in [least, most] dividing cols,
+ * a multiple of 16 where one is (pieces of f32 then start on cache lines);
+ * 0 for none. */
+int64_t ir_row_piece(int64_t cols, int64_t most, int64_t least);
 
 /* lower.c: splits g into fusion groups, a step each (plan->steps), and the
  * nodes run eagerly (matmul, reductions over other axes, concat, ...);

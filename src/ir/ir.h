@@ -293,6 +293,7 @@ typedef struct {
     bool verify;       /* run ir_verify after every pass */
     bool transcendental; /* rewrite compositions of transcendentals (rewrite.c) */
     bool transpose_products; /* (a @ b)ᵀ as bᵀ @ aᵀ (passes.c): rounds as the product's code does */
+    bool long_rows;      /* a lone long row's softmax in pieces, online (long_rows.c) */
 } ir_pass_options;
 
 /* Constant folding, algebraic simplification, common subexpressions and dead
@@ -309,5 +310,9 @@ int ir_pass_dce(ir_graph **g);
 int ir_pass_transcendental(ir_graph **g);
 /* passes.c: a product read only transposed computed as bᵀ @ aᵀ. */
 int ir_pass_transpose_products(ir_graph **g);
+/* long_rows.c: softmax, log_softmax and log-sum-exp of a lone long row in
+ * the two-pass online form over pieces, within the generated code's
+ * rounding. */
+int ir_pass_long_rows(ir_graph **g);
 
 #endif

@@ -76,6 +76,17 @@ bool ir_grow(void **items, int *cap, int need, size_t size)
     return true;
 }
 
+int64_t ir_row_piece(int64_t cols, int64_t most, int64_t least)
+{
+    for (int64_t piece = most - most % 16; piece >= least; piece -= 16)
+        if (cols % piece == 0)
+            return piece;
+    for (int64_t piece = most; piece >= least; piece--)
+        if (cols % piece == 0)
+            return piece;
+    return 0;
+}
+
 int kx_add_expr(kx_kernel *k, kx_expr e)
 {
     if (!ir_grow((void **)&k->exprs, &k->exprs_cap, k->n_exprs + 1, sizeof e))

@@ -51,6 +51,7 @@ typedef struct {
     memo_entry *memo;
     int n_memo, memo_cap;
     ir_ref failed;   /* a node that must be materialized first, or IR_NONE */
+    ir_ref other_rows; /* a reduction over other rows than the kernel's, that failed, or IR_NONE */
     bool too_many_buffers; /* a load found the kernel full */
     bool nomem;
     bool unsized;          /* a size of the kernel is not a polynomial that fits */
@@ -459,7 +460,7 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
                                   : one || (m->src[j] == j && m->coef[j] == 1 && m->bias[j] == 0);
     }
     if (!rows_match) {
-        b->failed = node;
+        b->failed = b->other_rows = node;
         return -1;
     }
     imap whole = identity_map(in->ndim);
@@ -547,6 +548,25 @@ static bool computed_under_padding(const builder *b, ir_ref node)
     return b->n_bounds && !(b->mat[node] && node != b->root) && ir_ops[n->op].kind != KIND_MOVEMENT;
 }
 
+static const ir_node *epilogue_reduction(const builder *b, ir_ref root, ir_ref r);
+
+/* Whether node, elementwise, is a row epilogue of the reduction that failed
+ * to build in this kernel (over other rows than the kernel's): the
+ * reduction then gets a kernel of its own with the outermost such node as
+ * its epilogue, rather than its value alone (the max and the sum of a
+ * softmax's pieces, long_rows.c, one kernel reading each piece once).
+ * Climbing stops at the first node that is not one. */
+static bool row_epilogue_of_failed(builder *b, ir_ref node)
+{
+    if (b->other_rows == IR_NONE || node == b->other_rows)
+        return false;
+    bool epilogue = node != b->root && !b->mat[node] && ir_ops[b->g->nodes[node].op].kind == KIND_ELEMENTWISE &&
+                    epilogue_reduction(b, node, node) == &b->g->nodes[b->other_rows];
+    if (!epilogue)
+        b->other_rows = IR_NONE;
+    return epilogue;
+}
+
 static int build(builder *b, ir_ref node, const imap *m)
 {
     /* a load's bounds are not in the memo's key: under a padding nothing is shared */
@@ -577,6 +597,8 @@ static int build(builder *b, ir_ref node, const imap *m)
     if (e < 0) {
         /* A kernel out of buffers splits at the deepest node computed in it. */
         if (b->too_many_buffers && b->failed == IR_NONE && !b->mat[node] && n->op != OP_CONST)
+            b->failed = node;
+        if (row_epilogue_of_failed(b, node))
             b->failed = node;
         return -1;
     }
@@ -625,7 +647,7 @@ static bool stage_store(kx_kernel *k)
 
 /* An elementwise kernel over few long rows splits each row into pieces, so
  * that rows (what threads share) are many: [rows, cols] becomes
- * [rows, cols/piece, piece] for a piece that divides cols. */
+ * [rows, cols/piece, piece] for a piece that divides cols (ir_row_piece). */
 static void split_long_rows(builder *b)
 {
     kx_kernel *k = b->k;
@@ -633,10 +655,8 @@ static void split_long_rows(builder *b)
     if (k->n_reductions || k->n_row_stores || k->rows < 0 || k->cols < 0 || k->rows >= MIN_ROWS ||
         k->cols < 2 * PIECE || k->n_outer == KX_MAX_DIMS || kx_rows_fixed(k))
         return;
-    int64_t piece = PIECE;
-    while (piece >= MIN_PIECE && k->cols % piece)
-        piece /= 2;
-    if (piece < MIN_PIECE)
+    int64_t piece = ir_row_piece(k->cols, PIECE, MIN_PIECE);
+    if (!piece)
         return;
     k->outer[k->n_outer] = k->cols / piece;
     for (int v = 0; v < k->n_views; v++)
@@ -735,7 +755,7 @@ static kx_kernel *build_kernel(builder *b, ir_ref node)
     b->root_ndim = space->ndim;
     memcpy(b->root_shape, space->shape, (size_t)space->ndim * sizeof *space->shape);
     b->n_buffers = b->n_memo = 0;
-    b->failed = IR_NONE;
+    b->failed = b->other_rows = IR_NONE;
     b->too_many_buffers = false;
     /* A reduction (or its epilogue) is built on its own rows, as if a
      * consumer used it. */

@@ -10,10 +10,11 @@
  * x**1, -(-x), max(x,x), ...); x*0, x-x and x+0 for floats are rewritten only
  * with fast_math, since NaN, infinities and -0 make them inexact. A rewrite
  * must also keep the node's dtype and shape: x*1 with x an i32 tensor and 1
- * an f64 constant is a conversion to f64, not x. Two passes run only for
+ * an f64 constant is a conversion to f64, not x. Three passes run only for
  * compiled graphs and keep values to the generated code's rounding, not bit
- * for bit: the transcendental rewrites, and (a @ b)ᵀ computed as bᵀ @ aᵀ
- * (the product's sums in another order of tiles).
+ * for bit: the transcendental rewrites, (a @ b)ᵀ computed as bᵀ @ aᵀ (the
+ * product's sums in another order of tiles), and a lone long row's softmax
+ * in the online form (long_rows.c).
  *
  * Why it ends: folding and simplification only ever replace a node by an
  * operand, a constant or a smaller chain, so each round removes nodes or
@@ -414,6 +415,8 @@ int ir_optimize(ir_graph **g, const ir_pass_options *opt, char *err, size_t err_
             return -1;
         if (opt->transpose_products &&
             !after_pass(ir_pass_transpose_products(g), g, opt, &changes, err, err_size))
+            return -1;
+        if (opt->long_rows && !after_pass(ir_pass_long_rows(g), g, opt, &changes, err, err_size))
             return -1;
         if (!after_pass(ir_pass_simplify(g, opt->fast_math), g, opt, &changes, err, err_size) ||
             !after_pass(ir_pass_dce(g), g, opt, &changes, err, err_size))

@@ -357,7 +357,7 @@ static int optimise(const kiln_fn *f, ir_graph **g, bool compiled)
     char err[512] = "";
     /* The interpreter stays bit for bit eager's: it is what tests compare against. */
     ir_pass_options opt = {.eval = eager_eval_const, .fast_math = f->opts.fast_math, .transcendental = compiled,
-                           .transpose_products = compiled};
+                           .transpose_products = compiled, .long_rows = compiled};
 #ifndef NDEBUG
     opt.verify = true;
 #endif
