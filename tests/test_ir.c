@@ -985,6 +985,19 @@ typedef struct {
 } pass_case;
 
 #define UNCHANGED 0, NULL
+/* log(sum(exp(x - max(x)))) over a row of 16384 as %5, and the online form
+ * long_rows.c adds for it (pieces of 4096) up to its max over the pieces'
+ * log-sum-exps %18, its shift %19 and the pieces' exp(l - c) %22. */
+#define LOG_SUM_EXP_16384                                                                                   \
+    G "%0 = input 0 : f32[1,16384]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,16384]\n" \
+      "%3 = exp %2 : f32[1,16384]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = log %4 : f32[1,1]\n"
+#define ONLINE_16384                                                                                           \
+    "%6 = reshape %0 : f32[1,4,4096]\n%7 = max %6 axis=2 keepdim=1 : f32[1,4,1]\n"                          \
+    "%8 = const -3.4028234663852886e+38 : f32[]\n%9 = maximum %7 %8 : f32[1,4,1]\n"                         \
+    "%10 = sub %6 %9 : f32[1,4,4096]\n%11 = exp %10 : f32[1,4,4096]\n%12 = sum %11 axis=2 keepdim=1 : f32[1,4,1]\n" \
+    "%13 = cast %12 : f64[1,4,1]\n%14 = log %13 : f64[1,4,1]\n%15 = cast %9 : f64[1,4,1]\n"                \
+    "%16 = add %15 %14 : f64[1,4,1]\n%17 = reshape %16 : f64[1,4]\n%18 = max %17 axis=1 keepdim=1 : f64[1,1]\n" \
+    "%19 = cast %18 : f32[1,1]\n%20 = cast %19 : f64[1,1]\n%21 = sub %17 %20 : f64[1,4]\n%22 = exp %21 : f64[1,4]\n"
 /* softmax(x) over x's last axis as kiln_softmax traces it: x of type, its max and sum of type row. */
 #define SOFTMAX(type, row)                                                                            \
     G "%0 = input 0 : " type "\n%1 = max %0 axis=1 keepdim=1 : " row "\n%2 = sub %0 %1 : " type "\n" \
@@ -1291,18 +1304,8 @@ static const pass_case pass_cases[] = {
        "%24 = sub %0 %18 : f32[1,100000]\n%25 = exp %24 : f32[1,100000]\n%26 = div %25 %23 : f32[1,100000]\n"
        "output %26\n"},
     {"log_softmax of a lone row in pieces", LONG_ROWS,
-     G "%0 = input 0 : f32[1,16384]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,16384]\n"
-       "%3 = exp %2 : f32[1,16384]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = log %4 : f32[1,1]\n"
-       "%6 = sub %2 %5 : f32[1,16384]\noutput %6\n", 1,
-     G "%0 = input 0 : f32[1,16384]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n"
-       "%2 = sub %0 %1 : f32[1,16384]\n%3 = exp %2 : f32[1,16384]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n"
-       "%5 = log %4 : f32[1,1]\n%6 = reshape %0 : f32[1,4,4096]\n%7 = max %6 axis=2 keepdim=1 : f32[1,4,1]\n"
-       "%8 = const -3.4028234663852886e+38 : f32[]\n%9 = maximum %7 %8 : f32[1,4,1]\n"
-       "%10 = sub %6 %9 : f32[1,4,4096]\n%11 = exp %10 : f32[1,4,4096]\n"
-       "%12 = sum %11 axis=2 keepdim=1 : f32[1,4,1]\n%13 = cast %12 : f64[1,4,1]\n"
-       "%14 = log %13 : f64[1,4,1]\n%15 = cast %9 : f64[1,4,1]\n%16 = add %15 %14 : f64[1,4,1]\n"
-       "%17 = reshape %16 : f64[1,4]\n%18 = max %17 axis=1 keepdim=1 : f64[1,1]\n%19 = cast %18 : f32[1,1]\n"
-       "%20 = cast %19 : f64[1,1]\n%21 = sub %17 %20 : f64[1,4]\n%22 = exp %21 : f64[1,4]\n"
+     LOG_SUM_EXP_16384 "%6 = sub %2 %5 : f32[1,16384]\noutput %6\n", 1,
+     LOG_SUM_EXP_16384 ONLINE_16384
        "%23 = sum %22 axis=1 keepdim=1 : f64[1,1]\n%24 = cast %23 : f32[1,1]\n"
        "%25 = sub %0 %19 : f32[1,16384]\n%26 = log %24 : f32[1,1]\n%27 = sub %25 %26 : f32[1,16384]\n"
        "output %27\n"},
@@ -1321,6 +1324,36 @@ static const pass_case pass_cases[] = {
        "%16 = max %15 axis=2 keepdim=1 : f64[1,1,1]\n%17 = sub %15 %16 : f64[1,1,5]\n"
        "%18 = exp %17 : f64[1,1,5]\n%19 = sum %18 axis=2 keepdim=1 : f64[1,1,1]\n"
        "%20 = log %19 : f64[1,1,1]\n%21 = add %20 %16 : f64[1,1,1]\noutput %21\n"},
+    {"log-sum-exp as cross entropy writes it (log(sum) + m) of a lone row in pieces", LONG_ROWS,
+     LOG_SUM_EXP_16384 "%6 = add %5 %1 : f32[1,1]\noutput %6\n", 1,
+     LOG_SUM_EXP_16384 ONLINE_16384
+       "%23 = sum %22 axis=1 keepdim=1 : f64[1,1]\n%24 = cast %23 : f32[1,1]\n%25 = log %24 : f32[1,1]\n"
+       "%26 = add %25 %19 : f32[1,1]\noutput %26\n"},
+    {"softmax, log_softmax and log-sum-exp of one row: three roots over one online form", LONG_ROWS,
+     G "%0 = input 0 : f32[1,16384]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,16384]\n"
+       "%3 = exp %2 : f32[1,16384]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = div %3 %4 : f32[1,16384]\n"
+       "%6 = log %4 : f32[1,1]\n%7 = sub %2 %6 : f32[1,16384]\n%8 = add %6 %1 : f32[1,1]\noutput %5 %7 %8\n", 3,
+     G "%0 = input 0 : f32[1,16384]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n"
+       "%2 = sub %0 %1 : f32[1,16384]\n%3 = exp %2 : f32[1,16384]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n"
+       "%5 = reshape %0 : f32[1,4,4096]\n%6 = max %5 axis=2 keepdim=1 : f32[1,4,1]\n"
+       "%7 = const -3.4028234663852886e+38 : f32[]\n%8 = maximum %6 %7 : f32[1,4,1]\n"
+       "%9 = sub %5 %8 : f32[1,4,4096]\n%10 = exp %9 : f32[1,4,4096]\n"
+       "%11 = sum %10 axis=2 keepdim=1 : f32[1,4,1]\n%12 = cast %11 : f64[1,4,1]\n"
+       "%13 = log %12 : f64[1,4,1]\n%14 = cast %8 : f64[1,4,1]\n%15 = add %14 %13 : f64[1,4,1]\n"
+       "%16 = reshape %15 : f64[1,4]\n%17 = max %16 axis=1 keepdim=1 : f64[1,1]\n%18 = cast %17 : f32[1,1]\n"
+       "%19 = cast %18 : f64[1,1]\n%20 = sub %16 %19 : f64[1,4]\n%21 = exp %20 : f64[1,4]\n"
+       "%22 = sum %21 axis=1 keepdim=1 : f64[1,1]\n%23 = cast %22 : f32[1,1]\n"
+       "%24 = sub %0 %18 : f32[1,16384]\n%25 = exp %24 : f32[1,16384]\n%26 = div %25 %23 : f32[1,16384]\n"
+       "%27 = log %4 : f32[1,1]\n%28 = log %23 : f32[1,1]\n%29 = sub %24 %28 : f32[1,16384]\n"
+       "%30 = add %28 %18 : f32[1,1]\noutput %26 %29 %30\n"},
+    {"softmax of a lone row stays where its max is read before the shift", LONG_ROWS,
+     G "%0 = input 0 : f32[1,100000]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = const 2 : f32[]\n"
+       "%3 = mul %1 %2 : f32[1,1]\n%4 = sub %0 %1 : f32[1,100000]\n%5 = exp %4 : f32[1,100000]\n"
+       "%6 = sum %5 axis=1 keepdim=1 : f32[1,1]\n%7 = div %5 %6 : f32[1,100000]\noutput %7 %3\n", UNCHANGED},
+    {"softmax of a lone row stays where its sum is written back", LONG_ROWS,
+     G "%0 = input 0 : f32[1,100000]\n%1 = capture 0 : f32[1,1]\n%2 = max %0 axis=1 keepdim=1 : f32[1,1]\n"
+       "%3 = sub %0 %2 : f32[1,100000]\n%4 = exp %3 : f32[1,100000]\n%5 = sum %4 axis=1 keepdim=1 : f32[1,1]\n"
+       "%6 = div %4 %5 : f32[1,100000]\noutput %6\nwriteback 0 %5\n", UNCHANGED},
     {"softmax of a lone row stays where its sum is an output too", LONG_ROWS,
      G "%0 = input 0 : f32[1,100000]\n%1 = max %0 axis=1 keepdim=1 : f32[1,1]\n%2 = sub %0 %1 : f32[1,100000]\n"
        "%3 = exp %2 : f32[1,100000]\n%4 = sum %3 axis=1 keepdim=1 : f32[1,1]\n%5 = div %3 %4 : f32[1,100000]\n"

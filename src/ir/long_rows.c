@@ -46,6 +46,19 @@
  * 0.031 against 0.060, 2^24 5.5 against 13.2. */
 enum { LONG_ROW = 16384, MIN_PIECE = 1024, MAX_PIECE = 4096 /* lower.c's ROW_F32_SUM: sums of f32 */ };
 
+/* The length of the pieces that x's row splits into, or 0 where x is not
+ * one long row of f32 or f64 of concrete sizes. */
+static int64_t piece_of(const ir_node *x)
+{
+    if ((x->dtype != KILN_F32 && x->dtype != KILN_F64) || x->ndim == 0 || x->ndim == KILN_MAX_DIMS ||
+        ir_shape_symbolic(x->ndim, x->shape))
+        return 0;
+    int64_t cols = x->shape[x->ndim - 1];
+    if (cols < LONG_ROW || ir_node_numel(x) != cols)
+        return 0;
+    return ir_row_piece(cols, MAX_PIECE, MIN_PIECE);
+}
+
 /* -- Matching, in the old graph --------------------------------------------- */
 
 /* x less its max over its last axis and what is made of it: m = max(x),
@@ -87,14 +100,14 @@ static bool in_family(ir_ref r, const shifted_exp *f)
     return r == f->m || r == f->d || r == f->e || r == f->s || (r == f->l && r != IR_NONE);
 }
 
-/* Finds e, s and l after d, and whether nothing else reads the family: no
- * other node, no output, no product reading a softmax (attention, which
- * plan.c runs as one kernel with its own online softmax). */
+/* Finds e, s and l after d, and whether nothing else reads the family (from
+ * m on): no other node, no output, no product reading a softmax (attention,
+ * which plan.c runs as one kernel with its own online softmax). */
 static void find_chain(const ir_graph *in, shifted_exp *f)
 {
     f->e = f->s = f->l = IR_NONE;
     f->closed = true;
-    for (ir_ref u = f->d + 1; u < in->count; u++) {
+    for (ir_ref u = f->m + 1; u < in->count; u++) {
         const ir_node *n = &in->nodes[u];
         const ir_ref *ops = ir_operands(in, n);
         if (n->op == OP_EXP && ops[0] == f->d)
@@ -114,8 +127,9 @@ static void find_chain(const ir_graph *in, shifted_exp *f)
         f->closed &= !in_family(in->writebacks[i].value, f);
 }
 
-/* The family of node d where it is x - max(x) over x's last axis, its
- * chain reaching a sum at least (every form has one), and closed. */
+/* The family of node d where it is x - max(x) over x's last axis, x one
+ * long row (piece_of), its chain reaching a sum at least (every form has
+ * one), and closed. */
 static bool family_of(const ir_graph *in, ir_ref d, shifted_exp *f)
 {
     const ir_node *n = &in->nodes[d];
@@ -123,7 +137,7 @@ static bool family_of(const ir_graph *in, ir_ref d, shifted_exp *f)
         return false;
     *f = (shifted_exp){.x = ir_operands(in, n)[0], .m = ir_operands(in, n)[1], .d = d};
     const ir_node *m = &in->nodes[f->m];
-    if (m->op != OP_MAX || ir_operands(in, m)[0] != f->x || !last_axis_kept(in, m))
+    if (m->op != OP_MAX || ir_operands(in, m)[0] != f->x || !last_axis_kept(in, m) || !piece_of(&in->nodes[f->x]))
         return false;
     find_chain(in, f);
     return f->s != IR_NONE && f->closed;
@@ -187,18 +201,6 @@ static ir_ref lowest_finite(ir_graph *g, kiln_dtype dt)
     return ir_emit(g, OP_CONST, dt, 0, NULL, 0, NULL, &p);
 }
 
-/* The length of the pieces that x's row splits into, or 0 where x is not
- * one long row of f32 or f64 of concrete sizes. */
-static int64_t piece_of(const ir_node *x)
-{
-    if ((x->dtype != KILN_F32 && x->dtype != KILN_F64) || x->ndim == 0 || x->ndim == KILN_MAX_DIMS ||
-        ir_shape_symbolic(x->ndim, x->shape))
-        return 0;
-    int64_t cols = x->shape[x->ndim - 1];
-    if (cols < LONG_ROW || ir_node_numel(x) != cols)
-        return 0;
-    return ir_row_piece(cols, MAX_PIECE, MIN_PIECE);
-}
 
 /* The shift c and sum S of x's rows (see the top), in x's dtype, kept as
  * an axis of 1; false where x's rows are not split. */

@@ -560,8 +560,10 @@ static bool row_epilogue_of_failed(builder *b, ir_ref node)
 {
     if (b->other_rows == IR_NONE || node == b->other_rows)
         return false;
-    bool epilogue = node != b->root && !b->mat[node] && ir_ops[b->g->nodes[node].op].kind == KIND_ELEMENTWISE &&
-                    epilogue_reduction(b, node, node) == &b->g->nodes[b->other_rows];
+    const ir_node *n = &b->g->nodes[node], *r = &b->g->nodes[b->other_rows];
+    bool epilogue = node != b->root && !b->mat[node] && ir_ops[n->op].kind == KIND_ELEMENTWISE &&
+                    n->ndim == r->ndim && !memcmp(n->shape, r->shape, (size_t)n->ndim * sizeof *n->shape) &&
+                    epilogue_reduction(b, node, node) == r;
     if (!epilogue)
         b->other_rows = IR_NONE;
     return epilogue;
