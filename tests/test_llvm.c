@@ -1008,6 +1008,53 @@ START_TEST(test_lone_long_rows_match_eager)
 }
 END_TEST
 
+/* A row sum s of in[0] [4, 1000] that a kernel over other rows ([3, 4])
+ * reads through two branches, transposed: rsqrt(s) and log(s) (user NULL),
+ * or u = rsqrt(s) alone and from it log(u) and 2u. */
+static int two_branches_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
+{
+    kiln_tensor *s = kiln_sum(in[0], -1, true), *u = kiln_rsqrt(s);
+    kiln_tensor *a = user ? kiln_log(u) : u, *b = user ? kiln_mul_scalar(u, 2) : kiln_log(s);
+    out[0] = kiln_add(kiln_mul(in[1], kiln_transpose(a, 0, 1)), kiln_transpose(b, 0, 1));
+    return out[0] ? 0 : -1;
+}
+
+/* lower.c's row epilogues never compute one reduction in two kernels: a
+ * reduction read by two nodes is stored itself (two kernels, as before row
+ * epilogues: the sum, and the consumer computing both branches), and one
+ * whose single reader feeds two branches is stored once an epilogue took it
+ * (the sum, the first branch's epilogue over it, the consumer). */
+START_TEST(test_reduction_read_through_two_branches_is_computed_once)
+{
+    kiln_scope_begin();
+    kiln_tensor *in[2] = {kiln_add_scalar(kiln_abs(kiln_randn(2, (int64_t[]){4, 1000}, 3)), 1),
+                          kiln_randn(2, (int64_t[]){3, 4}, 4)};
+    for (int branch_above = 0; branch_above < 2; branch_above++) {
+        char dir[] = "/tmp/kiln-llvm-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        void *user = branch_above ? in : NULL;
+        kiln_fn *f = jit_dumping(dir, "two_branches", two_branches_body, 2, 1, user);
+        kiln_tensor *got = NULL, *want = NULL;
+        ck_assert_msg(kiln_call(f, in, &got) == 0, "%s", kiln_last_error());
+        ck_assert_int_eq(two_branches_body(in, &want, user), 0);
+        assert_close(got, want, 1e-5, 1e-6, "two branches of a row sum");
+        int sums = 0;
+        DIR *d = opendir(dir);
+        for (char *kernel; (kernel = next_dumped(d, dir, ".txt"));) {
+            sums += strstr(kernel, " = sum ") != NULL;
+            free(kernel);
+        }
+        closedir(d);
+        free(take_dumped(dir, "kernel-0.txt"));
+        ck_assert_msg(sums == 1 && kernels_of(f) == 2 + branch_above, "%s: %d kernels summing, %lld in all",
+                      branch_above ? "one reader, two branches above it" : "two readers", sums,
+                      (long long)kernels_of(f));
+        kiln_fn_free(f);
+    }
+    kiln_scope_end();
+}
+END_TEST
+
 static int norms_body(kiln_tensor *const *in, kiln_tensor **out, void *user)
 {
     (void)user;
@@ -1702,6 +1749,7 @@ static Suite *llvm_suite(void)
     tcase_add_loop_test(wl, test_softmax_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
     tcase_add_loop_test(wl, test_norm_rows_match_eager, 0, (int)(sizeof ROW_CASES / sizeof *ROW_CASES));
     tcase_add_loop_test(wl, test_lone_long_rows_match_eager, 0, (int)(sizeof LONE_ROWS / sizeof *LONE_ROWS));
+    tcase_add_test(wl, test_reduction_read_through_two_branches_is_computed_once);
     tcase_add_test(wl, test_calls_go_on_during_a_compile);
     tcase_add_test(wl, test_deep_chain_on_a_small_stack);
     suite_add_tcase(s, wl);

@@ -44,4 +44,8 @@ ir_graph *ir_rebuild(const ir_graph *in, const bool *live, ir_rewrite_fn rewrite
 /* Frees *g and puts next in its place; changes, or -1 when next is NULL. */
 int ir_replace(ir_graph **g, ir_graph *next, int changes);
 
+/* passes.c: per node of g, the nodes, outputs and writebacks reading it
+ * (malloc'd); NULL when out of memory. */
+uint32_t *ir_count_uses(const ir_graph *g);
+
 #endif

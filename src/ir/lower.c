@@ -42,6 +42,8 @@ typedef struct {
     const ir_graph *g;
     bool *mat;
     bool *eager_view; /* a view taken eagerly for an eager op */
+    bool *climbed;    /* a reduction whose failure a row epilogue above it took (row_epilogue_of_failed) */
+    uint32_t *uses;   /* per node: the nodes, outputs and writebacks reading it */
     kx_kernel *k;
     ir_ref root;
     int root_ndim;
@@ -460,7 +462,8 @@ static int build_reduction(builder *b, ir_ref node, const ir_node *n, const imap
                                   : one || (m->src[j] == j && m->coef[j] == 1 && m->bias[j] == 0);
     }
     if (!rows_match) {
-        b->failed = b->other_rows = node;
+        b->failed = node;
+        b->other_rows = b->uses[node] == 1 && !b->climbed[node] ? node : IR_NONE;
         return -1;
     }
     imap whole = identity_map(in->ndim);
@@ -555,7 +558,10 @@ static const ir_node *epilogue_reduction(const builder *b, ir_ref root, ir_ref r
  * reduction then gets a kernel of its own with the outermost such node as
  * its epilogue, rather than its value alone (the max and the sum of a
  * softmax's pieces, long_rows.c, one kernel reading each piece once).
- * Climbing stops at the first node that is not one. */
+ * Climbing stops at the first node that is not one. A reduction read by more
+ * than one node, or failing again once an epilogue took it (read through
+ * another branch above that node), is materialized itself, so that no two
+ * kernels compute it. */
 static bool row_epilogue_of_failed(builder *b, ir_ref node)
 {
     if (b->other_rows == IR_NONE || node == b->other_rows)
@@ -564,7 +570,9 @@ static bool row_epilogue_of_failed(builder *b, ir_ref node)
     bool epilogue = node != b->root && !b->mat[node] && ir_ops[n->op].kind == KIND_ELEMENTWISE &&
                     n->ndim == r->ndim && !memcmp(n->shape, r->shape, (size_t)n->ndim * sizeof *n->shape) &&
                     epilogue_reduction(b, node, node) == r;
-    if (!epilogue)
+    if (epilogue)
+        b->climbed[b->other_rows] = true;
+    else
         b->other_rows = IR_NONE;
     return epilogue;
 }
@@ -951,7 +959,9 @@ int ir_lower(const ir_graph *g, bool split_sums, ir_plan *plan, char *err, size_
     size_t count = g->count ? g->count : 1;
     b.mat = calloc(count, sizeof *b.mat);
     b.eager_view = calloc(count, sizeof *b.eager_view);
-    int status = b.mat && b.eager_view ? 0 : -CORE_NOMEM;
+    b.climbed = calloc(count, sizeof *b.climbed);
+    b.uses = ir_count_uses(g);
+    int status = b.mat && b.eager_view && b.climbed && b.uses ? 0 : -CORE_NOMEM;
     if (status == 0)
         mark_materialized(g, b.mat, b.eager_view);
     if (status == 0 && !bound_depth(g, b.mat))
@@ -979,6 +989,8 @@ int ir_lower(const ir_graph *g, bool split_sums, ir_plan *plan, char *err, size_
     free(b.buffers);
     free(b.memo);
     free(b.eager_view);
+    free(b.climbed);
+    free(b.uses);
     if (status < 0) {
         free_steps(plan);
         free(b.mat);

@@ -90,6 +90,21 @@ int ir_replace(ir_graph **g, ir_graph *next, int changes)
     return changes;
 }
 
+uint32_t *ir_count_uses(const ir_graph *g)
+{
+    uint32_t *uses = calloc(g->count ? g->count : 1, sizeof *uses);
+    if (!uses)
+        return NULL;
+    for (ir_ref r = 0; r < g->count; r++)
+        for (uint32_t i = 0; i < g->nodes[r].n_operands; i++)
+            uses[ir_operands(g, &g->nodes[r])[i]]++;
+    for (int i = 0; i < g->n_outputs; i++)
+        uses[g->outputs[i]]++;
+    for (int i = 0; i < g->n_writebacks; i++)
+        uses[g->writebacks[i].value]++;
+    return uses;
+}
+
 /* -- Constant folding ------------------------------------------------------ */
 
 static ir_ref fold(ir_graph *out, const ir_node *n, const ir_ref *operands, void *ctx)
@@ -345,16 +360,9 @@ static ir_ref transpose_product(ir_graph *g, const ir_node *n, const ir_ref *ops
 int ir_pass_transpose_products(ir_graph **g)
 {
     const ir_graph *in = *g;
-    transpose_ctx ctx = {in, calloc(in->count ? in->count : 1, sizeof *ctx.uses)};
+    transpose_ctx ctx = {in, ir_count_uses(in)};
     if (!ctx.uses)
         return -1;
-    for (ir_ref r = 0; r < in->count; r++)
-        for (uint32_t i = 0; i < in->nodes[r].n_operands; i++)
-            ctx.uses[ir_operands(in, &in->nodes[r])[i]]++;
-    for (int i = 0; i < in->n_outputs; i++)
-        ctx.uses[in->outputs[i]]++;
-    for (int i = 0; i < in->n_writebacks; i++)
-        ctx.uses[in->writebacks[i].value]++;
     int changes = 0;
     ir_graph *next = ir_rebuild(in, NULL, transpose_product, &ctx, &changes);
     free(ctx.uses);
