@@ -97,7 +97,7 @@ static bool read_as_chain(const ir_graph *in, ir_ref u, const shifted_exp *f)
 
 static bool in_family(ir_ref r, const shifted_exp *f)
 {
-    return r == f->m || r == f->d || r == f->e || r == f->s || (r == f->l && r != IR_NONE);
+    return r == f->m || r == f->d || r == f->e || r == f->s || r == f->l; /* r is a node: never IR_NONE */
 }
 
 /* Finds e, s and l after d, and whether nothing else reads the family (from
